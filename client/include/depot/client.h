@@ -1,0 +1,150 @@
+// The depot client: put objects into the node's store and get them back, zero-copy, by GUID.
+//
+//   auto client = depot::Client::Connect();                  // $DEPOT_SOCKET, else the default
+//   depot::Result<depot::Guid> id = client->Put(bytes);
+//   depot::Result<depot::Object> obj = client->Get(*id, std::chrono::milliseconds(500));
+//   std::span<const std::byte> view = obj->frame(0);         // no copy
+//
+// A Client is a cheap handle to one connection to depotd; copies share it. It is thread-safe:
+// many threads may call it at once, and a get that waits does not hold up other threads'
+// requests. Each shared-memory segment is mapped once per connection, and a get of an object the
+// process already holds is answered locally, without a round trip.
+#ifndef DEPOT_CLIENT_H_
+#define DEPOT_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "depot/guid.h"
+#include "depot/object.h"
+#include "depot/status.h"
+
+namespace depot {
+
+// Get timeouts: 0 polls, -1 waits forever, anything else waits that long.
+inline constexpr std::chrono::milliseconds kNoWait{0};
+inline constexpr std::chrono::milliseconds kForever{-1};
+
+struct ConnectOptions {
+  std::string socket_path;  // empty: $DEPOT_SOCKET, else DefaultSocketPath()
+  std::string client_name;  // shown in the daemon's log
+};
+
+struct CreateOptions {
+  std::span<const std::byte> metadata;  // opaque bytes kept with the object (<= 16 KiB)
+  std::string name;                     // for people (<= 256 bytes)
+  std::optional<Guid> guid;             // propose the GUID; AlreadyExists when taken
+  bool evictable = false;               // may be dropped (LRU) when space is short
+};
+
+struct FrameInfo {
+  uint32_t pool = 0;  // 0: host
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+struct ObjectInfo {
+  enum class State { kCreating, kSealed, kDeleted };
+  Guid guid;
+  std::string name;
+  State state = State::kCreating;
+  uint64_t size = 0;
+  std::vector<FrameInfo> frames;
+  uint32_t refcount = 0;  // connections holding it
+  bool evictable = false;
+  int64_t created_unix_ns = 0;
+  int64_t sealed_unix_ns = 0;
+  int32_t creator_pid = 0;
+  uint32_t creator_uid = 0;
+  uint32_t metadata_size = 0;
+  std::vector<std::byte> metadata;  // Stat only
+};
+
+struct ListPage {
+  std::vector<ObjectInfo> objects;
+  bool more = false;  // pass objects.back().guid as `after` for the next page
+};
+
+struct StoreStatus {
+  std::string daemon_version;
+  int32_t daemon_pid = 0;
+  uint64_t uptime_ms = 0;
+  std::string socket_path;
+  uint64_t capacity = 0;
+  uint64_t reserved = 0;      // bytes of shared memory held in segments
+  uint64_t used = 0;          // bytes allocated to objects
+  uint64_t largest_free = 0;  // largest object that fits without eviction
+  uint32_t segments = 0;
+  uint64_t objects_creating = 0;
+  uint64_t objects_sealed = 0;
+  uint64_t objects_deleted = 0;  // deleted, still referenced
+  uint32_t clients = 0;
+  uint64_t evictions = 0;
+  uint64_t evicted_bytes = 0;
+  bool prefault = false;
+  uint32_t gets_waiting = 0;  // gets parked until their objects are sealed
+};
+
+class Client {
+ public:
+  // Connects and says hello. Unavailable when no daemon listens at the socket; ProtocolError
+  // when the daemon speaks another protocol version (the message names both).
+  static Result<Client> Connect(const ConnectOptions& options = {});
+
+  // $XDG_RUNTIME_DIR/depot/depot.sock, else /tmp/depot-$UID/depot.sock.
+  static std::string DefaultSocketPath();
+
+  // Copies `data` into a new sealed object of one frame and returns its GUID. Small objects
+  // travel inside the request (one round trip); larger ones are written straight into shared
+  // memory. StoreFull when it does not fit even after evicting evictable objects.
+  Result<Guid> Put(std::span<const std::byte> data, const CreateOptions& options = {});
+  // The same, one frame per span.
+  Result<Guid> Put(std::span<const std::span<const std::byte>> frames,
+                   const CreateOptions& options = {});
+
+  // Reserves an object of frames of the given sizes (1 to 64 frames) to be written in place.
+  Result<Draft> Create(std::span<const uint64_t> sizes, const CreateOptions& options = {});
+  Result<Draft> Create(std::initializer_list<uint64_t> sizes, const CreateOptions& options = {}) {
+    return Create(std::span<const uint64_t>(sizes.begin(), sizes.size()), options);
+  }
+
+  // Gets a sealed object, waiting up to `timeout` for it to be created and sealed. NotFound when
+  // it does not exist and timeout is 0; Timeout when the wait ends first.
+  Result<Object> Get(const Guid& guid, std::chrono::milliseconds timeout = kNoWait);
+  // Gets several objects in one round trip; one result per GUID, in order. The call returns when
+  // all are available or the timeout ends.
+  std::vector<Result<Object>> Get(std::span<const Guid> guids,
+                                  std::chrono::milliseconds timeout = kNoWait);
+
+  // Removes the GUID at once; the memory is freed when the last process holding the object lets
+  // it go. NotFound when absent; InvalidArgument for an object not yet sealed.
+  Status Delete(const Guid& guid);
+  std::vector<Status> Delete(std::span<const Guid> guids);
+
+  // True when the object exists and is sealed.
+  Result<bool> Contains(const Guid& guid);
+
+  // What the daemon knows about one object, metadata included.
+  Result<ObjectInfo> Stat(const Guid& guid);
+
+  // One page of objects in GUID order, starting after `after`.
+  Result<ListPage> List(std::optional<Guid> after = std::nullopt, uint32_t limit = 1000);
+
+  Result<StoreStatus> GetStatus();
+
+  const std::string& socket_path() const;
+
+ private:
+  explicit Client(std::shared_ptr<internal::Connection> conn) : conn_(std::move(conn)) {}
+  std::shared_ptr<internal::Connection> conn_;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_CLIENT_H_

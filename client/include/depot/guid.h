@@ -1,0 +1,88 @@
+// depot::Guid: the 16-byte identity of an object (a random UUID v4), printed in canonical form.
+#ifndef DEPOT_GUID_H_
+#define DEPOT_GUID_H_
+
+#include <sys/random.h>
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace depot {
+
+struct Guid {
+  uint64_t hi = 0;  // the first 8 bytes of the canonical text, big-endian
+  uint64_t lo = 0;
+
+  auto operator<=>(const Guid&) const = default;
+  bool is_nil() const { return hi == 0 && lo == 0; }
+
+  // A fresh random UUID v4 from the kernel's random source.
+  static Guid Random() {
+    uint8_t b[16];
+    size_t got = 0;
+    while (got < sizeof b) {
+      ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
+      if (n > 0) got += static_cast<size_t>(n);
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;  // version 4
+    b[8] = (b[8] & 0x3f) | 0x80;  // RFC 4122 variant
+    Guid g;
+    for (int i = 0; i < 8; ++i) g.hi = (g.hi << 8) | b[i];
+    for (int i = 8; i < 16; ++i) g.lo = (g.lo << 8) | b[i];
+    return g;
+  }
+
+  // "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", lower case.
+  std::string ToString() const {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string s;
+    s.reserve(36);
+    for (int i = 0; i < 32; ++i) {
+      uint64_t word = i < 16 ? hi : lo;
+      int shift = 60 - 4 * (i % 16);
+      if (i == 8 || i == 12 || i == 16 || i == 20) s.push_back('-');
+      s.push_back(kHex[(word >> shift) & 0xf]);
+    }
+    return s;
+  }
+
+  // Parses the canonical form (either case). nullopt for anything else.
+  static std::optional<Guid> Parse(std::string_view s) {
+    if (s.size() != 36) return std::nullopt;
+    Guid g;
+    int digits = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      char c = s[i];
+      if (i == 8 || i == 13 || i == 18 || i == 23) {
+        if (c != '-') return std::nullopt;
+        continue;
+      }
+      int v;
+      if (c >= '0' && c <= '9') v = c - '0';
+      else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
+      else return std::nullopt;
+      uint64_t& word = digits < 16 ? g.hi : g.lo;
+      word = (word << 4) | static_cast<uint64_t>(v);
+      ++digits;
+    }
+    return g;
+  }
+};
+
+}  // namespace depot
+
+template <>
+struct std::hash<depot::Guid> {
+  size_t operator()(const depot::Guid& g) const noexcept {
+    return std::hash<uint64_t>()(g.hi ^ (g.lo * 0x9e3779b97f4a7c15ull));
+  }
+};
+
+#endif  // DEPOT_GUID_H_

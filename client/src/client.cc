@@ -1,0 +1,358 @@
+#include "depot/client.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "client/src/connection.h"
+
+namespace depot {
+namespace {
+
+using internal::Connection;
+using proto::MsgType;
+namespace fb = flatbuffers;
+
+static_assert(static_cast<int>(Status::Code::kUnavailable) ==
+              static_cast<int>(wire::Code::Unavailable));
+
+wire::Guid ToWire(const Guid& g) { return wire::Guid(g.hi, g.lo); }
+Guid FromWire(const wire::Guid* g) { return g ? Guid{g->hi(), g->lo()} : Guid{}; }
+Status ToStatus(wire::Code code, const fb::String* message) {
+  return Status(static_cast<Status::Code>(code), message ? message->str() : "");
+}
+
+ObjectInfo FromWire(const wire::ObjectInfo& w) {
+  ObjectInfo o;
+  o.guid = FromWire(w.guid());
+  o.name = w.name() ? w.name()->str() : "";
+  o.state = w.state() == wire::State::Sealed    ? ObjectInfo::State::kSealed
+            : w.state() == wire::State::Deleted ? ObjectInfo::State::kDeleted
+                                                : ObjectInfo::State::kCreating;
+  o.size = w.size();
+  if (w.frames()) {
+    for (const wire::FrameLocation* f : *w.frames()) {
+      o.frames.push_back({f->pool(), f->segment(), f->offset(), f->size()});
+    }
+  }
+  o.refcount = w.refcount();
+  o.evictable = w.evictable();
+  o.created_unix_ns = w.created_unix_ns();
+  o.sealed_unix_ns = w.sealed_unix_ns();
+  o.creator_pid = w.creator_pid();
+  o.creator_uid = w.creator_uid();
+  o.metadata_size = w.metadata_size();
+  if (w.metadata()) {
+    auto* m = reinterpret_cast<const std::byte*>(w.metadata()->data());
+    o.metadata.assign(m, m + w.metadata()->size());
+  }
+  return o;
+}
+
+fb::Offset<wire::CreateRequest> BuildCreate(fb::FlatBufferBuilder& fbb,
+                                           std::span<const uint64_t> sizes,
+                                           const CreateOptions& o,
+                                           std::span<const std::span<const std::byte>> inline_frames) {
+  auto frame_sizes = fbb.CreateVector(sizes.data(), sizes.size());
+  auto metadata = fbb.CreateVector(reinterpret_cast<const uint8_t*>(o.metadata.data()),
+                                   o.metadata.size());
+  fb::Offset<fb::String> name;
+  if (!o.name.empty()) name = fbb.CreateString(o.name);
+  fb::Offset<fb::Vector<uint8_t>> data;
+  if (!inline_frames.empty()) {
+    uint64_t total = 0;
+    for (auto f : inline_frames) total += f.size();
+    uint8_t* dst;
+    data = fbb.CreateUninitializedVector(total, &dst);
+    for (auto f : inline_frames) {
+      if (!f.empty()) std::memcpy(dst, f.data(), f.size());
+      dst += f.size();
+    }
+  }
+  wire::CreateRequestBuilder b(fbb);
+  b.add_frame_sizes(frame_sizes);
+  b.add_metadata(metadata);
+  if (!o.name.empty()) b.add_name(name);
+  wire::Guid g;
+  if (o.guid) {
+    g = ToWire(*o.guid);
+    b.add_guid(&g);
+  }
+  b.add_evictable(o.evictable);
+  if (!inline_frames.empty()) {
+    b.add_inline_data(data);
+    b.add_seal(true);
+  }
+  return b.Finish();
+}
+
+}  // namespace
+
+// ---- Object ----
+
+const Guid& Object::guid() const { return h_->guid; }
+size_t Object::frame_count() const { return h_->frames.size(); }
+std::span<const std::byte> Object::frame(size_t i) const { return h_->frames.at(i); }
+std::span<const std::byte> Object::metadata() const { return h_->metadata; }
+uint64_t Object::size() const { return h_->size; }
+
+Status Object::Populate() const {
+  static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (auto f : h_->frames) {
+    if (f.empty()) continue;
+    uintptr_t start = reinterpret_cast<uintptr_t>(f.data()) & ~(kPage - 1);
+    uintptr_t end = reinterpret_cast<uintptr_t>(f.data()) + f.size();
+    if (::madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_READ) != 0) {
+      return Status::Unavailable(fmt::format("madvise(MADV_POPULATE_READ): {}", std::strerror(errno)));
+    }
+  }
+  return Status::OK();
+}
+
+// ---- Draft ----
+
+Draft::Draft(std::shared_ptr<Connection> conn, Guid guid, std::vector<std::span<std::byte>> frames,
+             std::vector<uint32_t> segment_uses)
+    : conn_(std::move(conn)), guid_(guid), frames_(std::move(frames)),
+      segment_uses_(std::move(segment_uses)) {}
+
+Draft::Draft(Draft&& o) noexcept
+    : conn_(std::move(o.conn_)), guid_(o.guid_), frames_(std::move(o.frames_)),
+      segment_uses_(std::move(o.segment_uses_)), open_(std::exchange(o.open_, false)) {}
+
+Draft& Draft::operator=(Draft&& o) noexcept {
+  if (this != &o) {
+    if (open_) Abort();
+    conn_ = std::move(o.conn_);
+    guid_ = o.guid_;
+    frames_ = std::move(o.frames_);
+    segment_uses_ = std::move(o.segment_uses_);
+    open_ = std::exchange(o.open_, false);
+  }
+  return *this;
+}
+
+Draft::~Draft() {
+  if (open_) Abort();
+}
+
+Status Draft::Seal() { return Finish(true); }
+Status Draft::Abort() { return Finish(false); }
+
+Status Draft::Finish(bool seal) {
+  if (!open_) {
+    return Status::InvalidArgument(
+        fmt::format("object {} was already sealed or aborted", guid_.ToString()));
+  }
+  open_ = false;
+  fb::FlatBufferBuilder fbb(64);
+  wire::Guid g = ToWire(guid_);
+  fbb.Finish(wire::CreateGuidRequest(fbb, &g));
+  auto reply = conn_->Call(seal ? MsgType::kSeal : MsgType::kAbort, fbb);
+  frames_.clear();
+  conn_->DropUses(segment_uses_);
+  segment_uses_.clear();
+  return reply.status();
+}
+
+// ---- Client ----
+
+std::string Client::DefaultSocketPath() {
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  if (xdg != nullptr && *xdg != '\0') return std::string(xdg) + "/depot/depot.sock";
+  return fmt::format("/tmp/depot-{}/depot.sock", ::getuid());
+}
+
+Result<Client> Client::Connect(const ConnectOptions& options) {
+  std::string path = options.socket_path;
+  if (path.empty()) {
+    const char* env = std::getenv("DEPOT_SOCKET");
+    path = env != nullptr && *env != '\0' ? env : DefaultSocketPath();
+  }
+  auto conn = Connection::Open(path, options.client_name);
+  if (!conn.ok()) return conn.status();
+  return Client(std::move(*conn));
+}
+
+const std::string& Client::socket_path() const { return conn_->path(); }
+
+Result<Guid> Client::Put(std::span<const std::byte> data, const CreateOptions& options) {
+  std::span<const std::byte> frames[] = {data};
+  return Put(frames, options);
+}
+
+Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
+                         const CreateOptions& options) {
+  std::vector<uint64_t> sizes;
+  uint64_t total = 0;
+  for (auto f : frames) {
+    sizes.push_back(f.size());
+    total += f.size();
+  }
+  if (total <= proto::kMaxInlineSize && !frames.empty()) {
+    // Create, fill and seal in one round trip.
+    fb::FlatBufferBuilder fbb(total + 256);
+    fbb.Finish(BuildCreate(fbb, sizes, options, frames));
+    auto reply = conn_->Call(MsgType::kCreate, fbb);
+    if (!reply.ok()) return reply.status();
+    return FromWire(proto::Body<wire::CreateReply>(reply->body)->guid());
+  }
+  auto draft = Create(sizes, options);
+  if (!draft.ok()) return draft.status();
+  for (size_t i = 0; i < frames.size(); ++i) {
+    std::span<std::byte> dst = draft->frame(i);
+    if (dst.empty()) continue;
+    // Fill the page tables in one call rather than one fault per page.
+    static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    uintptr_t start = reinterpret_cast<uintptr_t>(dst.data()) & ~(kPage - 1);
+    ::madvise(reinterpret_cast<void*>(start),
+              reinterpret_cast<uintptr_t>(dst.data()) + dst.size() - start, MADV_POPULATE_WRITE);
+    std::memcpy(dst.data(), frames[i].data(), dst.size());
+  }
+  Guid guid = draft->guid();
+  Status sealed = draft->Seal();
+  if (!sealed.ok()) return sealed;
+  return guid;
+}
+
+Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOptions& options) {
+  fb::FlatBufferBuilder fbb(256);
+  fbb.Finish(BuildCreate(fbb, sizes, options, {}));
+  auto reply = conn_->Call(MsgType::kCreate, fbb);
+  if (!reply.ok()) return reply.status();
+  return conn_->MakeDraft(*proto::Body<wire::CreateReply>(reply->body), *reply);
+}
+
+Result<Object> Client::Get(const Guid& guid, std::chrono::milliseconds timeout) {
+  if (auto held = conn_->Cached(guid)) return std::move(*held);
+  return std::move(Get(std::span<const Guid>(&guid, 1), timeout).front());
+}
+
+std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
+                                        std::chrono::milliseconds timeout) {
+  std::vector<Result<Object>> out(guids.size(), Status::NotFound("not requested"));
+  std::vector<size_t> wanted;  // indexes of GUIDs not held already
+  for (size_t i = 0; i < guids.size(); ++i) {
+    if (auto held = conn_->Cached(guids[i])) {
+      out[i] = std::move(*held);
+    } else {
+      wanted.push_back(i);
+    }
+  }
+  if (wanted.empty()) return out;
+  fb::FlatBufferBuilder fbb(64 + 16 * wanted.size());
+  std::vector<wire::Guid> ids;
+  for (size_t i : wanted) ids.push_back(ToWire(guids[i]));
+  fbb.Finish(wire::CreateGetRequest(fbb, fbb.CreateVectorOfStructs(ids), timeout.count()));
+  auto reply = conn_->Call(MsgType::kGet, fbb);
+  if (!reply.ok()) {
+    for (size_t i : wanted) out[i] = reply.status();
+    return out;
+  }
+  const auto* results = proto::Body<wire::GetReply>(reply->body)->results();
+  if (results == nullptr || results->size() != wanted.size()) {
+    for (size_t i : wanted) out[i] = Status::ProtocolError("depotd answered a get with the wrong count");
+    return out;
+  }
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    const wire::GetResult* r = results->Get(k);
+    if (r->code() != wire::Code::Ok) {
+      out[wanted[k]] = ToStatus(r->code(), r->message());
+    } else {
+      out[wanted[k]] = conn_->Adopt(*r, *reply);
+    }
+  }
+  return out;
+}
+
+Status Client::Delete(const Guid& guid) { return Delete(std::span<const Guid>(&guid, 1)).front(); }
+
+std::vector<Status> Client::Delete(std::span<const Guid> guids) {
+  fb::FlatBufferBuilder fbb(64 + 16 * guids.size());
+  std::vector<wire::Guid> ids;
+  for (const Guid& g : guids) ids.push_back(ToWire(g));
+  fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(ids)));
+  auto reply = conn_->Call(MsgType::kDelete, fbb);
+  std::vector<Status> out(guids.size(), reply.status());
+  if (!reply.ok()) return out;
+  const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
+  for (size_t i = 0; results && i < results->size() && i < out.size(); ++i) {
+    out[i] = ToStatus(results->Get(i)->code(), results->Get(i)->message());
+  }
+  return out;
+}
+
+Result<bool> Client::Contains(const Guid& guid) {
+  if (conn_->Cached(guid)) return true;
+  fb::FlatBufferBuilder fbb(64);
+  wire::Guid g = ToWire(guid);
+  fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(&g, 1)));
+  auto reply = conn_->Call(MsgType::kContains, fbb);
+  if (!reply.ok()) return reply.status();
+  const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
+  if (results == nullptr || results->size() != 1) {
+    return Status::ProtocolError("depotd answered contains with the wrong count");
+  }
+  return results->Get(0)->code() == wire::Code::Ok;
+}
+
+Result<ObjectInfo> Client::Stat(const Guid& guid) {
+  fb::FlatBufferBuilder fbb(64);
+  wire::Guid g = ToWire(guid);
+  fbb.Finish(wire::CreateGuidRequest(fbb, &g));
+  auto reply = conn_->Call(MsgType::kStat, fbb);
+  if (!reply.ok()) return reply.status();
+  const auto* info = proto::Body<wire::StatReply>(reply->body)->info();
+  if (info == nullptr) return Status::ProtocolError("depotd sent a stat reply without the object");
+  return FromWire(*info);
+}
+
+Result<ListPage> Client::List(std::optional<Guid> after, uint32_t limit) {
+  fb::FlatBufferBuilder fbb(64);
+  wire::Guid g;
+  if (after) g = ToWire(*after);
+  fbb.Finish(wire::CreateListRequest(fbb, after ? &g : nullptr, limit));
+  auto reply = conn_->Call(MsgType::kList, fbb);
+  if (!reply.ok()) return reply.status();
+  const auto* r = proto::Body<wire::ListReply>(reply->body);
+  ListPage page;
+  page.more = r->more();
+  if (r->objects()) {
+    for (const wire::ObjectInfo* o : *r->objects()) page.objects.push_back(FromWire(*o));
+  }
+  return page;
+}
+
+Result<StoreStatus> Client::GetStatus() {
+  fb::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  auto reply = conn_->Call(MsgType::kStatus, fbb);
+  if (!reply.ok()) return reply.status();
+  const auto* r = proto::Body<wire::StatusReply>(reply->body);
+  StoreStatus s;
+  s.daemon_version = r->daemon_version() ? r->daemon_version()->str() : "";
+  s.daemon_pid = r->daemon_pid();
+  s.uptime_ms = r->uptime_ms();
+  s.socket_path = r->socket_path() ? r->socket_path()->str() : "";
+  s.capacity = r->capacity();
+  s.reserved = r->reserved();
+  s.used = r->used();
+  s.largest_free = r->largest_free();
+  s.segments = r->segments();
+  s.objects_creating = r->objects_creating();
+  s.objects_sealed = r->objects_sealed();
+  s.objects_deleted = r->objects_deleted();
+  s.clients = r->clients();
+  s.evictions = r->evictions();
+  s.evicted_bytes = r->evicted_bytes();
+  s.prefault = r->prefault();
+  s.gets_waiting = r->gets_waiting();
+  return s;
+}
+
+}  // namespace depot

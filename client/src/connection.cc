@@ -1,0 +1,357 @@
+#include "client/src/connection.h"
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace depot::internal {
+namespace {
+
+constexpr size_t kReadChunk = 64 << 10;
+
+Status FromError(const wire::ErrorReply& e) {
+  return Status(static_cast<Status::Code>(e.code()), e.message() ? e.message()->str() : "");
+}
+
+}  // namespace
+
+Holding::~Holding() { conn->Forget(*this); }
+
+Connection::Connection(proto::UniqueFd fd, std::string path)
+    : fd_(std::move(fd)), path_(std::move(path)), in_(kReadChunk) {}
+
+Connection::~Connection() {
+  for (auto& [id, s] : segments_) Unmap(s);
+}
+
+Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
+                                                     const std::string& name) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) {
+    return Status::InvalidArgument(fmt::format("socket path {} is too long", path));
+  }
+  proto::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return Status::Unavailable(fmt::format("socket: {}", std::strerror(errno)));
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    return Status::Unavailable(fmt::format(
+        "no depotd is listening at {} ({}); start one (scripts/run, or depotd --socket {}) or "
+        "set DEPOT_SOCKET",
+        path, std::strerror(errno), path));
+  }
+  std::shared_ptr<Connection> conn(new Connection(std::move(fd), path));
+  flatbuffers::FlatBufferBuilder fbb(128);
+  auto client_name = fbb.CreateString(name);
+  fbb.Finish(wire::CreateHelloRequest(fbb, proto::kProtocolVersion, client_name));
+  auto reply = conn->Call(proto::MsgType::kHello, fbb);
+  if (!reply.ok()) return reply.status();
+  return conn;
+}
+
+Status Connection::Send(const std::vector<uint8_t>& bytes) {
+  std::lock_guard lk(send_mu_);
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n = ::send(fd_.get(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return Status::Disconnected(
+          fmt::format("lost the connection to depotd at {}: {}", path_, std::strerror(errno)));
+    }
+    sent += static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status Connection::SendOneWay(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb) {
+  return Send(proto::Encode(static_cast<uint16_t>(type), 0, fbb));
+}
+
+Result<Message> Connection::Call(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb) {
+  uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  Slot slot;
+  {
+    std::lock_guard lk(mu_);
+    if (!broken_.ok()) return broken_;
+    pending_[id] = &slot;
+  }
+  Status sent = Send(proto::Encode(static_cast<uint16_t>(type), id, fbb));
+  if (!sent.ok()) {
+    std::lock_guard lk(mu_);
+    Fail(sent);
+  }
+  Status st = Wait(id, slot);
+  if (!st.ok()) return st;
+  if (slot.message.type() == static_cast<uint16_t>(proto::MsgType::kError)) {
+    return FromError(*proto::Body<wire::ErrorReply>(slot.message.body));
+  }
+  if (slot.message.type() != proto::ReplyType(type)) {
+    return Status::ProtocolError(fmt::format("depotd answered a {} with a {}",
+                                             proto::TypeName(static_cast<uint16_t>(type)),
+                                             proto::TypeName(slot.message.type())));
+  }
+  return std::move(slot.message);
+}
+
+Status Connection::Wait(uint64_t id, Slot& slot) {
+  std::unique_lock lk(mu_);
+  while (!slot.done) {
+    if (reading_) {
+      cv_.wait(lk);
+      continue;
+    }
+    reading_ = true;
+    lk.unlock();
+    Status st = ReadSome();
+    lk.lock();
+    reading_ = false;
+    if (!st.ok()) Fail(st);
+    cv_.notify_all();  // replies for others, or the reader role for the next waiter
+  }
+  pending_.erase(id);
+  return slot.status;
+}
+
+void Connection::Fail(const Status& st) {
+  if (broken_.ok()) broken_ = st;
+  for (auto& [id, slot] : pending_) {
+    if (!slot->done) {
+      slot->done = true;
+      slot->status = broken_;
+    }
+  }
+  cv_.notify_all();
+}
+
+Status Connection::ReadSome() {
+  while (true) {
+    bool dispatched = false;
+    while (in_end_ - in_begin_ >= sizeof(proto::Header)) {
+      proto::Header h;
+      std::memcpy(&h, in_.data() + in_begin_, sizeof h);
+      if (std::string err = proto::CheckHeader(h); !err.empty()) {
+        return Status::ProtocolError(fmt::format("from depotd at {}: {}", path_, err));
+      }
+      size_t total = sizeof h + h.length;
+      if (in_end_ - in_begin_ < total) {
+        if (in_.size() - in_begin_ < total) in_.resize(in_begin_ + total + kReadChunk);
+        break;
+      }
+      Status st = Dispatch(h, {in_.data() + in_begin_ + sizeof h, h.length});
+      in_begin_ += total;
+      if (!st.ok()) return st;
+      dispatched = true;
+    }
+    if (dispatched) return Status::OK();
+    if (in_begin_ == in_end_) in_begin_ = in_end_ = 0;
+    if (in_.size() - in_end_ < kReadChunk / 2) {
+      std::memmove(in_.data(), in_.data() + in_begin_, in_end_ - in_begin_);
+      in_end_ -= in_begin_;
+      in_begin_ = 0;
+      if (in_.size() - in_end_ < kReadChunk / 2) in_.resize(in_end_ + kReadChunk);
+    }
+    std::vector<proto::UniqueFd> fds;
+    ssize_t n = proto::RecvWithFds(fd_.get(), {in_.data() + in_end_, in_.size() - in_end_}, fds, 0);
+    for (auto& fd : fds) fds_.push_back(std::move(fd));
+    if (n == 0) {
+      return Status::Disconnected(fmt::format("depotd at {} closed the connection", path_));
+    }
+    if (n < 0) {
+      return Status::Disconnected(
+          fmt::format("lost the connection to depotd at {}: {}", path_, std::strerror(errno)));
+    }
+    in_end_ += static_cast<size_t>(n);
+  }
+}
+
+Status Connection::Dispatch(const proto::Header& h, std::span<const uint8_t> body) {
+  if (!proto::VerifyBody(h.type, body)) {
+    return Status::ProtocolError(
+        fmt::format("depotd sent a malformed {}", proto::TypeName(h.type)));
+  }
+  if (h.type == static_cast<uint16_t>(proto::MsgType::kSegmentsRetired)) {
+    std::lock_guard lk(seg_mu_);
+    for (uint32_t id : *proto::Body<wire::SegmentsRetired>(body)->ids()) {
+      auto it = segments_.find(id);
+      if (it == segments_.end()) continue;
+      it->second.retired = true;
+      if (it->second.uses == 0) {
+        Unmap(it->second);
+        segments_.erase(it);
+      }
+    }
+    return Status::OK();
+  }
+  Message msg;
+  msg.header = h;
+  const flatbuffers::Vector<flatbuffers::Offset<wire::SegmentInfo>>* infos = nullptr;
+  if (h.type == proto::ReplyType(proto::MsgType::kCreate)) {
+    infos = proto::Body<wire::CreateReply>(body)->segments();
+  } else if (h.type == proto::ReplyType(proto::MsgType::kGet)) {
+    infos = proto::Body<wire::GetReply>(body)->segments();
+  }
+  if (infos != nullptr) {
+    std::lock_guard lk(seg_mu_);
+    for (const wire::SegmentInfo* info : *infos) {
+      if (fds_.empty()) return Status::ProtocolError("depotd named a segment but sent no fd");
+      proto::UniqueFd fd = std::move(fds_.front());
+      fds_.pop_front();
+      if (info->dedicated()) {
+        msg.dedicated.push_back({info->id(), info->size(), std::move(fd)});
+      } else if (!segments_.contains(info->id())) {
+        Segment& s = segments_[info->id()];
+        s.fd = std::move(fd);
+        s.size = info->size();
+      }
+    }
+  }
+  msg.body.assign(body.begin(), body.end());
+  std::lock_guard lk(mu_);
+  auto it = pending_.find(h.request_id);
+  if (it != pending_.end() && !it->second->done) {
+    it->second->message = std::move(msg);
+    it->second->done = true;
+  }
+  return Status::OK();
+}
+
+Result<std::vector<std::span<std::byte>>> Connection::MapFrames(
+    const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable, Message& reply,
+    std::vector<uint32_t>& uses) {
+  std::vector<std::span<std::byte>> out;
+  if (frames == nullptr) return out;
+  std::lock_guard lk(seg_mu_);
+  for (auto& d : reply.dedicated) {
+    if (!d.fd.valid()) continue;
+    auto [it, inserted] = segments_.try_emplace(d.id);
+    if (inserted) {
+      it->second.fd = std::move(d.fd);
+      it->second.size = d.size;
+      it->second.dedicated = true;
+    }
+    d.fd.reset();
+  }
+  Status failed;
+  for (const wire::FrameLocation* f : *frames) {
+    if (f->size() == 0) {
+      out.emplace_back();
+      continue;
+    }
+    auto it = segments_.find(f->segment());
+    if (it == segments_.end() || f->offset() + f->size() > it->second.size ||
+        f->offset() + f->size() < f->offset()) {
+      failed = Status::ProtocolError(
+          fmt::format("depotd named bytes {}+{} of segment {} that this process cannot map",
+                      f->offset(), f->size(), f->segment()));
+      break;
+    }
+    Segment& s = it->second;
+    void*& base = writable ? s.rw : s.ro;
+    if (base == nullptr) {
+      void* p = ::mmap(nullptr, s.size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                       s.fd.get(), 0);
+      if (p == MAP_FAILED) {
+        failed = Status::Unavailable(fmt::format("cannot map segment {} of {} bytes: {}",
+                                                 f->segment(), s.size, std::strerror(errno)));
+        break;
+      }
+      base = p;
+    }
+    ++s.uses;
+    uses.push_back(f->segment());
+    out.emplace_back(static_cast<std::byte*>(base) + f->offset(), f->size());
+  }
+  if (!failed.ok()) {
+    // Give back what this call took, under the lock we hold.
+    for (uint32_t id : uses) --segments_[id].uses;
+    uses.clear();
+    return failed;
+  }
+  return out;
+}
+
+void Connection::DropUses(const std::vector<uint32_t>& uses) {
+  std::lock_guard lk(seg_mu_);
+  for (uint32_t id : uses) {
+    auto it = segments_.find(id);
+    if (it == segments_.end() || --it->second.uses > 0) continue;
+    if (it->second.dedicated || it->second.retired) {
+      Unmap(it->second);
+      segments_.erase(it);
+    }
+  }
+}
+
+void Connection::Unmap(Segment& s) {
+  if (s.ro) ::munmap(s.ro, s.size);
+  if (s.rw) ::munmap(s.rw, s.size);
+  s.ro = s.rw = nullptr;
+}
+
+std::optional<Object> Connection::Cached(const Guid& guid) {
+  std::lock_guard lk(cache_mu_);
+  auto it = cache_.find(guid);
+  if (it == cache_.end()) return std::nullopt;
+  std::shared_ptr<Holding> h = it->second.holding.lock();
+  if (!h) return std::nullopt;
+  return Object(std::move(h));
+}
+
+Result<Object> Connection::Adopt(const wire::GetResult& r, Message& reply) {
+  auto h = std::make_shared<Holding>();
+  h->conn = shared_from_this();
+  h->guid = Guid{r.guid()->hi(), r.guid()->lo()};
+  h->handle = r.handle();
+  auto frames = MapFrames(r.frames(), false, reply, h->segment_uses);
+  if (!frames.ok()) return frames.status();  // h's destruction releases the reference
+  for (auto& f : *frames) {
+    h->frames.emplace_back(f.data(), f.size());
+    h->size += f.size();
+  }
+  if (r.metadata()) {
+    auto* m = reinterpret_cast<const std::byte*>(r.metadata()->data());
+    h->metadata.assign(m, m + r.metadata()->size());
+  }
+  {
+    std::lock_guard lk(cache_mu_);
+    cache_[h->guid] = CacheEntry{h, h.get()};
+  }
+  return Object(std::move(h));
+}
+
+void Connection::Forget(Holding& h) {
+  {
+    std::lock_guard lk(cache_mu_);
+    auto it = cache_.find(h.guid);
+    if (it != cache_.end() && it->second.raw == &h) cache_.erase(it);
+  }
+  DropUses(h.segment_uses);
+  if (h.handle == 0) return;
+  flatbuffers::FlatBufferBuilder fbb(64);
+  std::vector<uint64_t> handles{h.handle};
+  fbb.Finish(wire::CreateReleaseRequest(fbb, fbb.CreateVector(handles)));
+  SendOneWay(proto::MsgType::kRelease, fbb);  // a broken connection released everything already
+}
+
+Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg) {
+  std::vector<uint32_t> uses;
+  auto frames = MapFrames(reply.frames(), true, msg, uses);
+  Guid guid{reply.guid()->hi(), reply.guid()->lo()};
+  if (!frames.ok()) {
+    flatbuffers::FlatBufferBuilder fbb(64);
+    wire::Guid g(guid.hi, guid.lo);
+    fbb.Finish(wire::CreateGuidRequest(fbb, &g));
+    Call(proto::MsgType::kAbort, fbb);
+    return frames.status();
+  }
+  return Draft(shared_from_this(), guid, std::move(*frames), std::move(uses));
+}
+
+}  // namespace depot::internal

@@ -1,0 +1,140 @@
+// internal::Connection is one client's socket to depotd and everything tied to it: request ids,
+// replies that arrive out of order, the segments it has mapped, and the objects it holds.
+//
+// Threads share it. Replies are read by whichever waiting thread holds the reader role (leader
+// and followers): a single-threaded caller reads its own reply with no thread hand-off, and a
+// thread parked in a long get hands the role on so others' replies still flow.
+#ifndef DEPOT_CLIENT_SRC_CONNECTION_H_
+#define DEPOT_CLIENT_SRC_CONNECTION_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "depot/object.h"
+#include "depot/status.h"
+#include "proto/fd_passing.h"
+#include "proto/wire.h"
+
+namespace depot::internal {
+
+// One received reply. Fds of dedicated segments named in it ride along (shared segments' fds are
+// installed by the reader, in order, since later replies may name them without an fd).
+struct Message {
+  proto::Header header{};
+  std::vector<uint8_t> body;
+  struct SegmentFd {
+    uint32_t id;
+    uint64_t size;
+    proto::UniqueFd fd;
+  };
+  std::vector<SegmentFd> dedicated;
+  uint16_t type() const { return header.type; }
+};
+
+// What an Object points at: one reference on the daemon, released when the last Object goes.
+struct Holding {
+  std::shared_ptr<Connection> conn;
+  Guid guid;
+  uint64_t handle = 0;
+  std::vector<std::span<const std::byte>> frames;
+  std::vector<std::byte> metadata;
+  std::vector<uint32_t> segment_uses;
+  uint64_t size = 0;
+  ~Holding();
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  static Result<std::shared_ptr<Connection>> Open(const std::string& path, const std::string& name);
+  ~Connection();
+
+  // Sends a request and waits for its reply. An ErrorReply becomes its Status; a broken
+  // connection is Disconnected.
+  Result<Message> Call(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb);
+  // Sends a message that has no reply.
+  Status SendOneWay(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb);
+
+  // Resolves frame locations of a reply to pointers in this process, mapping segments as
+  // needed (read-write for `writable`). Records one segment use per frame in `uses`; the caller
+  // gives them back with DropUses.
+  Result<std::vector<std::span<std::byte>>> MapFrames(
+      const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable, Message& reply,
+      std::vector<uint32_t>& uses);
+  void DropUses(const std::vector<uint32_t>& uses);
+
+  // The local object cache: an Object this process already holds, if any.
+  std::optional<Object> Cached(const Guid& guid);
+  // Builds an Object from a get result and remembers it.
+  Result<Object> Adopt(const wire::GetResult& result, Message& reply);
+  // A Holding's last Object is gone: forget it and release its reference on the daemon.
+  void Forget(Holding& h);
+
+  // Builds a Draft from a create reply.
+  Result<Draft> MakeDraft(const wire::CreateReply& reply, Message& msg);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Slot {
+    bool done = false;
+    Status status;
+    Message message;
+  };
+  struct Segment {
+    proto::UniqueFd fd;
+    uint64_t size = 0;
+    bool dedicated = false;
+    bool retired = false;
+    void* ro = nullptr;
+    void* rw = nullptr;
+    uint32_t uses = 0;
+  };
+  struct CacheEntry {
+    std::weak_ptr<Holding> holding;
+    const Holding* raw;
+  };
+
+  Connection(proto::UniqueFd fd, std::string path);
+  Status Send(const std::vector<uint8_t>& bytes);
+  Status Wait(uint64_t id, Slot& slot);
+  // Reads until at least one message has been dispatched. Called by the reader only.
+  Status ReadSome();
+  Status Dispatch(const proto::Header& h, std::span<const uint8_t> body);
+  void Unmap(Segment& s);
+  void Fail(const Status& st);  // with mu_ held
+
+  proto::UniqueFd fd_;
+  std::string path_;
+  std::atomic<uint64_t> next_id_{1};
+
+  std::mutex send_mu_;
+
+  std::mutex mu_;  // guards everything below but the reader state
+  std::condition_variable cv_;
+  bool reading_ = false;
+  Status broken_;
+  std::unordered_map<uint64_t, Slot*> pending_;
+
+  // Reader state: touched only by the thread holding the reader role.
+  std::vector<uint8_t> in_;
+  size_t in_begin_ = 0;
+  size_t in_end_ = 0;
+  std::deque<proto::UniqueFd> fds_;
+
+  std::mutex seg_mu_;
+  std::unordered_map<uint32_t, Segment> segments_;
+
+  std::mutex cache_mu_;
+  std::unordered_map<Guid, CacheEntry> cache_;
+};
+
+}  // namespace depot::internal
+
+#endif  // DEPOT_CLIENT_SRC_CONNECTION_H_

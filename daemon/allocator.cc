@@ -1,0 +1,71 @@
+#include "daemon/allocator.h"
+
+#include <cassert>
+
+namespace depot {
+
+Allocator::Allocator(uint64_t size, uint64_t alignment)
+    : size_(size & ~(alignment - 1)), alignment_(alignment) {
+  assert(alignment != 0 && (alignment & (alignment - 1)) == 0);
+  if (size_ > 0) InsertFree(0, size_);
+}
+
+std::optional<uint64_t> Allocator::Allocate(uint64_t bytes) {
+  if (bytes == 0 || bytes > size_) return std::nullopt;
+  uint64_t need = (bytes + alignment_ - 1) & ~(alignment_ - 1);
+  auto fit = free_by_size_.lower_bound({need, 0});
+  if (fit == free_by_size_.end()) return std::nullopt;
+  auto [block_size, offset] = *fit;
+  EraseFree(free_by_offset_.find(offset));
+  if (block_size > need) InsertFree(offset + need, block_size - need);
+  allocated_.emplace(offset, need);
+  used_ += need;
+  return offset;
+}
+
+bool Allocator::Free(uint64_t offset) {
+  auto it = allocated_.find(offset);
+  if (it == allocated_.end()) return false;
+  uint64_t start = offset;
+  uint64_t size = it->second;
+  allocated_.erase(it);
+  used_ -= size;
+
+  auto next = free_by_offset_.lower_bound(start);
+  if (next != free_by_offset_.end() && next->first == start + size) {
+    size += next->second;
+    next = std::next(next);
+    EraseFree(std::prev(next));
+  }
+  if (next != free_by_offset_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      size += prev->second;
+      EraseFree(prev);
+    }
+  }
+  InsertFree(start, size);
+  return true;
+}
+
+uint64_t Allocator::BlockSize(uint64_t offset) const {
+  auto it = allocated_.find(offset);
+  return it == allocated_.end() ? 0 : it->second;
+}
+
+uint64_t Allocator::largest_free() const {
+  return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+}
+
+void Allocator::InsertFree(uint64_t offset, uint64_t size) {
+  free_by_offset_.emplace(offset, size);
+  free_by_size_.emplace(size, offset);
+}
+
+void Allocator::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
+  free_by_size_.erase({it->second, it->first});
+  free_by_offset_.erase(it);
+}
+
+}  // namespace depot

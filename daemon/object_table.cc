@@ -1,0 +1,194 @@
+#include "daemon/object_table.h"
+
+#include <fmt/format.h>
+
+namespace depot {
+
+uint64_t Object::size() const {
+  uint64_t total = 0;
+  for (const Location& f : frames) total += f.size;
+  return total;
+}
+
+ObjectTable::ObjectTable(FreeFn on_free, ClockFn clock)
+    : on_free_(std::move(on_free)), clock_(std::move(clock)) {}
+
+Result<const Object*> ObjectTable::Create(NewObject n) {
+  if (index_.contains(n.guid)) {
+    return Status::AlreadyExists(fmt::format("object {} already exists", n.guid.ToString()));
+  }
+  ObjectId id = next_id_++;
+  Object& o = objects_[id];
+  o.id = id;
+  o.guid = n.guid;
+  o.frames = std::move(n.frames);
+  o.metadata = std::move(n.metadata);
+  o.name = std::move(n.name);
+  o.evictable = n.evictable;
+  o.creator = n.creator;
+  o.creator_pid = n.creator_pid;
+  o.creator_uid = n.creator_uid;
+  o.created_ns = clock_();
+  index_.emplace(o.guid, id);
+  sessions_[o.creator].creating.insert(id);
+  ++counts_.creating;
+  return &o;
+}
+
+Result<Object*> ObjectTable::FindCreating(SessionId session, const Guid& guid) {
+  auto it = index_.find(guid);
+  if (it == index_.end()) {
+    return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
+  }
+  Object& o = objects_.at(it->second);
+  if (o.state != ObjectState::kCreating) {
+    return Status::InvalidArgument(fmt::format("object {} is already sealed", guid.ToString()));
+  }
+  if (o.creator != session) {
+    return Status::PermissionDenied(fmt::format(
+        "object {} is being created by another connection; only its creator may seal or abort it",
+        guid.ToString()));
+  }
+  return &o;
+}
+
+Status ObjectTable::Seal(SessionId session, const Guid& guid) {
+  auto found = FindCreating(session, guid);
+  if (!found.ok()) return found.status();
+  Object& o = **found;
+  o.state = ObjectState::kSealed;
+  o.sealed_ns = clock_();
+  sessions_[session].creating.erase(o.id);
+  --counts_.creating;
+  ++counts_.sealed;
+  if (o.evictable) LruAdd(o);
+  return Status::OK();
+}
+
+Status ObjectTable::Abort(SessionId session, const Guid& guid) {
+  auto found = FindCreating(session, guid);
+  if (!found.ok()) return found.status();
+  sessions_[session].creating.erase((*found)->id);
+  Destroy(**found);
+  return Status::OK();
+}
+
+Result<const Object*> ObjectTable::Acquire(SessionId session, const Guid& guid) {
+  auto it = index_.find(guid);
+  if (it == index_.end()) {
+    return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
+  }
+  Object& o = objects_.at(it->second);
+  if (o.state != ObjectState::kSealed) {
+    return Status::Timeout(fmt::format("object {} is not sealed yet", guid.ToString()));
+  }
+  uint32_t& held = sessions_[session].held[o.id];
+  if (held++ == 0 && o.refcount++ == 0) LruRemove(o);
+  return &o;
+}
+
+Status ObjectTable::Release(SessionId session, ObjectId id) {
+  auto s = sessions_.find(session);
+  if (s == sessions_.end() || !s->second.held.contains(id)) {
+    return Status::NotFound(fmt::format("this connection holds no reference on object handle {}", id));
+  }
+  auto h = s->second.held.find(id);
+  if (--h->second > 0) return Status::OK();
+  s->second.held.erase(h);
+  Unreference(objects_.at(id));
+  return Status::OK();
+}
+
+void ObjectTable::Unreference(Object& o) {
+  if (--o.refcount > 0) return;
+  if (o.deleted) {
+    Destroy(o);
+  } else if (o.evictable) {
+    LruAdd(o);
+  }
+}
+
+Status ObjectTable::Delete(const Guid& guid) {
+  auto it = index_.find(guid);
+  if (it == index_.end()) {
+    return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
+  }
+  Object& o = objects_.at(it->second);
+  if (o.state != ObjectState::kSealed) {
+    return Status::InvalidArgument(fmt::format(
+        "object {} is still being created; its creator must seal or abort it", guid.ToString()));
+  }
+  index_.erase(it);
+  LruRemove(o);
+  if (o.refcount == 0) {
+    Destroy(o);
+  } else {
+    o.deleted = true;
+    --counts_.sealed;
+    ++counts_.deleted;
+  }
+  return Status::OK();
+}
+
+void ObjectTable::DropSession(SessionId session) {
+  auto s = sessions_.find(session);
+  if (s == sessions_.end()) return;
+  SessionRefs refs = std::move(s->second);
+  sessions_.erase(s);
+  for (ObjectId id : refs.creating) Destroy(objects_.at(id));
+  for (const auto& [id, count] : refs.held) Unreference(objects_.at(id));
+}
+
+bool ObjectTable::EvictLru() {
+  if (lru_.empty()) return false;
+  Object& o = objects_.at(lru_.front());
+  ++counts_.evictions;
+  counts_.evicted_bytes += o.size();
+  Destroy(o);
+  return true;
+}
+
+void ObjectTable::Destroy(Object& o) {
+  LruRemove(o);
+  if (o.deleted) {
+    --counts_.deleted;
+  } else {
+    index_.erase(o.guid);
+    --(o.state == ObjectState::kCreating ? counts_.creating : counts_.sealed);
+  }
+  on_free_(o);
+  objects_.erase(o.id);
+}
+
+void ObjectTable::LruAdd(Object& o) {
+  LruRemove(o);
+  o.lru_pos = lru_.insert(lru_.end(), o.id);
+  o.in_lru = true;
+}
+
+void ObjectTable::LruRemove(Object& o) {
+  if (!o.in_lru) return;
+  lru_.erase(o.lru_pos);
+  o.in_lru = false;
+}
+
+const Object* ObjectTable::Find(const Guid& guid) const {
+  auto it = index_.find(guid);
+  return it == index_.end() ? nullptr : &objects_.at(it->second);
+}
+
+std::vector<const Object*> ObjectTable::List(std::optional<Guid> after, size_t limit) const {
+  std::vector<const Object*> out;
+  auto it = after ? index_.upper_bound(*after) : index_.begin();
+  for (; it != index_.end() && out.size() < limit; ++it) out.push_back(&objects_.at(it->second));
+  return out;
+}
+
+uint32_t ObjectTable::HeldBy(SessionId session, ObjectId id) const {
+  auto s = sessions_.find(session);
+  if (s == sessions_.end()) return 0;
+  auto h = s->second.held.find(id);
+  return h == s->second.held.end() ? 0 : h->second;
+}
+
+}  // namespace depot

@@ -1,0 +1,150 @@
+// ObjectTable is the lifecycle of every object: which GUIDs exist, in which state, who created
+// them, which sessions hold references, and which objects may be evicted. It owns no memory: when
+// an object's bytes may be reused it calls the FreeFn it was built with, exactly once per object.
+//
+//   Create ──▶ Creating ──Seal──▶ Sealed ──Delete──▶ (gone from the index; freed at last release)
+//                 │                  └──EvictLru (evictable, unreferenced)──▶ freed
+//                 └──Abort / creator disconnects──▶ freed
+//
+// References are counted per session: a session holds the object while it has at least one
+// acquire not yet released, and the object's refcount is the number of such sessions. Acquires
+// and releases name the object by its ObjectId (the handle a get returns), so a GUID that is
+// deleted and created again is never confused with its predecessor.
+//
+// Not thread-safe: the daemon's single loop owns it.
+#ifndef DEPOT_DAEMON_OBJECT_TABLE_H_
+#define DEPOT_DAEMON_OBJECT_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "daemon/host_pool.h"
+#include "depot/guid.h"
+#include "depot/status.h"
+
+namespace depot {
+
+using SessionId = uint64_t;
+using ObjectId = uint64_t;
+
+enum class ObjectState { kCreating, kSealed };
+
+struct Object {
+  ObjectId id = 0;
+  Guid guid;
+  ObjectState state = ObjectState::kCreating;
+  bool deleted = false;  // gone from the index, waiting for its last reference
+  std::vector<Location> frames;
+  std::vector<uint8_t> metadata;
+  std::string name;
+  bool evictable = false;
+  SessionId creator = 0;
+  int32_t creator_pid = 0;
+  uint32_t creator_uid = 0;
+  int64_t created_ns = 0;  // wall clock, for people
+  int64_t sealed_ns = 0;
+  uint32_t refcount = 0;  // sessions holding it
+  bool in_lru = false;
+  std::list<ObjectId>::iterator lru_pos;
+
+  uint64_t size() const;
+};
+
+// What Create needs to know about a new object.
+struct NewObject {
+  Guid guid;
+  std::vector<Location> frames;
+  std::vector<uint8_t> metadata;
+  std::string name;
+  bool evictable = false;
+  SessionId creator = 0;
+  int32_t creator_pid = 0;
+  uint32_t creator_uid = 0;
+};
+
+struct ObjectCounts {
+  uint64_t creating = 0;
+  uint64_t sealed = 0;
+  uint64_t deleted = 0;  // deleted, still referenced
+  uint64_t evictions = 0;
+  uint64_t evicted_bytes = 0;
+};
+
+class ObjectTable {
+ public:
+  using FreeFn = std::function<void(const Object&)>;
+  using ClockFn = std::function<int64_t()>;  // wall-clock nanoseconds
+
+  ObjectTable(FreeFn on_free, ClockFn clock);
+
+  // Adds an object in state Creating, owned by `creator`. AlreadyExists when the GUID is taken.
+  Result<const Object*> Create(NewObject o);
+
+  // Creating -> Sealed. Only the creator may seal. NotFound for an unknown GUID, InvalidArgument
+  // when already sealed, PermissionDenied for another session.
+  Status Seal(SessionId session, const Guid& guid);
+
+  // Creating -> freed. Same errors as Seal.
+  Status Abort(SessionId session, const Guid& guid);
+
+  // Takes a reference for `session` on a sealed object. NotFound when absent; Timeout ("not sealed
+  // yet") when still being created.
+  Result<const Object*> Acquire(SessionId session, const Guid& guid);
+
+  // Drops one acquire of `session` on object `id`. NotFound when the session holds no such
+  // reference. Frees a deleted object whose last reference this was.
+  Status Release(SessionId session, ObjectId id);
+
+  // Removes a sealed object's GUID at once; its memory is freed now, or when the last reference
+  // is released. NotFound when absent; InvalidArgument for an object still being created.
+  Status Delete(const Guid& guid);
+
+  // A session ended: aborts what it was creating and drops every reference it held.
+  void DropSession(SessionId session);
+
+  // Evicts the least recently used evictable, sealed, unreferenced object. False when none.
+  bool EvictLru();
+
+  // The visible object with this GUID, or nullptr.
+  const Object* Find(const Guid& guid) const;
+
+  // Up to `limit` visible objects with GUIDs after `after` (nullopt: from the first), in GUID
+  // order.
+  std::vector<const Object*> List(std::optional<Guid> after, size_t limit) const;
+
+  const ObjectCounts& counts() const { return counts_; }
+
+  // How many references `session` holds on object `id` (for tests and inspection).
+  uint32_t HeldBy(SessionId session, ObjectId id) const;
+
+ private:
+  struct SessionRefs {
+    std::unordered_map<ObjectId, uint32_t> held;  // object -> acquires not yet released
+    std::unordered_set<ObjectId> creating;
+  };
+
+  Result<Object*> FindCreating(SessionId session, const Guid& guid);
+  void Unreference(Object& o);
+  void Destroy(Object& o);  // frees the memory and forgets the object
+  void LruRemove(Object& o);
+  void LruAdd(Object& o);
+
+  FreeFn on_free_;
+  ClockFn clock_;
+  ObjectId next_id_ = 1;
+  std::unordered_map<ObjectId, Object> objects_;  // every live object, deleted ones included
+  std::map<Guid, ObjectId> index_;                // visible objects, in GUID order for paging
+  std::unordered_map<SessionId, SessionRefs> sessions_;
+  std::list<ObjectId> lru_;  // evictable, sealed, unreferenced; front is least recently used
+  ObjectCounts counts_;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_OBJECT_TABLE_H_

@@ -1,0 +1,117 @@
+#include "daemon/server.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace depot {
+namespace {
+
+// True when something accepts connections on `path` now.
+bool SomeoneListens(const std::string& path) {
+  proto::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+}
+
+}  // namespace
+
+Result<SocketClaim> SocketClaim::Acquire(const std::string& socket_path) {
+  if (socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return Status::InvalidArgument(fmt::format("socket path {} is longer than {} bytes",
+                                               socket_path, sizeof(sockaddr_un::sun_path) - 1));
+  }
+  std::filesystem::path dir = std::filesystem::path(socket_path).parent_path();
+  if (!dir.empty()) {
+    std::error_code ec;
+    if (std::filesystem::create_directories(dir, ec)) ::chmod(dir.c_str(), 0700);
+    if (ec) {
+      return Status::Unavailable(
+          fmt::format("cannot create the socket directory {}: {}", dir.string(), ec.message()));
+    }
+  }
+  SocketClaim claim;
+  claim.path_ = socket_path;
+  std::string lock_path = socket_path + ".lock";
+  claim.lock_.reset(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!claim.lock_.valid()) {
+    return Status::Unavailable(
+        fmt::format("cannot open the lock file {}: {}", lock_path, std::strerror(errno)));
+  }
+  if (::flock(claim.lock_.get(), LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    ssize_t n = ::pread(claim.lock_.get(), pid, sizeof pid - 1, 0);
+    std::string who = n > 0 ? fmt::format(" (pid {})", std::string(pid, strcspn(pid, "\n"))) : "";
+    return Status::Unavailable(fmt::format(
+        "another depotd{} is already serving {}; stop it first or choose another --socket", who,
+        socket_path));
+  }
+  if (SomeoneListens(socket_path)) {
+    return Status::Unavailable(fmt::format(
+        "a live process answers on {}; stop it first or choose another --socket", socket_path));
+  }
+  std::string pid = fmt::format("{}\n", ::getpid());
+  if (::ftruncate(claim.lock_.get(), 0) != 0 ||
+      ::pwrite(claim.lock_.get(), pid.data(), pid.size(), 0) < 0) {
+    spdlog::debug("cannot record the pid in {}: {}", lock_path, std::strerror(errno));
+  }
+  if (::unlink(socket_path.c_str()) == 0) spdlog::info("replaced stale socket {}", socket_path);
+  return claim;
+}
+
+Server::Server(boost::asio::io_context& io, SocketClaim claim, Store& store)
+    : acceptor_(io), claim_(std::move(claim)), store_(store) {}
+
+Result<std::unique_ptr<Server>> Server::Start(boost::asio::io_context& io, SocketClaim claim,
+                                              Store& store) {
+  std::unique_ptr<Server> server(new Server(io, std::move(claim), store));
+  const std::string& path = server->claim_.path();
+  boost::system::error_code ec;
+  boost::asio::local::stream_protocol::endpoint endpoint(path);
+  server->acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) server->acceptor_.bind(endpoint, ec);
+  if (!ec) server->acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
+  if (ec) return Status::Unavailable(fmt::format("cannot listen on {}: {}", path, ec.message()));
+  ::chmod(path.c_str(), 0660);
+  server->Accept();
+  return server;
+}
+
+Server::~Server() {
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  auto sessions = std::move(sessions_);
+  for (auto& [raw, session] : sessions) session->Close();
+  ::unlink(claim_.path().c_str());
+}
+
+void Server::Accept() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec,
+                                boost::asio::local::stream_protocol::socket socket) {
+    if (ec == boost::asio::error::operation_aborted) return;
+    if (ec) {
+      // Out of fds, for example: say so and keep serving the sessions we have.
+      spdlog::error("accept on {} failed: {}", claim_.path(), ec.message());
+    } else {
+      auto session = std::make_shared<Session>(std::move(socket), store_,
+                                               [this](Session* s) { sessions_.erase(s); });
+      sessions_.emplace(session.get(), session);
+      session->Start();
+    }
+    Accept();
+  });
+}
+
+}  // namespace depot

@@ -1,0 +1,59 @@
+// Server owns the listening socket and the connected sessions. Before it binds, it makes sure it
+// is the only daemon for its socket path: it holds an exclusive lock on "<socket>.lock" for its
+// whole life, refuses to start while another daemon holds it or answers on the socket, and
+// replaces a stale socket file left by a daemon that died.
+#ifndef DEPOT_DAEMON_SERVER_H_
+#define DEPOT_DAEMON_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+
+#include "daemon/session.h"
+#include "daemon/store.h"
+#include "proto/fd_passing.h"
+
+namespace depot {
+
+// Proof that this process is the one daemon for a socket path (the held lock).
+class SocketClaim {
+ public:
+  // Creates the socket's directory when missing (mode 0700), takes the lock, and removes a stale
+  // socket file. Unavailable, naming the path and what to do, when another daemon has it.
+  static Result<SocketClaim> Acquire(const std::string& socket_path);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  proto::UniqueFd lock_;
+};
+
+class Server {
+ public:
+  // Binds and listens on the claimed path (mode 0660) and starts accepting.
+  static Result<std::unique_ptr<Server>> Start(boost::asio::io_context& io, SocketClaim claim,
+                                               Store& store);
+
+  // Stops accepting, closes every session and removes the socket file.
+  ~Server();
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+ private:
+  Server(boost::asio::io_context& io, SocketClaim claim, Store& store);
+  void Accept();
+
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  SocketClaim claim_;
+  Store& store_;
+  std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_SERVER_H_

@@ -1,0 +1,143 @@
+#include "daemon/session.h"
+
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace depot {
+
+namespace {
+constexpr size_t kReadChunk = 64 << 10;
+}
+
+Session::Session(Socket socket, Store& store, std::function<void(Session*)> on_closed)
+    : socket_(std::move(socket)), store_(store), on_closed_(std::move(on_closed)), in_(kReadChunk) {}
+
+void Session::Start() {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    creds_ = {cred.pid, cred.uid, cred.gid};
+  }
+  boost::system::error_code ec;
+  socket_.non_blocking(true, ec);
+  id_ = store_.Open(this, creds_);
+  Read();
+}
+
+void Session::Read() {
+  if (closed_ || failing_) return;
+  if (in_.size() - in_end_ < kReadChunk / 2) {
+    // Keep message starts where they are relative to 8-byte boundaries: move whole messages only.
+    std::memmove(in_.data(), in_.data() + in_begin_, in_end_ - in_begin_);
+    in_end_ -= in_begin_;
+    in_begin_ = 0;
+    if (in_.size() - in_end_ < kReadChunk / 2) in_.resize(in_end_ + kReadChunk);
+  }
+  socket_.async_read_some(
+      boost::asio::buffer(in_.data() + in_end_, in_.size() - in_end_),
+      [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+        if (self->closed_) return;
+        if (ec) {
+          if (ec != boost::asio::error::eof && ec != boost::asio::error::connection_reset) {
+            spdlog::warn("session {} (pid {}): read failed: {}", self->id_, self->creds_.pid,
+                         ec.message());
+          }
+          self->Close();
+          return;
+        }
+        self->in_end_ += n;
+        self->Parse();
+        self->Read();
+      });
+}
+
+void Session::Parse() {
+  while (!closed_ && !failing_ && in_end_ - in_begin_ >= sizeof(proto::Header)) {
+    proto::Header h;
+    std::memcpy(&h, in_.data() + in_begin_, sizeof h);
+    if (std::string err = proto::CheckHeader(h); !err.empty()) {
+      return Fail(Status::ProtocolError(err), h.request_id);
+    }
+    size_t total = sizeof h + h.length;
+    if (in_end_ - in_begin_ < total) {
+      if (in_.size() - in_begin_ < total) in_.resize(in_begin_ + total + kReadChunk);
+      return;
+    }
+    std::span<const uint8_t> body(in_.data() + in_begin_ + sizeof h, h.length);
+    if ((h.type & proto::kReplyBit) || !proto::VerifyBody(h.type, body)) {
+      return Fail(Status::ProtocolError(fmt::format("malformed {} message: the body does not verify",
+                                                    proto::TypeName(h.type))),
+                  h.request_id);
+    }
+    Status st = store_.Handle(id_, h, body);
+    in_begin_ += total;
+    if (!st.ok()) return Fail(st, h.request_id);
+  }
+}
+
+void Session::Fail(const Status& status, uint64_t request_id) {
+  spdlog::warn("session {} (pid {} uid {}): {}; closing the connection", id_, creds_.pid,
+               creds_.uid, status.message());
+  failing_ = true;  // Flush closes the connection once the error is written
+  Send(proto::EncodeError(request_id, static_cast<wire::Code>(status.code()), status.message()), {});
+}
+
+void Session::Send(std::vector<uint8_t> message, std::vector<proto::UniqueFd> fds) {
+  if (closed_) return;
+  out_.push_back(Outbound{std::move(message), std::move(fds)});
+  if (!write_waiting_) Flush();
+}
+
+// Writes as much as the socket takes now; waits for writability for the rest. A message's fds
+// go with its first byte; more than kMaxFdsPerSend fds go one chunk per byte.
+void Session::Flush() {
+  while (!out_.empty()) {
+    Outbound& m = out_.front();
+    size_t fds_left = m.fds.size() - m.fds_sent;
+    size_t nfds = std::min<size_t>(fds_left, proto::kMaxFdsPerSend);
+    std::span<const uint8_t> data(m.bytes.data() + m.bytes_sent, m.bytes.size() - m.bytes_sent);
+    if (fds_left > nfds) data = data.first(1);
+    std::vector<int> raw;
+    for (size_t i = 0; i < nfds; ++i) raw.push_back(m.fds[m.fds_sent + i].get());
+    ssize_t n = proto::SendWithFds(socket_.native_handle(), data, raw, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        write_waiting_ = true;
+        socket_.async_wait(Socket::wait_write,
+                           [self = shared_from_this()](const boost::system::error_code& ec) {
+                             self->write_waiting_ = false;
+                             if (!ec && !self->closed_) self->Flush();
+                           });
+        return;
+      }
+      if (errno != EPIPE && errno != ECONNRESET) {
+        spdlog::warn("session {} (pid {}): write failed: {}", id_, creds_.pid, std::strerror(errno));
+      }
+      // Not from inside a caller that may be iterating over sessions.
+      boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
+      return;
+    }
+    m.bytes_sent += static_cast<size_t>(n);
+    m.fds_sent += nfds;
+    if (m.bytes_sent == m.bytes.size() && m.fds_sent == m.fds.size()) out_.pop_front();
+  }
+  if (failing_) boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
+}
+
+void Session::Close() {
+  if (closed_) return;
+  closed_ = true;
+  store_.Close(id_);
+  spdlog::info("client disconnected: session {} pid {} uid {}", id_, creds_.pid, creds_.uid);
+  boost::system::error_code ec;
+  socket_.close(ec);
+  out_.clear();
+  if (on_closed_) on_closed_(this);
+}
+
+}  // namespace depot

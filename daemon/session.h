@@ -1,0 +1,65 @@
+// Session is one client connection: it reads framed messages, checks each header and verifies
+// each body before the Store sees it, and writes replies (with their fds) without ever blocking
+// the loop. A connection that sends a malformed message gets one error reply and is closed; no
+// other session notices.
+#ifndef DEPOT_DAEMON_SESSION_H_
+#define DEPOT_DAEMON_SESSION_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <boost/asio/local/stream_protocol.hpp>
+
+#include "daemon/store.h"
+
+namespace depot {
+
+class Session : public Peer, public std::enable_shared_from_this<Session> {
+ public:
+  using Socket = boost::asio::local::stream_protocol::socket;
+
+  // `on_closed` runs once, after the store forgot the session.
+  Session(Socket socket, Store& store, std::function<void(Session*)> on_closed);
+
+  // Records the peer's credentials, registers with the store and starts reading.
+  void Start();
+
+  // Closes the connection now; the store drops everything the session held.
+  void Close();
+
+  void Send(std::vector<uint8_t> message, std::vector<proto::UniqueFd> fds) override;
+
+  const PeerCredentials& credentials() const { return creds_; }
+
+ private:
+  struct Outbound {
+    std::vector<uint8_t> bytes;
+    std::vector<proto::UniqueFd> fds;
+    size_t bytes_sent = 0;
+    size_t fds_sent = 0;
+  };
+
+  void Read();
+  void Parse();
+  void Fail(const Status& status, uint64_t request_id);
+  void Flush();
+
+  Socket socket_;
+  Store& store_;
+  std::function<void(Session*)> on_closed_;
+  PeerCredentials creds_;
+  SessionId id_ = 0;
+  bool closed_ = false;
+  bool failing_ = false;       // an error reply is queued; close once it is written
+  bool write_waiting_ = false;
+  std::vector<uint8_t> in_;    // bytes read, from in_begin_ to in_end_
+  size_t in_begin_ = 0;
+  size_t in_end_ = 0;
+  std::deque<Outbound> out_;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_SESSION_H_

@@ -1,0 +1,135 @@
+// Store answers requests: it turns each verified message from a session into changes of the
+// object table and the host pool, and a reply. A request that breaks the protocol (anything
+// before hello, a reply type) is not answered here: Handle returns the error and the session
+// closes. It never touches a socket: replies go to the
+// session's Peer. Gets that must wait are parked here, woken by seals or by their deadline.
+//
+// Not thread-safe: everything runs on the daemon's one io_context thread.
+#ifndef DEPOT_DAEMON_STORE_H_
+#define DEPOT_DAEMON_STORE_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "daemon/host_pool.h"
+#include "daemon/object_table.h"
+#include "proto/fd_passing.h"
+#include "proto/wire.h"
+
+namespace depot {
+
+// Where a session's replies go (the Session, in the daemon).
+class Peer {
+ public:
+  virtual ~Peer() = default;
+  // Queues one encoded message; `fds` travel with its first byte.
+  virtual void Send(std::vector<uint8_t> message, std::vector<proto::UniqueFd> fds) = 0;
+};
+
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+struct StoreOptions {
+  HostPoolOptions pool;
+  std::string socket_path;  // reported by status
+  std::string version;
+};
+
+class Store {
+ public:
+  static Result<std::unique_ptr<Store>> Create(boost::asio::io_context& io, StoreOptions options);
+
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Registers a connected peer; `peer` must outlive the session (until Close).
+  SessionId Open(Peer* peer, PeerCredentials creds);
+
+  // The session ended: aborts its creates, drops its references, forgets its waiting gets.
+  void Close(SessionId session);
+
+  // Answers one request whose header was checked and whose body was verified. The first request
+  // of a session must be hello. Returns a ProtocolError when the session must be closed.
+  Status Handle(SessionId session, const proto::Header& header, std::span<const uint8_t> body);
+
+  size_t sessions() const { return sessions_.size(); }
+  const HostPool& pool() const { return *pool_; }
+  const ObjectTable& table() const { return table_; }
+
+ private:
+  struct SessionState {
+    Peer* peer;
+    PeerCredentials creds;
+    bool greeted = false;
+    std::unordered_set<uint32_t> sent_segments;  // shared segments whose fd this peer has
+  };
+
+  struct GetWait {
+    SessionId session;
+    uint64_t request_id;
+    std::vector<Guid> guids;
+    std::vector<const Object*> acquired;  // per guid; nullptr while missing
+    std::vector<Status> errors;           // per guid, for results that will not come
+    size_t missing;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+
+  Store(boost::asio::io_context& io, StoreOptions options);
+
+  void Reply(SessionId session, uint64_t request_id, uint16_t type,
+             flatbuffers::FlatBufferBuilder& fbb, std::vector<proto::UniqueFd> fds = {});
+  void ReplyError(SessionId session, uint64_t request_id, const Status& status);
+
+  void OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req);
+  void OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req);
+  void OnSealOrAbort(SessionId s, uint64_t id, bool seal, const wire::GuidRequest& req);
+  void OnGet(SessionId s, uint64_t id, const wire::GetRequest& req);
+  void OnRelease(SessionId s, const wire::ReleaseRequest& req);
+  void OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req);
+  void OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req);
+  void OnList(SessionId s, uint64_t id, const wire::ListRequest& req);
+  void OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req);
+  void OnStatus(SessionId s, uint64_t id);
+
+  // Allocates every frame, evicting least recently used objects while that helps.
+  Result<std::vector<Location>> AllocateFrames(std::span<const uint64_t> sizes);
+  Status WriteInline(const std::vector<Location>& frames, std::span<const uint8_t> data);
+
+  // Seal and its consequence: parked gets waiting for the GUID are answered or advanced.
+  void WakeWaiters(const Guid& guid);
+  void FinishGet(uint64_t wait_id);
+
+  // Builds the segment list for a reply naming `frames`, with the fds the peer does not have.
+  void CollectSegments(SessionState& st, std::span<const Location> frames,
+                       std::vector<uint32_t>& ids, std::vector<proto::UniqueFd>& fds);
+  void OnSegmentRetired(uint32_t segment);
+
+  boost::asio::io_context& io_;
+  StoreOptions options_;
+  std::unique_ptr<HostPool> pool_;
+  ObjectTable table_;
+  std::chrono::steady_clock::time_point started_;
+  SessionId next_session_ = 1;
+  std::unordered_map<SessionId, SessionState> sessions_;
+  uint64_t next_wait_ = 1;
+  std::unordered_map<uint64_t, GetWait> waits_;
+  std::unordered_multimap<Guid, uint64_t> waiting_on_;  // guid -> wait id
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_STORE_H_

@@ -1,0 +1,103 @@
+#include "proto/wire.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace depot::proto {
+namespace {
+
+template <typename T>
+bool Verify(std::span<const uint8_t> body) {
+  flatbuffers::Verifier v(body.data(), body.size());
+  return v.VerifyBuffer<T>(nullptr);
+}
+
+}  // namespace
+
+std::string CheckHeader(const Header& h, uint32_t max_body) {
+  if (h.magic != kMagic) {
+    return fmt::format("bad magic 0x{:08x} (expected 0x{:08x}): not a depot peer", h.magic, kMagic);
+  }
+  if (h.version != kProtocolVersion) {
+    return fmt::format("protocol version {} is not supported (this side speaks version {})",
+                       h.version, kProtocolVersion);
+  }
+  if (h.reserved != 0) return "reserved header field is not zero";
+  if (h.length % 8 != 0) return fmt::format("body length {} is not a multiple of 8", h.length);
+  if (h.length > max_body) {
+    return fmt::format("message of {} bytes exceeds the limit of {} bytes", h.length, max_body);
+  }
+  return "";
+}
+
+bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
+  using namespace wire;
+  bool reply = type & kReplyBit;
+  switch (static_cast<MsgType>(type & ~kReplyBit)) {
+    case MsgType::kHello:
+      return reply ? Verify<HelloReply>(body) : Verify<HelloRequest>(body);
+    case MsgType::kCreate:
+      return reply ? Verify<CreateReply>(body) : Verify<CreateRequest>(body);
+    case MsgType::kSeal:
+    case MsgType::kAbort:
+      return reply ? Verify<EmptyReply>(body) : Verify<GuidRequest>(body);
+    case MsgType::kGet:
+      return reply ? Verify<GetReply>(body) : Verify<GetRequest>(body);
+    case MsgType::kRelease:
+      return !reply && Verify<ReleaseRequest>(body);
+    case MsgType::kDelete:
+    case MsgType::kContains:
+      return reply ? Verify<GuidsReply>(body) : Verify<GuidsRequest>(body);
+    case MsgType::kList:
+      return reply ? Verify<ListReply>(body) : Verify<ListRequest>(body);
+    case MsgType::kStat:
+      return reply ? Verify<StatReply>(body) : Verify<GuidRequest>(body);
+    case MsgType::kStatus:
+      return reply ? Verify<StatusReply>(body) : Verify<EmptyReply>(body);
+    case MsgType::kSegmentsRetired:
+      return !reply && Verify<SegmentsRetired>(body);
+    case MsgType::kError:
+      return !reply && Verify<ErrorReply>(body);
+  }
+  return false;
+}
+
+std::vector<uint8_t> Encode(uint16_t type, uint64_t request_id,
+                            flatbuffers::FlatBufferBuilder& fbb) {
+  uint32_t size = fbb.GetSize();
+  uint32_t padded = (size + 7) & ~7u;
+  std::vector<uint8_t> out(sizeof(Header) + padded, 0);
+  Header h{kMagic, kProtocolVersion, type, request_id, padded, 0};
+  std::memcpy(out.data(), &h, sizeof h);
+  std::memcpy(out.data() + sizeof h, fbb.GetBufferPointer(), size);
+  return out;
+}
+
+std::vector<uint8_t> EncodeError(uint64_t request_id, wire::Code code, std::string_view message) {
+  flatbuffers::FlatBufferBuilder fbb(64 + message.size());
+  auto msg = fbb.CreateString(message.data(), message.size());
+  fbb.Finish(wire::CreateErrorReply(fbb, code, msg));
+  return Encode(static_cast<uint16_t>(MsgType::kError), request_id, fbb);
+}
+
+std::string TypeName(uint16_t type) {
+  static constexpr const char* kNames[] = {"?",       "hello",    "create", "seal",
+                                           "abort",   "get",      "release", "delete",
+                                           "contains", "list",    "stat",   "status"};
+  bool reply = type & kReplyBit;
+  uint16_t base = type & ~kReplyBit;
+  std::string name;
+  if (base == static_cast<uint16_t>(MsgType::kError)) {
+    name = "error";
+  } else if (base == static_cast<uint16_t>(MsgType::kSegmentsRetired)) {
+    name = "segments-retired";
+  } else if (base > 0 && base < std::size(kNames)) {
+    name = kNames[base];
+  } else {
+    return fmt::format("unknown type {}", type);
+  }
+  return reply ? name + " reply" : name;
+}
+
+}  // namespace depot::proto

@@ -1,0 +1,90 @@
+// The frame that carries every depot message, and the limits both sides enforce.
+//
+// A message is a Header followed by `length` bytes of body: one FlatBuffers table of the type the
+// header names (proto/depot.fbs). A reply carries the request's id and its type with kReplyBit
+// set, or kError. Bodies are padded to 8 bytes so each header and body stays aligned.
+#ifndef DEPOT_PROTO_WIRE_H_
+#define DEPOT_PROTO_WIRE_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "depot_generated.h"
+
+namespace depot::proto {
+
+inline constexpr uint32_t kMagic = 0x544f5044;  // "DPOT" read as little-endian bytes
+inline constexpr uint16_t kProtocolVersion = 1;
+
+enum class MsgType : uint16_t {
+  kHello = 1,          // HelloRequest -> HelloReply
+  kCreate = 2,         // CreateRequest -> CreateReply
+  kSeal = 3,           // GuidRequest -> EmptyReply
+  kAbort = 4,          // GuidRequest -> EmptyReply
+  kGet = 5,            // GetRequest -> GetReply
+  kRelease = 6,        // ReleaseRequest, no reply
+  kDelete = 7,         // GuidsRequest -> GuidsReply
+  kContains = 8,       // GuidsRequest -> GuidsReply
+  kList = 9,           // ListRequest -> ListReply
+  kStat = 10,          // GuidRequest -> StatReply
+  kStatus = 11,        // EmptyReply (no fields) -> StatusReply
+  kSegmentsRetired = 64,  // daemon -> client, request id 0
+  kError = 0x7fff,        // ErrorReply, in answer to any request
+};
+inline constexpr uint16_t kReplyBit = 0x8000;
+
+inline constexpr uint16_t ReplyType(MsgType t) { return static_cast<uint16_t>(t) | kReplyBit; }
+
+struct Header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t type;
+  uint64_t request_id;
+  uint32_t length;    // body bytes that follow, a multiple of 8
+  uint32_t reserved;  // zero
+};
+static_assert(sizeof(Header) == 24);
+
+// Limits, answered with InvalidArgument or ProtocolError, never asserted.
+inline constexpr uint32_t kMaxMessageSize = 64u << 20;  // body bytes
+inline constexpr uint32_t kMaxFrames = 64;              // per object
+inline constexpr uint32_t kMaxGuidsPerRequest = 2048;
+inline constexpr uint32_t kMaxMetadataSize = 16u << 10;
+inline constexpr uint32_t kMaxNameSize = 256;
+inline constexpr uint32_t kMaxInlineSize = 64u << 10;  // create-and-seal payload in the message
+inline constexpr uint32_t kMaxListLimit = 4096;
+inline constexpr int kMaxFdsPerSend = 250;  // the kernel takes at most 253 per sendmsg
+
+// The largest get reply must fit in one message.
+static_assert(uint64_t{kMaxGuidsPerRequest} *
+                  (kMaxMetadataSize + kMaxFrames * sizeof(wire::FrameLocation) + 256) <
+              kMaxMessageSize);
+
+// Checks a received header: magic, version, reserved bits and size. Returns "" when it is
+// acceptable, else a message saying what is wrong.
+std::string CheckHeader(const Header& h, uint32_t max_body = kMaxMessageSize);
+
+// Runs the FlatBuffers verifier over a body of the table that `type` names. False for an unknown
+// type or a body that does not verify.
+bool VerifyBody(uint16_t type, std::span<const uint8_t> body);
+
+// Returns header + body for a finished builder, the body padded to 8 bytes.
+std::vector<uint8_t> Encode(uint16_t type, uint64_t request_id, flatbuffers::FlatBufferBuilder& fbb);
+
+// Returns an encoded ErrorReply.
+std::vector<uint8_t> EncodeError(uint64_t request_id, wire::Code code, std::string_view message);
+
+// Human name of a message type, for logs and errors ("create", "get reply", ...).
+std::string TypeName(uint16_t type);
+
+// Reads the table a verified body holds.
+template <typename T>
+const T* Body(std::span<const uint8_t> body) {
+  return flatbuffers::GetRoot<T>(body.data());
+}
+
+}  // namespace depot::proto
+
+#endif  // DEPOT_PROTO_WIRE_H_
