@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -143,6 +144,12 @@ HostPoolStats HostPool::stats() const {
   }
   if (!options_.prefault) s.largest_free = std::max(s.largest_free, options_.capacity - reserved_);
   return s;
+}
+
+std::string HostPool::NamePrefix(const std::string& socket_path) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char c : socket_path) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return fmt::format("depot-{}-{:012x}-", ::getuid(), h & 0xffffffffffffull);
 }
 
 int HostPool::RemoveStale(const std::string& prefix) {

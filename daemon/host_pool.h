@@ -83,6 +83,11 @@ class HostPool {
   HostPoolStats stats() const;
   const HostPoolOptions& options() const { return options_; }
 
+  // The segment name prefix for a daemon serving `socket_path`: it carries the user and a hash of
+  // the path, so a daemon restarted on the same socket finds what a crashed one left, and daemons
+  // on other sockets are untouched.
+  static std::string NamePrefix(const std::string& socket_path);
+
   // Unlinks leftover segments whose names start with `prefix` (from a daemon that crashed).
   // Returns how many were removed.
   static int RemoveStale(const std::string& prefix);

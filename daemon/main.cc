@@ -3,9 +3,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <functional>
-#include <iomanip>
-#include <sstream>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -20,14 +17,6 @@
 
 namespace {
 
-// Segment names carry the user and a hash of the socket path, so a restarted daemon on the same
-// socket finds and removes what a crashed one left, and daemons on other sockets are untouched.
-std::string SegmentPrefix(const std::string& socket_path) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (char c : socket_path) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  return fmt::format("depot-{}-{:012x}-", ::getuid(), h & 0xffffffffffffull);
-}
-
 int Run(const depot::DaemonOptions& opts) {
   using namespace depot;
   auto claim = SocketClaim::Acquire(opts.socket_path);
@@ -35,7 +24,7 @@ int Run(const depot::DaemonOptions& opts) {
     spdlog::critical("{}", claim.status().message());
     return 1;
   }
-  std::string prefix = SegmentPrefix(opts.socket_path);
+  std::string prefix = HostPool::NamePrefix(opts.socket_path);
   if (int stale = HostPool::RemoveStale(prefix); stale > 0) {
     spdlog::warn("removed {} shared-memory segment(s) left by a previous depotd on {}", stale,
                  opts.socket_path);

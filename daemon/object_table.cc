@@ -4,7 +4,7 @@
 
 namespace depot {
 
-uint64_t Object::size() const {
+uint64_t StoredObject::size() const {
   uint64_t total = 0;
   for (const Location& f : frames) total += f.size;
   return total;
@@ -13,12 +13,12 @@ uint64_t Object::size() const {
 ObjectTable::ObjectTable(FreeFn on_free, ClockFn clock)
     : on_free_(std::move(on_free)), clock_(std::move(clock)) {}
 
-Result<const Object*> ObjectTable::Create(NewObject n) {
+Result<const StoredObject*> ObjectTable::Create(NewObject n) {
   if (index_.contains(n.guid)) {
     return Status::AlreadyExists(fmt::format("object {} already exists", n.guid.ToString()));
   }
   ObjectId id = next_id_++;
-  Object& o = objects_[id];
+  StoredObject& o = objects_[id];
   o.id = id;
   o.guid = n.guid;
   o.frames = std::move(n.frames);
@@ -35,12 +35,12 @@ Result<const Object*> ObjectTable::Create(NewObject n) {
   return &o;
 }
 
-Result<Object*> ObjectTable::FindCreating(SessionId session, const Guid& guid) {
+Result<StoredObject*> ObjectTable::FindCreating(SessionId session, const Guid& guid) {
   auto it = index_.find(guid);
   if (it == index_.end()) {
     return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
   }
-  Object& o = objects_.at(it->second);
+  StoredObject& o = objects_.at(it->second);
   if (o.state != ObjectState::kCreating) {
     return Status::InvalidArgument(fmt::format("object {} is already sealed", guid.ToString()));
   }
@@ -55,7 +55,7 @@ Result<Object*> ObjectTable::FindCreating(SessionId session, const Guid& guid) {
 Status ObjectTable::Seal(SessionId session, const Guid& guid) {
   auto found = FindCreating(session, guid);
   if (!found.ok()) return found.status();
-  Object& o = **found;
+  StoredObject& o = **found;
   o.state = ObjectState::kSealed;
   o.sealed_ns = clock_();
   sessions_[session].creating.erase(o.id);
@@ -73,12 +73,12 @@ Status ObjectTable::Abort(SessionId session, const Guid& guid) {
   return Status::OK();
 }
 
-Result<const Object*> ObjectTable::Acquire(SessionId session, const Guid& guid) {
+Result<const StoredObject*> ObjectTable::Acquire(SessionId session, const Guid& guid) {
   auto it = index_.find(guid);
   if (it == index_.end()) {
     return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
   }
-  Object& o = objects_.at(it->second);
+  StoredObject& o = objects_.at(it->second);
   if (o.state != ObjectState::kSealed) {
     return Status::Timeout(fmt::format("object {} is not sealed yet", guid.ToString()));
   }
@@ -99,7 +99,7 @@ Status ObjectTable::Release(SessionId session, ObjectId id) {
   return Status::OK();
 }
 
-void ObjectTable::Unreference(Object& o) {
+void ObjectTable::Unreference(StoredObject& o) {
   if (--o.refcount > 0) return;
   if (o.deleted) {
     Destroy(o);
@@ -113,7 +113,7 @@ Status ObjectTable::Delete(const Guid& guid) {
   if (it == index_.end()) {
     return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
   }
-  Object& o = objects_.at(it->second);
+  StoredObject& o = objects_.at(it->second);
   if (o.state != ObjectState::kSealed) {
     return Status::InvalidArgument(fmt::format(
         "object {} is still being created; its creator must seal or abort it", guid.ToString()));
@@ -141,14 +141,14 @@ void ObjectTable::DropSession(SessionId session) {
 
 bool ObjectTable::EvictLru() {
   if (lru_.empty()) return false;
-  Object& o = objects_.at(lru_.front());
+  StoredObject& o = objects_.at(lru_.front());
   ++counts_.evictions;
   counts_.evicted_bytes += o.size();
   Destroy(o);
   return true;
 }
 
-void ObjectTable::Destroy(Object& o) {
+void ObjectTable::Destroy(StoredObject& o) {
   LruRemove(o);
   if (o.deleted) {
     --counts_.deleted;
@@ -160,25 +160,25 @@ void ObjectTable::Destroy(Object& o) {
   objects_.erase(o.id);
 }
 
-void ObjectTable::LruAdd(Object& o) {
+void ObjectTable::LruAdd(StoredObject& o) {
   LruRemove(o);
   o.lru_pos = lru_.insert(lru_.end(), o.id);
   o.in_lru = true;
 }
 
-void ObjectTable::LruRemove(Object& o) {
+void ObjectTable::LruRemove(StoredObject& o) {
   if (!o.in_lru) return;
   lru_.erase(o.lru_pos);
   o.in_lru = false;
 }
 
-const Object* ObjectTable::Find(const Guid& guid) const {
+const StoredObject* ObjectTable::Find(const Guid& guid) const {
   auto it = index_.find(guid);
   return it == index_.end() ? nullptr : &objects_.at(it->second);
 }
 
-std::vector<const Object*> ObjectTable::List(std::optional<Guid> after, size_t limit) const {
-  std::vector<const Object*> out;
+std::vector<const StoredObject*> ObjectTable::List(std::optional<Guid> after, size_t limit) const {
+  std::vector<const StoredObject*> out;
   auto it = after ? index_.upper_bound(*after) : index_.begin();
   for (; it != index_.end() && out.size() < limit; ++it) out.push_back(&objects_.at(it->second));
   return out;

@@ -35,7 +35,7 @@ using ObjectId = uint64_t;
 
 enum class ObjectState { kCreating, kSealed };
 
-struct Object {
+struct StoredObject {
   ObjectId id = 0;
   Guid guid;
   ObjectState state = ObjectState::kCreating;
@@ -78,13 +78,13 @@ struct ObjectCounts {
 
 class ObjectTable {
  public:
-  using FreeFn = std::function<void(const Object&)>;
+  using FreeFn = std::function<void(const StoredObject&)>;
   using ClockFn = std::function<int64_t()>;  // wall-clock nanoseconds
 
   ObjectTable(FreeFn on_free, ClockFn clock);
 
   // Adds an object in state Creating, owned by `creator`. AlreadyExists when the GUID is taken.
-  Result<const Object*> Create(NewObject o);
+  Result<const StoredObject*> Create(NewObject o);
 
   // Creating -> Sealed. Only the creator may seal. NotFound for an unknown GUID, InvalidArgument
   // when already sealed, PermissionDenied for another session.
@@ -95,7 +95,7 @@ class ObjectTable {
 
   // Takes a reference for `session` on a sealed object. NotFound when absent; Timeout ("not sealed
   // yet") when still being created.
-  Result<const Object*> Acquire(SessionId session, const Guid& guid);
+  Result<const StoredObject*> Acquire(SessionId session, const Guid& guid);
 
   // Drops one acquire of `session` on object `id`. NotFound when the session holds no such
   // reference. Frees a deleted object whose last reference this was.
@@ -112,11 +112,11 @@ class ObjectTable {
   bool EvictLru();
 
   // The visible object with this GUID, or nullptr.
-  const Object* Find(const Guid& guid) const;
+  const StoredObject* Find(const Guid& guid) const;
 
   // Up to `limit` visible objects with GUIDs after `after` (nullopt: from the first), in GUID
   // order.
-  std::vector<const Object*> List(std::optional<Guid> after, size_t limit) const;
+  std::vector<const StoredObject*> List(std::optional<Guid> after, size_t limit) const;
 
   const ObjectCounts& counts() const { return counts_; }
 
@@ -129,16 +129,16 @@ class ObjectTable {
     std::unordered_set<ObjectId> creating;
   };
 
-  Result<Object*> FindCreating(SessionId session, const Guid& guid);
-  void Unreference(Object& o);
-  void Destroy(Object& o);  // frees the memory and forgets the object
-  void LruRemove(Object& o);
-  void LruAdd(Object& o);
+  Result<StoredObject*> FindCreating(SessionId session, const Guid& guid);
+  void Unreference(StoredObject& o);
+  void Destroy(StoredObject& o);  // frees the memory and forgets the object
+  void LruRemove(StoredObject& o);
+  void LruAdd(StoredObject& o);
 
   FreeFn on_free_;
   ClockFn clock_;
   ObjectId next_id_ = 1;
-  std::unordered_map<ObjectId, Object> objects_;  // every live object, deleted ones included
+  std::unordered_map<ObjectId, StoredObject> objects_;  // every live object, deleted ones included
   std::map<Guid, ObjectId> index_;                // visible objects, in GUID order for paging
   std::unordered_map<SessionId, SessionRefs> sessions_;
   std::list<ObjectId> lru_;  // evictable, sealed, unreferenced; front is least recently used

@@ -43,7 +43,7 @@ int64_t WallClockNs() {
       .count();
 }
 
-fb::Offset<wire::ObjectInfo> BuildInfo(fb::FlatBufferBuilder& fbb, const Object& o,
+fb::Offset<wire::ObjectInfo> BuildInfo(fb::FlatBufferBuilder& fbb, const StoredObject& o,
                                        bool with_metadata) {
   auto name = fbb.CreateString(o.name);
   auto frames = Frames(fbb, o.frames);
@@ -75,7 +75,7 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
     : io_(io),
       options_(std::move(options)),
       table_(
-          [this](const Object& o) {
+          [this](const StoredObject& o) {
             for (const Location& f : o.frames) {
               if (f.size > 0) pool_->Free(f);
             }
@@ -309,7 +309,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   n.creator_uid = st.creds.uid;
   auto created = table_.Create(std::move(n));
   // The GUID was checked above and nothing ran since: Create cannot fail here.
-  const Object* obj = *created;
+  const StoredObject* obj = *created;
 
   fb::FlatBufferBuilder fbb;
   std::vector<uint32_t> ids;
@@ -355,7 +355,7 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
                                  "timeout {} ms is invalid (0: poll, -1: forever)", timeout)));
   }
   uint64_t wait_id = next_wait_++;
-  GetWait w{s, id, {}, std::vector<const Object*>(n), std::vector<Status>(n), 0, nullptr};
+  GetWait w{s, id, {}, std::vector<const StoredObject*>(n), std::vector<Status>(n), 0, nullptr};
   for (size_t i = 0; i < n; ++i) {
     Guid g = FromWire(*req.guids()->Get(i));
     w.guids.push_back(g);
@@ -417,7 +417,7 @@ void Store::FinishGet(uint64_t wait_id) {
   std::vector<proto::UniqueFd> fds;
   for (size_t i = 0; i < w.guids.size(); ++i) {
     wire::Guid g = ToWire(w.guids[i]);
-    const Object* o = w.acquired[i];
+    const StoredObject* o = w.acquired[i];
     if (o == nullptr) {
       Status st = w.errors[i];
       if (st.ok()) {
@@ -502,7 +502,7 @@ void Store::OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req) 
   fb::FlatBufferBuilder fbb(256);
   std::vector<fb::Offset<wire::GuidResult>> results;
   for (const wire::Guid* g : *req.guids()) {
-    const Object* o = table_.Find(FromWire(*g));
+    const StoredObject* o = table_.Find(FromWire(*g));
     wire::Code code = o && o->state == ObjectState::kSealed ? wire::Code::Ok : wire::Code::NotFound;
     auto msg = fbb.CreateString(!o ? "does not exist" : code == wire::Code::Ok ? "" : "not sealed yet");
     results.push_back(wire::CreateGuidResult(fbb, g, code, msg));
@@ -520,7 +520,7 @@ void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
   if (more) objects.pop_back();
   fb::FlatBufferBuilder fbb(256 * objects.size() + 64);
   std::vector<fb::Offset<wire::ObjectInfo>> infos;
-  for (const Object* o : objects) infos.push_back(BuildInfo(fbb, *o, false));
+  for (const StoredObject* o : objects) infos.push_back(BuildInfo(fbb, *o, false));
   fbb.Finish(wire::CreateListReply(fbb, fbb.CreateVector(infos), more));
   Reply(s, id, proto::ReplyType(MsgType::kList), fbb);
 }
@@ -528,7 +528,7 @@ void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
 void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
   if (!req.guid()) return ReplyError(s, id, Status::InvalidArgument("no GUID given"));
   Guid guid = FromWire(*req.guid());
-  const Object* o = table_.Find(guid);
+  const StoredObject* o = table_.Find(guid);
   if (!o) return ReplyError(s, id, Status::NotFound(fmt::format("object {} does not exist", guid.ToString())));
   fb::FlatBufferBuilder fbb(512 + o->metadata.size());
   fbb.Finish(wire::CreateStatReply(fbb, BuildInfo(fbb, *o, true)));

@@ -82,7 +82,7 @@ class Store {
     SessionId session;
     uint64_t request_id;
     std::vector<Guid> guids;
-    std::vector<const Object*> acquired;  // per guid; nullptr while missing
+    std::vector<const StoredObject*> acquired;  // per guid; nullptr while missing
     std::vector<Status> errors;           // per guid, for results that will not come
     size_t missing;
     std::unique_ptr<boost::asio::steady_timer> timer;

@@ -1,0 +1,94 @@
+// Test support for integration tests: a real depotd on a temporary socket, child processes, and
+// bounded waits (never a fixed sleep).
+#ifndef DEPOT_TESTS_DAEMON_FIXTURE_H_
+#define DEPOT_TESTS_DAEMON_FIXTURE_H_
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "depot/client.h"
+
+namespace depot::test {
+
+// A depotd process started for one test, on a socket in a fresh temporary directory, its stderr
+// captured to a log file. The constructor returns once the socket accepts connections (or fails
+// the test after 10 s); the destructor stops it with SIGTERM.
+class Daemon {
+ public:
+  // `args` are passed to depotd after --socket; the default capacity is 256MiB.
+  explicit Daemon(std::vector<std::string> args = {"--capacity", "256MiB"});
+  // Starts depotd on the given socket; `wrapper` (e.g. {"unshare", "-m", ...}) runs it.
+  Daemon(std::string socket, std::vector<std::string> args, std::vector<std::string> wrapper = {});
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  const std::string& socket() const { return socket_; }
+  const std::string& dir() const { return dir_; }
+  pid_t pid() const { return pid_; }
+
+  // A connected client; fails the test when it cannot connect.
+  Client Connect() const;
+
+  // Sends `sig` and waits for the process; returns its wait status.
+  int Stop(int sig = SIGTERM);
+
+  // Everything depotd wrote to stderr so far.
+  std::string Log() const;
+
+ private:
+  void Launch(std::vector<std::string> args, std::vector<std::string> wrapper);
+
+  std::string dir_;
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
+// Makes a fresh temporary directory and returns its path.
+std::string TempDir();
+
+// Runs `fn` in a forked child process and returns its pid. The child exits with fn's result.
+pid_t Spawn(std::function<int()> fn);
+
+// Waits for a child and returns its wait status.
+int Wait(pid_t pid);
+
+// Runs `fn` in a child process and returns its exit code (or 128 + signal).
+int RunChild(std::function<int()> fn);
+
+// Runs a command line, capturing stdout and stderr; returns the exit code.
+int Run(const std::vector<std::string>& argv, std::string* out = nullptr, std::string* err = nullptr,
+        const std::string& input = "");
+
+// Polls `ready` every few milliseconds until it is true or `limit` passes.
+bool WaitFor(const std::function<bool()>& ready,
+             std::chrono::milliseconds limit = std::chrono::seconds(10));
+
+// Bytes of a recognisable pattern derived from `seed`.
+std::vector<std::byte> Pattern(size_t size, uint32_t seed);
+
+// A pipe for a child to tell its parent something (a GUID, "ready").
+class Channel {
+ public:
+  Channel();
+  ~Channel();
+  void Send(const std::string& line);  // in one process
+  std::string Receive();               // in the other; "" at end of stream
+ private:
+  int fds_[2];
+};
+
+// Resident set size of this process in bytes.
+uint64_t ResidentBytes();
+
+// The /proc/self/maps line of the mapping holding `p`, or "".
+std::string MappingOf(const void* p);
+
+}  // namespace depot::test
+
+#endif  // DEPOT_TESTS_DAEMON_FIXTURE_H_

@@ -1,0 +1,247 @@
+// What happens to objects over time: waiting gets, timeouts, deletes while held, clients that
+// die, a full pool, eviction, and a daemon that goes away.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "tests/daemon_fixture.h"
+
+using namespace depot;
+using namespace depot::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+StoreStatus StatusOf(Client& c) {
+  auto s = c.GetStatus();
+  REQUIRE(s.ok());
+  return *s;
+}
+
+}  // namespace
+
+TEST_CASE("a get waits for an object that is created later", "[lifecycle]") {
+  Daemon d;
+  Client c = d.Connect();
+  Guid later = Guid::Random();
+  Result<Object> got = Status::Unavailable("not yet");
+  std::thread waiter([&] { got = c.Get(later, 30s); });
+  Client watcher = d.Connect();
+  REQUIRE(WaitFor([&] { return StatusOf(watcher).gets_waiting == 1; }));
+
+  // Another process creates it, and the get still waits until the seal.
+  Channel created, sealed;
+  pid_t producer = Spawn([&] {
+    auto p = Client::Connect({d.socket(), "producer"});
+    CreateOptions opts;
+    opts.guid = later;
+    auto draft = p->Create({4096}, opts);
+    if (!draft.ok()) return 1;
+    std::memset(draft->frame(0).data(), 7, 4096);
+    created.Send("created");
+    sealed.Receive();
+    return draft->Seal().ok() ? 0 : 2;
+  });
+  REQUIRE(created.Receive() == "created");
+  CHECK(StatusOf(watcher).gets_waiting == 1);
+  CHECK(StatusOf(watcher).objects_creating == 1);
+  sealed.Send("seal");
+  waiter.join();
+  CHECK(WEXITSTATUS(Wait(producer)) == 0);
+  INFO(got.status().ToString());
+  REQUIRE(got.ok());
+  CHECK(got->frame(0)[4095] == std::byte{7});
+  CHECK(StatusOf(watcher).gets_waiting == 0);
+}
+
+TEST_CASE("a get that waits in vain ends with Timeout", "[lifecycle]") {
+  Daemon d;
+  Client c = d.Connect();
+  Guid never = Guid::Random();
+  auto start = std::chrono::steady_clock::now();
+  auto got = c.Get(never, 200ms);
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(got.status().IsTimeout());
+  CHECK(got.status().message().find(never.ToString()) != std::string::npos);
+  CHECK(elapsed >= 200ms);
+  CHECK(c.Get(never).status().IsNotFound());  // a poll says NotFound
+
+  // A multi-GUID get with a timeout returns what exists and Timeout for the rest.
+  auto id = c.Put(Pattern(10, 1));
+  REQUIRE(id.ok());
+  Guid ids[] = {*id, never};
+  auto results = c.Get(ids, 50ms);
+  CHECK(results[0].ok());
+  CHECK(results[1].status().IsTimeout());
+  CHECK(StatusOf(c).gets_waiting == 0);
+}
+
+TEST_CASE("a deleted object stays readable by the process that holds it", "[lifecycle]") {
+  Daemon d;
+  Client c = d.Connect();
+  auto data = Pattern(2 * kMiB, 5);
+  auto id = c.Put(data);
+  REQUIRE(id.ok());
+  uint64_t used = StatusOf(c).used;
+  REQUIRE(used >= data.size());
+
+  Channel holding, deleted, result;
+  pid_t reader = Spawn([&] {
+    auto r = Client::Connect({d.socket(), "reader"});
+    auto obj = r->Get(*id);
+    if (!obj.ok()) return 1;
+    holding.Send("holding");
+    deleted.Receive();
+    // The GUID is gone, the bytes are not.
+    bool same = std::memcmp(obj->frame(0).data(), data.data(), data.size()) == 0;
+    return same ? 0 : 2;
+  });
+  REQUIRE(holding.Receive() == "holding");
+  REQUIRE(c.Delete(*id).ok());
+  CHECK(c.Delete(*id).IsNotFound());
+  CHECK(!*c.Contains(*id));
+  CHECK(c.Get(*id).status().IsNotFound());
+  auto s = StatusOf(c);
+  CHECK(s.objects_deleted == 1);
+  CHECK(s.used == used);  // still held: not freed
+  deleted.Send("deleted");
+  CHECK(WEXITSTATUS(Wait(reader)) == 0);
+  REQUIRE(WaitFor([&] { return StatusOf(c).used == 0; }));
+  CHECK(StatusOf(c).objects_deleted == 0);
+}
+
+TEST_CASE("a client killed with SIGKILL gives back its references and unsealed objects",
+          "[lifecycle]") {
+  Daemon d;
+  Client c = d.Connect();
+  auto kept = c.Put(Pattern(kMiB, 1));
+  REQUIRE(kept.ok());
+  uint64_t baseline = StatusOf(c).used;
+
+  Channel ready;
+  pid_t victim = Spawn([&] {
+    auto v = Client::Connect({d.socket(), "victim"});
+    auto obj = v->Get(*kept);                    // a reference
+    auto draft = v->Create({8 * kMiB, kMiB});    // an unsealed create
+    auto big = v->Create({100 * kMiB});          // one in a dedicated segment
+    if (!obj.ok() || !draft.ok() || !big.ok()) return 1;
+    ready.Send("ready");
+    ::pause();
+    return 0;
+  });
+  REQUIRE(ready.Receive() == "ready");
+  auto before = StatusOf(c);
+  CHECK(before.objects_creating == 2);
+  CHECK(before.used >= baseline + 109 * kMiB);
+  auto held = c.Stat(*kept);
+  REQUIRE(held.ok());
+  CHECK(held->refcount == 1);
+
+  ::kill(victim, SIGKILL);
+  Wait(victim);
+  REQUIRE(WaitFor([&] {
+    auto s = StatusOf(c);
+    return s.objects_creating == 0 && s.used == baseline && s.clients == 1;
+  }));
+  CHECK(c.Stat(*kept)->refcount == 0);
+  // The memory is usable again at once.
+  CHECK(c.Put(Pattern(100 * kMiB, 2)).ok());
+}
+
+TEST_CASE("a full pool of objects that cannot be evicted answers StoreFull and loses nothing",
+          "[lifecycle]") {
+  Daemon d({"--capacity", "8MiB", "--segment-size", "8MiB"});
+  Client c = d.Connect();
+  auto a = c.Put(Pattern(3 * kMiB, 1));
+  auto b = c.Put(Pattern(3 * kMiB, 2));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto third = c.Put(Pattern(3 * kMiB, 3));
+  REQUIRE(third.status().IsStoreFull());
+  CHECK(third.status().message().find("3.0 MiB") != std::string::npos);
+  CHECK(third.status().message().find("8.0 MiB") != std::string::npos);
+  auto too_big = c.Create({9 * kMiB});
+  CHECK(too_big.status().IsStoreFull());
+  // Nothing was dropped to make room.
+  auto got_a = c.Get(*a);
+  REQUIRE(got_a.ok());
+  CHECK(std::memcmp(got_a->frame(0).data(), Pattern(3 * kMiB, 1).data(), 3 * kMiB) == 0);
+  CHECK(c.Get(*b).ok());
+  CHECK(StatusOf(c).evictions == 0);
+}
+
+TEST_CASE("evictable objects are evicted least recently used first", "[lifecycle]") {
+  Daemon d({"--capacity", "8MiB", "--segment-size", "8MiB"});
+  Client c = d.Connect();
+  CreateOptions evictable;
+  evictable.evictable = true;
+  auto first = c.Put(Pattern(3 * kMiB, 1), evictable);
+  auto second = c.Put(Pattern(3 * kMiB, 2), evictable);
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  { auto touch = c.Get(*first); REQUIRE(touch.ok()); }  // first is now the most recently used
+
+  auto third = c.Put(Pattern(3 * kMiB, 3), evictable);
+  REQUIRE(third.ok());
+  CHECK(!*c.Contains(*second));  // the least recently used one made room
+  CHECK(*c.Contains(*first));
+  auto s = StatusOf(c);
+  CHECK(s.evictions == 1);
+  CHECK(s.evicted_bytes == 3 * kMiB);
+
+  // A referenced object is never evicted, even when it is the least recently used.
+  Client other = d.Connect();
+  auto pinned = other.Get(*first);
+  REQUIRE(pinned.ok());
+  auto fourth = c.Put(Pattern(3 * kMiB, 4), evictable);
+  REQUIRE(fourth.ok());
+  CHECK(*c.Contains(*first));
+  CHECK(!*c.Contains(*third));
+  CHECK(std::memcmp(pinned->frame(0).data(), Pattern(3 * kMiB, 1).data(), 3 * kMiB) == 0);
+
+  // With every evictable object pinned, a put that does not fit is StoreFull.
+  auto pin_fourth = other.Get(*fourth);
+  REQUIRE(pin_fourth.ok());
+  CHECK(c.Put(Pattern(3 * kMiB, 5), evictable).status().IsStoreFull());
+}
+
+TEST_CASE("clients waiting in a get see Disconnected when the daemon stops", "[lifecycle]") {
+  Daemon d;
+  Client c = d.Connect();
+  Result<Object> got = Status::Unavailable("not yet");
+  std::thread waiter([&] { got = c.Get(Guid::Random(), kForever); });
+  Client watcher = d.Connect();
+  REQUIRE(WaitFor([&] { return StatusOf(watcher).gets_waiting == 1; }));
+  int status = d.Stop(SIGTERM);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  waiter.join();
+  CHECK(got.status().IsDisconnected());
+  // Every later call fails the same way, at once.
+  CHECK(c.Put(Pattern(10, 1)).status().IsDisconnected());
+}
+
+TEST_CASE("empty dedicated segments are given back to the system", "[lifecycle]") {
+  Daemon d({"--capacity", "512MiB", "--segment-size", "16MiB"});
+  Client c = d.Connect();
+  auto big = c.Put(Pattern(64 * kMiB, 1));
+  REQUIRE(big.ok());
+  auto s = StatusOf(c);
+  CHECK(s.segments == 1);
+  CHECK(s.reserved == 64 * kMiB);
+  {
+    auto obj = c.Get(*big);
+    REQUIRE(obj.ok());
+    REQUIRE(c.Delete(*big).ok());
+    CHECK(StatusOf(c).reserved == 64 * kMiB);  // still mapped by this process
+  }
+  REQUIRE(WaitFor([&] { return StatusOf(c).reserved == 0; }));
+  CHECK(StatusOf(c).segments == 0);
+}
