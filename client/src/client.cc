@@ -206,13 +206,7 @@ Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
   if (!draft.ok()) return draft.status();
   for (size_t i = 0; i < frames.size(); ++i) {
     std::span<std::byte> dst = draft->frame(i);
-    if (dst.empty()) continue;
-    // Fill the page tables in one call rather than one fault per page.
-    static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    uintptr_t start = reinterpret_cast<uintptr_t>(dst.data()) & ~(kPage - 1);
-    ::madvise(reinterpret_cast<void*>(start),
-              reinterpret_cast<uintptr_t>(dst.data()) + dst.size() - start, MADV_POPULATE_WRITE);
-    std::memcpy(dst.data(), frames[i].data(), dst.size());
+    if (!dst.empty()) std::memcpy(dst.data(), frames[i].data(), dst.size());
   }
   Guid guid = draft->guid();
   Status sealed = draft->Seal();

@@ -14,6 +14,7 @@ namespace depot::internal {
 namespace {
 
 constexpr size_t kReadChunk = 64 << 10;
+constexpr uint64_t kPopulateGranule = 2 << 20;
 
 Status FromError(const wire::ErrorReply& e) {
   return Status(static_cast<Status::Code>(e.code()), e.message() ? e.message()->str() : "");
@@ -224,7 +225,7 @@ Status Connection::Dispatch(const proto::Header& h, std::span<const uint8_t> bod
 
 Result<std::vector<std::span<std::byte>>> Connection::MapFrames(
     const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable, Message& reply,
-    std::vector<uint32_t>& uses) {
+    std::vector<uint32_t>& uses, std::vector<std::span<std::byte>>* unpopulated) {
   std::vector<std::span<std::byte>> out;
   if (frames == nullptr) return out;
   std::lock_guard lk(seg_mu_);
@@ -263,10 +264,21 @@ Result<std::vector<std::span<std::byte>>> Connection::MapFrames(
         break;
       }
       base = p;
+      if (writable) s.rw_populated.assign((s.size + kPopulateGranule - 1) / kPopulateGranule, false);
     }
     ++s.uses;
     uses.push_back(f->segment());
     out.emplace_back(static_cast<std::byte*>(base) + f->offset(), f->size());
+    if (writable && unpopulated != nullptr) {
+      for (uint64_t g = f->offset() / kPopulateGranule;
+           g * kPopulateGranule < f->offset() + f->size(); ++g) {
+        if (s.rw_populated[g]) continue;
+        s.rw_populated[g] = true;
+        uint64_t start = g * kPopulateGranule;
+        uint64_t len = std::min(kPopulateGranule, s.size - start);
+        unpopulated->emplace_back(static_cast<std::byte*>(base) + start, len);
+      }
+    }
   }
   if (!failed.ok()) {
     // Give back what this call took, under the lock we hold.
@@ -342,7 +354,11 @@ void Connection::Forget(Holding& h) {
 
 Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg) {
   std::vector<uint32_t> uses;
-  auto frames = MapFrames(reply.frames(), true, msg, uses);
+  std::vector<std::span<std::byte>> unpopulated;
+  auto frames = MapFrames(reply.frames(), true, msg, uses, &unpopulated);
+  // The caller is about to write every frame: fill the page tables first, in one call per
+  // granule, outside the segment lock (a fault per page costs more).
+  for (auto r : unpopulated) ::madvise(r.data(), r.size(), MADV_POPULATE_WRITE);
   Guid guid{reply.guid()->hi(), reply.guid()->lo()};
   if (!frames.ok()) {
     flatbuffers::FlatBufferBuilder fbb(64);

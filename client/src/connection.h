@@ -63,10 +63,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Resolves frame locations of a reply to pointers in this process, mapping segments as
   // needed (read-write for `writable`). Records one segment use per frame in `uses`; the caller
-  // gives them back with DropUses.
+  // gives them back with DropUses. For writable frames, `unpopulated` receives the address
+  // ranges whose page tables this process has not filled yet (see PopulateForWrite).
   Result<std::vector<std::span<std::byte>>> MapFrames(
       const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable, Message& reply,
-      std::vector<uint32_t>& uses);
+      std::vector<uint32_t>& uses, std::vector<std::span<std::byte>>* unpopulated = nullptr);
   void DropUses(const std::vector<uint32_t>& uses);
 
   // The local object cache: an Object this process already holds, if any.
@@ -95,6 +96,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     void* ro = nullptr;
     void* rw = nullptr;
     uint32_t uses = 0;
+    // Granules of the read-write mapping whose page tables are filled. Filling them once per
+    // process in one call is cheaper than a fault per page, and filling them again is not free.
+    std::vector<bool> rw_populated;
   };
   struct CacheEntry {
     std::weak_ptr<Holding> holding;
