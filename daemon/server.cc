@@ -72,7 +72,7 @@ Result<SocketClaim> SocketClaim::Acquire(const std::string& socket_path) {
 }
 
 Server::Server(boost::asio::io_context& io, SocketClaim claim, Store& store)
-    : acceptor_(io), claim_(std::move(claim)), store_(store) {}
+    : acceptor_(io), retry_(io), claim_(std::move(claim)), store_(store) {}
 
 Result<std::unique_ptr<Server>> Server::Start(boost::asio::io_context& io, SocketClaim claim,
                                               Store& store) {
@@ -92,6 +92,7 @@ Result<std::unique_ptr<Server>> Server::Start(boost::asio::io_context& io, Socke
 Server::~Server() {
   boost::system::error_code ec;
   acceptor_.close(ec);
+  retry_.cancel();
   auto sessions = std::move(sessions_);
   for (auto& [raw, session] : sessions) session->Close();
   ::unlink(claim_.path().c_str());
@@ -102,8 +103,14 @@ void Server::Accept() {
                                 boost::asio::local::stream_protocol::socket socket) {
     if (ec == boost::asio::error::operation_aborted) return;
     if (ec) {
-      // Out of fds, for example: say so and keep serving the sessions we have.
+      // Out of fds, for example: say so, keep serving the sessions we have, and try again a
+      // little later rather than spinning on the same error.
       spdlog::error("accept on {} failed: {}", claim_.path(), ec.message());
+      retry_.expires_after(std::chrono::milliseconds(100));
+      retry_.async_wait([this](const boost::system::error_code& e) {
+        if (!e) Accept();
+      });
+      return;
     } else {
       auto session = std::make_shared<Session>(std::move(socket), store_,
                                                [this](Session* s) { sessions_.erase(s); });

@@ -11,6 +11,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "daemon/session.h"
 #include "daemon/store.h"
@@ -49,6 +50,7 @@ class Server {
   void Accept();
 
   boost::asio::local::stream_protocol::acceptor acceptor_;
+  boost::asio::steady_timer retry_;
   SocketClaim claim_;
   Store& store_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;

@@ -126,8 +126,7 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
   switch (type) {
     case MsgType::kHello:
       if (it->second.greeted) return Status::ProtocolError("hello sent twice");
-      OnHello(s, id, *proto::Body<wire::HelloRequest>(body));
-      break;
+      return OnHello(s, id, *proto::Body<wire::HelloRequest>(body));
     case MsgType::kCreate:
       OnCreate(s, id, *proto::Body<wire::CreateRequest>(body));
       break;
@@ -176,13 +175,12 @@ void Store::ReplyError(SessionId session, uint64_t request_id, const Status& sta
   it->second.peer->Send(proto::EncodeError(request_id, ToWire(status.code()), status.message()), {});
 }
 
-void Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
+Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   SessionState& st = sessions_.at(s);
   if (req.version() != proto::kProtocolVersion) {
-    ReplyError(s, id, Status::ProtocolError(fmt::format(
-                          "client speaks protocol version {}, this depotd speaks version {}",
-                          req.version(), proto::kProtocolVersion)));
-    return;
+    return Status::ProtocolError(
+        fmt::format("client speaks protocol version {}, this depotd speaks version {}",
+                    req.version(), proto::kProtocolVersion));
   }
   st.greeted = true;
   spdlog::info("client connected: session {} pid {} uid {} gid {}{}{}", s, st.creds.pid,
@@ -193,6 +191,7 @@ void Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
                                     proto::kMaxMessageSize, proto::kMaxInlineSize));
   Reply(s, id, proto::ReplyType(MsgType::kHello), fbb);
+  return Status::OK();
 }
 
 Result<std::vector<Location>> Store::AllocateFrames(std::span<const uint64_t> sizes) {

@@ -94,7 +94,7 @@ class Store {
              flatbuffers::FlatBufferBuilder& fbb, std::vector<proto::UniqueFd> fds = {});
   void ReplyError(SessionId session, uint64_t request_id, const Status& status);
 
-  void OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req);
+  Status OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req);
   void OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req);
   void OnSealOrAbort(SessionId s, uint64_t id, bool seal, const wire::GuidRequest& req);
   void OnGet(SessionId s, uint64_t id, const wire::GetRequest& req);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +43,7 @@ void Daemon::Launch(std::vector<std::string> args, std::vector<std::string> wrap
   pid_ = ::fork();
   REQUIRE(pid_ >= 0);
   if (pid_ == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a test that crashes takes its daemon with it
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     ::dup2(fd, STDERR_FILENO);
     std::vector<char*> cargv;
