@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cmath>
 #include <charconv>
 
 #include <fmt/format.h>
@@ -12,7 +13,7 @@ namespace depot {
 std::optional<uint64_t> ParseSize(std::string_view text, uint64_t total) {
   double value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || value <= 0) return std::nullopt;
+  if (ec != std::errc() || !std::isfinite(value) || value <= 0) return std::nullopt;
   std::string unit;
   for (const char* p = end; p != text.data() + text.size(); ++p) {
     if (!std::isspace(static_cast<unsigned char>(*p))) unit += static_cast<char>(std::tolower(*p));

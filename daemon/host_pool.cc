@@ -33,11 +33,13 @@ Result<std::unique_ptr<HostPool>> HostPool::Create(HostPoolOptions options, Reti
   if (options.segment_size < kPage) {
     return Status::InvalidArgument(fmt::format("segment size {} is too small", options.segment_size));
   }
+  // Whole pages everywhere, so that every segment's allocator spans its whole segment.
+  options.capacity = options.capacity / kPage * kPage;
   options.segment_size = RoundUp(options.segment_size, kPage);
   std::unique_ptr<HostPool> pool(new HostPool(std::move(options), std::move(on_retire)));
   if (pool->options_.prefault) {
     // One segment holds the whole capacity, so any object up to the capacity fits in it.
-    auto seg = pool->AddSegment(pool->options_.capacity / kPage * kPage, false);
+    auto seg = pool->AddSegment(pool->options_.capacity, false);
     if (!seg.ok()) return seg.status();
   }
   return pool;
@@ -98,6 +100,7 @@ Result<Location> HostPool::Allocate(uint64_t size) {
   if (seg_size > left || seg_size < size) return full("no free block is large enough");
   auto seg = AddSegment(seg_size, dedicated);
   if (!seg.ok()) return seg.status();
+  // A fresh segment of at least `size` whole pages always has room.
   auto offset = (*seg)->allocator.Allocate(size);
   return Location{(*seg)->id, *offset, size};
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <exception>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -66,7 +67,15 @@ void Daemon::Launch(std::vector<std::string> args, std::vector<std::string> wrap
 }
 
 Daemon::~Daemon() {
-  if (pid_ > 0) Stop(SIGTERM);
+  if (pid_ > 0) {
+    // A clean shutdown exits 0; under the sanitizers a leak or a memory error would not.
+    int status = Stop(SIGTERM);
+    if (std::uncaught_exceptions() == 0) {
+      INFO("depotd log:\n" << Log());
+      CHECK(WIFEXITED(status));
+      CHECK(WEXITSTATUS(status) == 0);
+    }
+  }
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
 }

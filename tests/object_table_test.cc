@@ -1,0 +1,372 @@
+// Tests for depot::ObjectTable (daemon/object_table.h): every lifecycle transition, and that each
+// object's memory is handed to the FreeFn exactly once, at the right moment.
+#include "daemon/object_table.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace depot {
+namespace {
+
+Guid G(uint64_t n) { return Guid{0x1000 + n, n * 7}; }
+
+// An ObjectTable whose FreeFn counts frees per object and whose clock ticks once per call.
+class TableFixture {
+ public:
+  TableFixture()
+      : table_(
+            [this](const StoredObject& o) {
+              ++freed_[o.id];
+              freed_guids_.push_back(o.guid);
+            },
+            [this] { return ++now_; }) {}
+
+  // Creates an object of one frame of `size` bytes (or frames of `sizes`) and returns its id.
+  ObjectId Create(const Guid& guid, SessionId creator, bool evictable = false,
+                  std::vector<uint64_t> sizes = {100}) {
+    NewObject n;
+    n.guid = guid;
+    uint64_t offset = 0;
+    for (uint64_t s : sizes) {
+      n.frames.push_back(Location{1, offset, s});
+      offset += 4096;
+    }
+    n.evictable = evictable;
+    n.creator = creator;
+    auto r = table_.Create(std::move(n));
+    REQUIRE(r.ok());
+    return (*r)->id;
+  }
+
+  ObjectId CreateSealed(const Guid& guid, SessionId creator, bool evictable = false,
+                        std::vector<uint64_t> sizes = {100}) {
+    ObjectId id = Create(guid, creator, evictable, std::move(sizes));
+    REQUIRE(table_.Seal(creator, guid).ok());
+    return id;
+  }
+
+  ObjectId Acquire(SessionId session, const Guid& guid) {
+    auto r = table_.Acquire(session, guid);
+    REQUIRE(r.ok());
+    return (*r)->id;
+  }
+
+  int FreedCount(ObjectId id) const {
+    auto it = freed_.find(id);
+    return it == freed_.end() ? 0 : it->second;
+  }
+
+  // No object may ever be freed twice.
+  void CheckFreedAtMostOnce() const {
+    for (const auto& [id, count] : freed_) {
+      CAPTURE(id);
+      CHECK(count == 1);
+    }
+  }
+
+  ObjectTable table_;
+  std::map<ObjectId, int> freed_;
+  std::vector<Guid> freed_guids_;  // in the order they were freed
+  int64_t now_ = 0;
+};
+
+TEST_CASE_METHOD(TableFixture, "Create adds a Creating object and rejects a taken GUID",
+                 "[object_table]") {
+  ObjectId a = Create(G(1), 10);
+  const StoredObject* o = table_.Find(G(1));
+  REQUIRE(o != nullptr);
+  CHECK(o->id == a);
+  CHECK(o->state == ObjectState::kCreating);
+  CHECK(o->creator == 10);
+  CHECK(o->created_ns == 1);  // the injected clock, not the real one
+  CHECK(table_.counts().creating == 1);
+
+  NewObject dup;
+  dup.guid = G(1);
+  dup.creator = 11;
+  auto r = table_.Create(dup);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().IsAlreadyExists());
+
+  REQUIRE(table_.Seal(10, G(1)).ok());
+  auto r2 = table_.Create(dup);  // still taken once sealed
+  CHECK(r2.status().IsAlreadyExists());
+  CHECK(table_.counts().creating == 0);
+  CHECK(table_.counts().sealed == 1);
+
+  ObjectId b = Create(G(2), 10);
+  CHECK(b != a);
+  CHECK(freed_.empty());
+}
+
+TEST_CASE_METHOD(TableFixture, "Seal: only the creator, only once", "[object_table]") {
+  Create(G(1), 10);
+  CHECK(table_.Seal(99, G(2)).IsNotFound());
+  CHECK(table_.Seal(11, G(1)).IsPermissionDenied());
+  CHECK(table_.Find(G(1))->state == ObjectState::kCreating);
+
+  REQUIRE(table_.Seal(10, G(1)).ok());
+  const StoredObject* o = table_.Find(G(1));
+  CHECK(o->state == ObjectState::kSealed);
+  CHECK(o->sealed_ns > o->created_ns);
+  CHECK(table_.Seal(10, G(1)).IsInvalidArgument());
+  CHECK(table_.counts().creating == 0);
+  CHECK(table_.counts().sealed == 1);
+  CHECK(freed_.empty());
+}
+
+TEST_CASE_METHOD(TableFixture, "Abort frees a never-sealed object once", "[object_table]") {
+  ObjectId a = Create(G(1), 10);
+  CHECK(table_.Abort(10, G(2)).IsNotFound());
+  CHECK(table_.Abort(11, G(1)).IsPermissionDenied());
+  CHECK(FreedCount(a) == 0);
+
+  REQUIRE(table_.Abort(10, G(1)).ok());
+  CHECK(FreedCount(a) == 1);
+  CHECK(table_.Find(G(1)) == nullptr);
+  CHECK(table_.counts().creating == 0);
+  CHECK(table_.Abort(10, G(1)).IsNotFound());
+
+  // A sealed object cannot be aborted; its GUID is free again after the abort above.
+  CreateSealed(G(1), 10);
+  CHECK(table_.Abort(10, G(1)).IsInvalidArgument());
+  CheckFreedAtMostOnce();
+}
+
+TEST_CASE_METHOD(TableFixture, "Acquire needs a sealed object and counts per session",
+                 "[object_table]") {
+  CHECK(table_.Acquire(20, G(1)).status().IsNotFound());
+  ObjectId a = Create(G(1), 10);
+  CHECK(table_.Acquire(20, G(1)).status().IsTimeout());
+  CHECK(table_.HeldBy(20, a) == 0);
+
+  REQUIRE(table_.Seal(10, G(1)).ok());
+  CHECK(Acquire(20, G(1)) == a);
+  CHECK(Acquire(20, G(1)) == a);
+  CHECK(table_.HeldBy(20, a) == 2);
+  CHECK(table_.Find(G(1))->refcount == 1);  // one session, however many acquires
+  Acquire(21, G(1));
+  CHECK(table_.HeldBy(21, a) == 1);
+  CHECK(table_.Find(G(1))->refcount == 2);
+}
+
+TEST_CASE_METHOD(TableFixture, "Release drops one acquire at a time", "[object_table]") {
+  ObjectId a = CreateSealed(G(1), 10);
+  CHECK(table_.Release(20, a).IsNotFound());  // never acquired
+  Acquire(20, G(1));
+  Acquire(20, G(1));
+  CHECK(table_.Release(21, a).IsNotFound());        // another session
+  CHECK(table_.Release(20, a + 100).IsNotFound());  // another object
+
+  REQUIRE(table_.Release(20, a).ok());
+  CHECK(table_.HeldBy(20, a) == 1);
+  CHECK(table_.Find(G(1))->refcount == 1);
+  REQUIRE(table_.Release(20, a).ok());
+  CHECK(table_.HeldBy(20, a) == 0);
+  CHECK(table_.Find(G(1))->refcount == 0);
+  CHECK(table_.Release(20, a).IsNotFound());
+  CHECK(freed_.empty());  // releasing never frees a live object
+}
+
+TEST_CASE_METHOD(TableFixture, "Delete of an unreferenced object frees it at once",
+                 "[object_table]") {
+  CHECK(table_.Delete(G(1)).IsNotFound());
+  ObjectId a = Create(G(1), 10);
+  CHECK(table_.Delete(G(1)).IsInvalidArgument());
+  CHECK(FreedCount(a) == 0);
+
+  REQUIRE(table_.Seal(10, G(1)).ok());
+  REQUIRE(table_.Delete(G(1)).ok());
+  CHECK(FreedCount(a) == 1);
+  CHECK(table_.Find(G(1)) == nullptr);
+  CHECK(table_.counts().sealed == 0);
+  CHECK(table_.counts().deleted == 0);
+  CHECK(table_.Delete(G(1)).IsNotFound());
+}
+
+TEST_CASE_METHOD(TableFixture, "Delete of a referenced object frees it at the last release",
+                 "[object_table]") {
+  ObjectId a = CreateSealed(G(1), 10);
+  Acquire(20, G(1));
+  Acquire(21, G(1));
+  Acquire(21, G(1));
+
+  REQUIRE(table_.Delete(G(1)).ok());
+  CHECK(table_.Find(G(1)) == nullptr);
+  CHECK(table_.Acquire(22, G(1)).status().IsNotFound());
+  CHECK(table_.Delete(G(1)).IsNotFound());
+  CHECK(table_.counts().deleted == 1);
+  CHECK(table_.counts().sealed == 0);
+  CHECK(table_.List(std::nullopt, 10).empty());
+
+  REQUIRE(table_.Release(20, a).ok());
+  REQUIRE(table_.Release(21, a).ok());
+  CHECK(FreedCount(a) == 0);
+  REQUIRE(table_.Release(21, a).ok());
+  CHECK(FreedCount(a) == 1);
+  CHECK(table_.counts().deleted == 0);
+}
+
+TEST_CASE_METHOD(TableFixture, "A deleted GUID can be created again while still referenced",
+                 "[object_table]") {
+  ObjectId old_id = CreateSealed(G(1), 10, false, {100, 200});
+  Acquire(20, G(1));
+  REQUIRE(table_.Delete(G(1)).ok());
+
+  ObjectId new_id = CreateSealed(G(1), 11, false, {300});
+  CHECK(new_id != old_id);
+  CHECK(table_.counts().deleted == 1);
+  CHECK(table_.counts().sealed == 1);
+  CHECK(Acquire(20, G(1)) == new_id);
+  CHECK(table_.HeldBy(20, old_id) == 1);
+  CHECK(table_.HeldBy(20, new_id) == 1);
+
+  REQUIRE(table_.Release(20, old_id).ok());
+  CHECK(FreedCount(old_id) == 1);
+  CHECK(FreedCount(new_id) == 0);
+  const StoredObject* o = table_.Find(G(1));
+  REQUIRE(o != nullptr);
+  CHECK(o->id == new_id);
+  CHECK(o->size() == 300);
+  CHECK(table_.counts().deleted == 0);
+  CHECK(table_.counts().sealed == 1);
+}
+
+TEST_CASE_METHOD(TableFixture, "DropSession aborts, releases and frees what it must",
+                 "[object_table]") {
+  ObjectId creating = Create(G(1), 1);
+  ObjectId shared = CreateSealed(G(2), 2);
+  ObjectId last_holder = CreateSealed(G(3), 2);
+  ObjectId also_held = CreateSealed(G(4), 2);
+  Acquire(1, G(2));
+  Acquire(1, G(2));
+  Acquire(1, G(3));
+  Acquire(1, G(4));
+  Acquire(3, G(4));
+  REQUIRE(table_.Delete(G(3)).ok());
+
+  table_.DropSession(1);
+  CHECK(FreedCount(creating) == 1);
+  CHECK(table_.Find(G(1)) == nullptr);
+  CHECK(FreedCount(last_holder) == 1);
+  CHECK(FreedCount(shared) == 0);
+  CHECK(table_.Find(G(2))->refcount == 0);
+  CHECK(table_.HeldBy(1, shared) == 0);
+  CHECK(FreedCount(also_held) == 0);
+  CHECK(table_.Find(G(4))->refcount == 1);
+  CHECK(table_.counts().creating == 0);
+  CHECK(table_.counts().deleted == 0);
+  CHECK(table_.counts().sealed == 2);
+
+  table_.DropSession(1);  // unknown by now: nothing happens
+  table_.DropSession(42);
+  CHECK(freed_.size() == 2);
+  CheckFreedAtMostOnce();
+}
+
+TEST_CASE_METHOD(TableFixture, "EvictLru evicts only evictable, sealed, unreferenced objects",
+                 "[object_table]") {
+  CHECK_FALSE(table_.EvictLru());
+  ObjectId e1 = CreateSealed(G(1), 10, true, {100, 28});
+  ObjectId e2 = CreateSealed(G(2), 10, true, {1000});
+  ObjectId pinned = CreateSealed(G(3), 10, false);
+  ObjectId creating = Create(G(4), 10, true);
+  ObjectId held = CreateSealed(G(5), 10, true, {5});
+  Acquire(20, G(5));
+
+  // Using e1 after e2 was sealed makes e2 the least recently used.
+  ObjectId h = Acquire(20, G(1));
+  REQUIRE(table_.Release(20, h).ok());
+
+  REQUIRE(table_.EvictLru());
+  CHECK(FreedCount(e2) == 1);
+  CHECK(table_.Find(G(2)) == nullptr);
+  REQUIRE(table_.EvictLru());
+  CHECK(FreedCount(e1) == 1);
+  CHECK_FALSE(table_.EvictLru());
+  CHECK(FreedCount(pinned) == 0);
+  CHECK(FreedCount(creating) == 0);
+  CHECK(FreedCount(held) == 0);
+  CHECK(table_.counts().evictions == 2);
+  CHECK(table_.counts().evicted_bytes == 1128);
+
+  REQUIRE(table_.Release(20, held).ok());
+  REQUIRE(table_.EvictLru());
+  CHECK(FreedCount(held) == 1);
+  CHECK(table_.counts().evictions == 3);
+  CHECK(table_.counts().evicted_bytes == 1133);
+  CHECK(table_.counts().sealed == 1);  // the pinned one
+  CheckFreedAtMostOnce();
+}
+
+TEST_CASE_METHOD(TableFixture, "EvictLru orders by last release or seal", "[object_table]") {
+  CreateSealed(G(1), 10, true);
+  CreateSealed(G(2), 10, true);
+  CreateSealed(G(3), 10, true);
+  // Hold 1 across the seal of 4, then release it: 1 becomes the most recent.
+  ObjectId h1 = Acquire(20, G(1));
+  CreateSealed(G(4), 10, true);
+  REQUIRE(table_.Release(20, h1).ok());
+  // Acquire and release 2 by two sessions: only the last release counts.
+  ObjectId h2 = Acquire(20, G(2));
+  Acquire(21, G(2));
+  REQUIRE(table_.Release(20, h2).ok());
+
+  // A deleted evictable object is gone from the LRU too.
+  CreateSealed(G(5), 10, true);
+  REQUIRE(table_.Delete(G(5)).ok());
+
+  while (table_.EvictLru()) {
+  }
+  std::vector<Guid> expected = {G(5), G(3), G(4), G(1)};
+  CHECK(freed_guids_ == expected);
+  REQUIRE(table_.Release(21, h2).ok());
+  REQUIRE(table_.EvictLru());
+  CHECK(freed_guids_.back() == G(2));
+  CHECK(table_.counts().evictions == 4);
+  CheckFreedAtMostOnce();
+}
+
+TEST_CASE_METHOD(TableFixture, "List pages through visible objects in GUID order",
+                 "[object_table]") {
+  std::vector<Guid> guids;
+  for (uint64_t n : {7, 3, 9, 1, 5, 2, 8, 4, 6, 10}) guids.push_back(G(n));
+  for (size_t i = 0; i < guids.size(); ++i) {
+    if (i % 2 == 0) {
+      CreateSealed(guids[i], 10);
+    } else {
+      Create(guids[i], 10);  // objects being created are listed too
+    }
+  }
+  // A deleted object that is still referenced is not listed.
+  CreateSealed(G(11), 10);
+  Acquire(20, G(11));
+  REQUIRE(table_.Delete(G(11)).ok());
+
+  std::sort(guids.begin(), guids.end());
+  std::vector<Guid> seen;
+  std::optional<Guid> after;
+  int pages = 0;
+  while (true) {
+    auto page = table_.List(after, 3);
+    CHECK(page.size() <= 3);
+    if (page.empty()) break;
+    ++pages;
+    for (const StoredObject* o : page) seen.push_back(o->guid);
+    after = page.back()->guid;
+  }
+  CHECK(seen == guids);
+  CHECK(pages == 4);
+
+  CHECK(table_.List(std::nullopt, 0).empty());
+  auto from_gap = table_.List(Guid{0, 0}, 2);  // `after` need not exist
+  REQUIRE(from_gap.size() == 2);
+  CHECK(from_gap[0]->guid == guids[0]);
+  CHECK(table_.List(guids.back(), 5).empty());
+}
+
+}  // namespace
+}  // namespace depot
