@@ -43,6 +43,7 @@ Stats Summarize(std::vector<double> v) {
 }
 
 std::string Time(double s) {
+  if (s < 1e-6) return fmt::format("{:.0f} ns", s * 1e9);
   if (s < 1e-3) return fmt::format("{:.1f} µs", s * 1e6);
   if (s < 1) return fmt::format("{:.2f} ms", s * 1e3);
   return fmt::format("{:.2f} s", s);
@@ -135,9 +136,10 @@ bool Measure(depot::Client& c, uint64_t size, int reps, Stats rtt) {
   Stats put = Summarize(put_t), copy = Summarize(copy_t), get = Summarize(get_t);
   double gbs_put = static_cast<double>(size) / put.median / 1e9;
   double gbs_copy = static_cast<double>(size) / copy.median / 1e9;
-  fmt::print("| {} | {} | {:.2f} | {} | {:.2f} | {:.0f}% | {} ({}–{}) | {:.2f}× |\n",
+  double ratio = 100.0 * gbs_put / gbs_copy;
+  fmt::print("| {} | {} | {:.2f} | {} | {:.2f} | {:.{}f}% | {} ({}–{}) | {:.2f}× |\n",
              depot::FormatBytes(size), Time(put.median), gbs_put, Time(copy.median), gbs_copy,
-             100.0 * gbs_put / gbs_copy, Time(get.median), Time(get.min), Time(get.max),
+             ratio, ratio < 10 ? 1 : 0, Time(get.median), Time(get.min), Time(get.max),
              get.median / rtt.median);
   std::fflush(stdout);
   return true;
