@@ -84,7 +84,7 @@ void Session::Fail(const Status& status, uint64_t request_id) {
   spdlog::warn("session {} (pid {} uid {}): {}; closing the connection", id_, creds_.pid,
                creds_.uid, status.message());
   failing_ = true;  // Flush closes the connection once the error is written
-  Send(proto::EncodeError(request_id, static_cast<wire::Code>(status.code()), status.message()), {});
+  Send(proto::EncodeError(request_id, proto::ToWire(status.code()), status.message()), {});
 }
 
 void Session::Send(std::vector<uint8_t> message, std::vector<proto::UniqueFd> fds) {

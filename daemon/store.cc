@@ -14,16 +14,10 @@
 namespace depot {
 namespace {
 
+using proto::FromWire;
 using proto::MsgType;
+using proto::ToWire;
 namespace fb = flatbuffers;
-
-static_assert(static_cast<int>(Status::Code::kUnavailable) ==
-              static_cast<int>(wire::Code::Unavailable));
-static_assert(static_cast<int>(Status::Code::kNotFound) == static_cast<int>(wire::Code::NotFound));
-
-wire::Guid ToWire(const Guid& g) { return wire::Guid(g.hi, g.lo); }
-Guid FromWire(const wire::Guid& g) { return Guid{g.hi(), g.lo()}; }
-wire::Code ToWire(Status::Code c) { return static_cast<wire::Code>(c); }
 
 wire::FrameLocation ToWire(const Location& l) {
   return wire::FrameLocation(l.offset, l.size, l.segment, /*pool=*/0);
@@ -74,13 +68,7 @@ fb::Offset<wire::ObjectInfo> BuildInfo(fb::FlatBufferBuilder& fbb, const StoredO
 Store::Store(boost::asio::io_context& io, StoreOptions options)
     : io_(io),
       options_(std::move(options)),
-      table_(
-          [this](const StoredObject& o) {
-            for (const Location& f : o.frames) {
-              if (f.size > 0) pool_->Free(f);
-            }
-          },
-          WallClockNs),
+      table_([this](const StoredObject& o) { FreeFrames(o.frames); }, WallClockNs),
       started_(std::chrono::steady_clock::now()) {}
 
 Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options) {
@@ -99,17 +87,11 @@ SessionId Store::Open(Peer* peer, PeerCredentials creds) {
 }
 
 void Store::Close(SessionId session) {
-  for (auto it = waits_.begin(); it != waits_.end();) {
-    if (it->second.session != session) {
-      ++it;
-      continue;
-    }
-    for (const Guid& g : it->second.guids) {
-      auto [b, e] = waiting_on_.equal_range(g);
-      for (auto w = b; w != e;) w = (w->second == it->first) ? waiting_on_.erase(w) : std::next(w);
-    }
-    it = waits_.erase(it);
+  std::vector<uint64_t> parked;
+  for (const auto& [wait_id, w] : waits_) {
+    if (w.session == session) parked.push_back(wait_id);
   }
+  for (uint64_t wait_id : parked) TakeWait(wait_id);
   table_.DropSession(session);
   sessions_.erase(session);
 }
@@ -211,10 +193,14 @@ Result<std::vector<Location>> Store::AllocateFrames(std::span<const uint64_t> si
       frames.push_back(*loc);
     }
     if (failed.ok()) return frames;
-    for (const Location& f : frames) {
-      if (f.size > 0) pool_->Free(f);
-    }
+    FreeFrames(frames);
     if (!failed.IsStoreFull() || !table_.EvictLru()) return failed;
+  }
+}
+
+void Store::FreeFrames(std::span<const Location> frames) {
+  for (const Location& f : frames) {
+    if (f.size > 0) pool_->Free(f);
   }
 }
 
@@ -290,9 +276,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   if (inline_data) {
     Status w = WriteInline(*frames, {req.inline_data()->data(), req.inline_data()->size()});
     if (!w.ok()) {
-      for (const Location& f : *frames) {
-        if (f.size > 0) pool_->Free(f);
-      }
+      FreeFrames(*frames);
       spdlog::error("{}", w.message());
       return ReplyError(s, id, w);
     }
@@ -319,12 +303,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   } else {
     CollectSegments(st, obj->frames, ids, fds);
   }
-  std::vector<fb::Offset<wire::SegmentInfo>> segs;
-  for (uint32_t seg_id : ids) {
-    const HostPool::Segment* seg = pool_->segment(seg_id);
-    segs.push_back(wire::CreateSegmentInfo(fbb, seg_id, seg->size, seg->dedicated));
-  }
-  auto segments = fbb.CreateVector(segs);
+  auto segments = SegmentInfos(fbb, ids);
   auto locations = Frames(fbb, obj->frames);
   wire::Guid g = ToWire(guid);
   fbb.Finish(wire::CreateCreateReply(fbb, &g, locations, segments));
@@ -342,12 +321,18 @@ void Store::OnSealOrAbort(SessionId s, uint64_t id, bool seal, const wire::GuidR
   Reply(s, id, proto::ReplyType(seal ? MsgType::kSeal : MsgType::kAbort), fbb);
 }
 
-void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
-  size_t n = req.guids() ? req.guids()->size() : 0;
+Status Store::CheckGuidCount(const fb::Vector<const wire::Guid*>* guids) {
+  size_t n = guids ? guids->size() : 0;
   if (n == 0 || n > proto::kMaxGuidsPerRequest) {
-    return ReplyError(s, id, Status::InvalidArgument(fmt::format(
-                                 "a get names 1 to {} GUIDs, not {}", proto::kMaxGuidsPerRequest, n)));
+    return Status::InvalidArgument(
+        fmt::format("a request names 1 to {} GUIDs, not {}", proto::kMaxGuidsPerRequest, n));
   }
+  return Status::OK();
+}
+
+void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
+  if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
+  size_t n = req.guids()->size();
   int64_t timeout = req.timeout_ms();
   if (timeout < -1) {
     return ReplyError(s, id, Status::InvalidArgument(fmt::format(
@@ -398,15 +383,22 @@ void Store::WakeWaiters(const Guid& guid) {
   }
 }
 
-void Store::FinishGet(uint64_t wait_id) {
+std::optional<Store::GetWait> Store::TakeWait(uint64_t wait_id) {
   auto it = waits_.find(wait_id);
-  if (it == waits_.end()) return;
+  if (it == waits_.end()) return std::nullopt;
   GetWait w = std::move(it->second);
   waits_.erase(it);
   for (const Guid& g : w.guids) {
     auto [b, e] = waiting_on_.equal_range(g);
     for (auto x = b; x != e;) x = (x->second == wait_id) ? waiting_on_.erase(x) : std::next(x);
   }
+  return w;
+}
+
+void Store::FinishGet(uint64_t wait_id) {
+  std::optional<GetWait> taken = TakeWait(wait_id);
+  if (!taken) return;
+  GetWait& w = *taken;
   auto sit = sessions_.find(w.session);
   if (sit == sessions_.end()) return;
 
@@ -434,12 +426,7 @@ void Store::FinishGet(uint64_t wait_id) {
     results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, frames, metadata));
   }
   auto results_vec = fbb.CreateVector(results);
-  std::vector<fb::Offset<wire::SegmentInfo>> segs;
-  for (uint32_t seg_id : ids) {
-    const HostPool::Segment* seg = pool_->segment(seg_id);
-    segs.push_back(wire::CreateSegmentInfo(fbb, seg_id, seg->size, seg->dedicated));
-  }
-  auto segments = fbb.CreateVector(segs);
+  auto segments = SegmentInfos(fbb, ids);
   fbb.Finish(wire::CreateGetReply(fbb, results_vec, segments));
   Reply(w.session, w.request_id, proto::ReplyType(MsgType::kGet), fbb, std::move(fds));
 }
@@ -455,6 +442,16 @@ void Store::CollectSegments(SessionState& st, std::span<const Location> frames,
     ids.push_back(f.segment);
     fds.emplace_back(::fcntl(seg->fd(), F_DUPFD_CLOEXEC, 0));
   }
+}
+
+fb::Offset<fb::Vector<fb::Offset<wire::SegmentInfo>>> Store::SegmentInfos(
+    fb::FlatBufferBuilder& fbb, const std::vector<uint32_t>& ids) {
+  std::vector<fb::Offset<wire::SegmentInfo>> infos;
+  for (uint32_t id : ids) {
+    const HostPool::Segment* seg = pool_->segment(id);
+    infos.push_back(wire::CreateSegmentInfo(fbb, id, seg->size, seg->dedicated));
+  }
+  return fbb.CreateVector(infos);
 }
 
 void Store::OnSegmentRetired(uint32_t segment) {
@@ -476,11 +473,7 @@ void Store::OnRelease(SessionId s, const wire::ReleaseRequest& req) {
 }
 
 void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
-  size_t n = req.guids() ? req.guids()->size() : 0;
-  if (n > proto::kMaxGuidsPerRequest) {
-    return ReplyError(s, id, Status::InvalidArgument(fmt::format(
-                                 "a request names at most {} GUIDs", proto::kMaxGuidsPerRequest)));
-  }
+  if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
   fb::FlatBufferBuilder fbb(256);
   std::vector<fb::Offset<wire::GuidResult>> results;
   for (const wire::Guid* g : *req.guids()) {
@@ -493,11 +486,7 @@ void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
 }
 
 void Store::OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
-  size_t n = req.guids() ? req.guids()->size() : 0;
-  if (n > proto::kMaxGuidsPerRequest) {
-    return ReplyError(s, id, Status::InvalidArgument(fmt::format(
-                                 "a request names at most {} GUIDs", proto::kMaxGuidsPerRequest)));
-  }
+  if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
   fb::FlatBufferBuilder fbb(256);
   std::vector<fb::Offset<wire::GuidResult>> results;
   for (const wire::Guid* g : *req.guids()) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -107,15 +108,22 @@ class Store {
 
   // Allocates every frame, evicting least recently used objects while that helps.
   Result<std::vector<Location>> AllocateFrames(std::span<const uint64_t> sizes);
+  void FreeFrames(std::span<const Location> frames);
   Status WriteInline(const std::vector<Location>& frames, std::span<const uint8_t> data);
 
   // Seal and its consequence: parked gets waiting for the GUID are answered or advanced.
   void WakeWaiters(const Guid& guid);
+  // Answers a parked get with what it has (Timeout for the rest) and forgets it.
   void FinishGet(uint64_t wait_id);
+  // Removes a parked get and its index entries; nullopt when it is already gone.
+  std::optional<GetWait> TakeWait(uint64_t wait_id);
+  static Status CheckGuidCount(const flatbuffers::Vector<const wire::Guid*>* guids);
 
   // Builds the segment list for a reply naming `frames`, with the fds the peer does not have.
   void CollectSegments(SessionState& st, std::span<const Location> frames,
                        std::vector<uint32_t>& ids, std::vector<proto::UniqueFd>& fds);
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::SegmentInfo>>> SegmentInfos(
+      flatbuffers::FlatBufferBuilder& fbb, const std::vector<uint32_t>& ids);
   void OnSegmentRetired(uint32_t segment);
 
   boost::asio::io_context& io_;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "depot/guid.h"
+#include "depot/status.h"
 #include "depot_generated.h"
 
 namespace depot::proto {
@@ -61,6 +63,32 @@ inline constexpr int kMaxFdsPerSend = 250;  // the kernel takes at most 253 per 
 static_assert(uint64_t{kMaxGuidsPerRequest} *
                   (kMaxMetadataSize + kMaxFrames * sizeof(wire::FrameLocation) + 256) <
               kMaxMessageSize);
+
+// Each wire code is the depot::Status code of the same value.
+static_assert(static_cast<int>(wire::Code::Ok) == static_cast<int>(Status::Code::kOk));
+static_assert(static_cast<int>(wire::Code::NotFound) == static_cast<int>(Status::Code::kNotFound));
+static_assert(static_cast<int>(wire::Code::Timeout) == static_cast<int>(Status::Code::kTimeout));
+static_assert(static_cast<int>(wire::Code::StoreFull) == static_cast<int>(Status::Code::kStoreFull));
+static_assert(static_cast<int>(wire::Code::AlreadyExists) ==
+              static_cast<int>(Status::Code::kAlreadyExists));
+static_assert(static_cast<int>(wire::Code::InvalidArgument) ==
+              static_cast<int>(Status::Code::kInvalidArgument));
+static_assert(static_cast<int>(wire::Code::ProtocolError) ==
+              static_cast<int>(Status::Code::kProtocolError));
+static_assert(static_cast<int>(wire::Code::Disconnected) ==
+              static_cast<int>(Status::Code::kDisconnected));
+static_assert(static_cast<int>(wire::Code::PermissionDenied) ==
+              static_cast<int>(Status::Code::kPermissionDenied));
+static_assert(static_cast<int>(wire::Code::Unavailable) ==
+              static_cast<int>(Status::Code::kUnavailable));
+static_assert(wire::Code::MAX == wire::Code::Unavailable, "a new code needs a Status code");
+
+inline wire::Code ToWire(Status::Code c) { return static_cast<wire::Code>(c); }
+inline Status ToStatus(wire::Code c, const flatbuffers::String* message) {
+  return Status(static_cast<Status::Code>(c), message ? message->str() : "");
+}
+inline wire::Guid ToWire(const Guid& g) { return wire::Guid(g.hi, g.lo); }
+inline Guid FromWire(const wire::Guid& g) { return Guid{g.hi(), g.lo()}; }
 
 // Checks a received header: magic, version, reserved bits and size. Returns "" when it is
 // acceptable, else a message saying what is wrong.

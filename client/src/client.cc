@@ -16,16 +16,11 @@ namespace {
 
 using internal::Connection;
 using proto::MsgType;
+using proto::ToStatus;
+using proto::ToWire;
 namespace fb = flatbuffers;
 
-static_assert(static_cast<int>(Status::Code::kUnavailable) ==
-              static_cast<int>(wire::Code::Unavailable));
-
-wire::Guid ToWire(const Guid& g) { return wire::Guid(g.hi, g.lo); }
-Guid FromWire(const wire::Guid* g) { return g ? Guid{g->hi(), g->lo()} : Guid{}; }
-Status ToStatus(wire::Code code, const fb::String* message) {
-  return Status(static_cast<Status::Code>(code), message ? message->str() : "");
-}
+Guid FromWire(const wire::Guid* g) { return g ? proto::FromWire(*g) : Guid{}; }
 
 ObjectInfo FromWire(const wire::ObjectInfo& w) {
   ObjectInfo o;
@@ -258,7 +253,7 @@ std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
     if (r->code() != wire::Code::Ok) {
       out[wanted[k]] = ToStatus(r->code(), r->message());
     } else {
-      out[wanted[k]] = conn_->Adopt(*r, *reply);
+      out[wanted[k]] = conn_->Adopt(guids[wanted[k]], *r, *reply);
     }
   }
   return out;

@@ -16,9 +16,7 @@ namespace {
 constexpr size_t kReadChunk = 64 << 10;
 constexpr uint64_t kPopulateGranule = 2 << 20;
 
-Status FromError(const wire::ErrorReply& e) {
-  return Status(static_cast<Status::Code>(e.code()), e.message() ? e.message()->str() : "");
-}
+Status FromError(const wire::ErrorReply& e) { return proto::ToStatus(e.code(), e.message()); }
 
 }  // namespace
 
@@ -316,10 +314,10 @@ std::optional<Object> Connection::Cached(const Guid& guid) {
   return Object(std::move(h));
 }
 
-Result<Object> Connection::Adopt(const wire::GetResult& r, Message& reply) {
+Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Message& reply) {
   auto h = std::make_shared<Holding>();
   h->conn = shared_from_this();
-  h->guid = Guid{r.guid()->hi(), r.guid()->lo()};
+  h->guid = guid;
   h->handle = r.handle();
   auto frames = MapFrames(r.frames(), false, reply, h->segment_uses);
   if (!frames.ok()) return frames.status();  // h's destruction releases the reference
@@ -353,16 +351,17 @@ void Connection::Forget(Holding& h) {
 }
 
 Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg) {
+  if (reply.guid() == nullptr) return Status::ProtocolError("depotd sent a create reply without a GUID");
   std::vector<uint32_t> uses;
   std::vector<std::span<std::byte>> unpopulated;
   auto frames = MapFrames(reply.frames(), true, msg, uses, &unpopulated);
   // The caller is about to write every frame: fill the page tables first, in one call per
   // granule, outside the segment lock (a fault per page costs more).
   for (auto r : unpopulated) ::madvise(r.data(), r.size(), MADV_POPULATE_WRITE);
-  Guid guid{reply.guid()->hi(), reply.guid()->lo()};
+  Guid guid = proto::FromWire(*reply.guid());
   if (!frames.ok()) {
     flatbuffers::FlatBufferBuilder fbb(64);
-    wire::Guid g(guid.hi, guid.lo);
+    wire::Guid g = proto::ToWire(guid);
     fbb.Finish(wire::CreateGuidRequest(fbb, &g));
     Call(proto::MsgType::kAbort, fbb);
     return frames.status();

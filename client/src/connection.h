@@ -72,8 +72,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // The local object cache: an Object this process already holds, if any.
   std::optional<Object> Cached(const Guid& guid);
-  // Builds an Object from a get result and remembers it.
-  Result<Object> Adopt(const wire::GetResult& result, Message& reply);
+  // Builds an Object for `guid` from its get result and remembers it.
+  Result<Object> Adopt(const Guid& guid, const wire::GetResult& result, Message& reply);
   // A Holding's last Object is gone: forget it and release its reference on the daemon.
   void Forget(Holding& h);
 
