@@ -1,8 +1,10 @@
-// depotd: parses the command line, claims the socket, builds the store and serves until SIGINT
+// depotd: reads its configuration, claims the socket, builds the store and serves until SIGINT
 // or SIGTERM. Everything else lives in the daemon library so that tests run the same code.
+#include <grp.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -17,8 +19,43 @@
 
 namespace {
 
-int Run(const depot::DaemonOptions& opts) {
-  using namespace depot;
+using namespace depot;
+
+// Checks what the configuration names on this machine (the socket's group). Returns an error
+// message, or "".
+std::string CheckSystem(const DaemonOptions& o) {
+  if (!o.socket_group.empty() && ::getgrnam(o.socket_group.c_str()) == nullptr) {
+    return fmt::format("socket_group {}: no such group", o.socket_group);
+  }
+  return "";
+}
+
+// Says plainly when /dev/shm cannot give what the configuration asks for.
+void WarnAboutShm(const DaemonOptions& o) {
+  uint64_t shm_free = HostPool::ShmAvailable();
+  if (shm_free < o.capacity) {
+    spdlog::warn(
+        "/dev/shm has {} free but the capacity is {}: creates will fail with StoreFull once "
+        "/dev/shm is full; enlarge it (mount -o remount,size=... /dev/shm) or lower the capacity",
+        FormatBytes(shm_free), FormatBytes(o.capacity));
+  }
+  if (o.hugepages) {
+    std::ifstream mounts("/proc/mounts");
+    std::string dev, dir, type, flags;
+    bool huge = false;
+    while (mounts >> dev >> dir >> type >> flags) {
+      if (dir == "/dev/shm") huge = flags.find("huge=") != std::string::npos &&
+                                    flags.find("huge=never") == std::string::npos;
+      mounts.ignore(1 << 20, '\n');
+    }
+    if (!huge) {
+      spdlog::warn("hugepages = on has no effect: /dev/shm is not mounted with huge=advise, "
+                   "within_size or always (mount -o remount,huge=advise /dev/shm)");
+    }
+  }
+}
+
+int Run(const DaemonOptions& opts) {
   auto claim = SocketClaim::Acquire(opts.socket_path);
   if (!claim.ok()) {
     spdlog::critical("{}", claim.status().message());
@@ -29,25 +66,25 @@ int Run(const depot::DaemonOptions& opts) {
     spdlog::warn("removed {} shared-memory segment(s) left by a previous depotd on {}", stale,
                  opts.socket_path);
   }
-  uint64_t shm_free = HostPool::ShmAvailable();
-  if (shm_free < opts.capacity) {
-    spdlog::warn(
-        "/dev/shm has {} free but the capacity is {}: creates will fail with StoreFull once "
-        "/dev/shm is full; enlarge it (mount -o remount,size=... /dev/shm) or lower --capacity",
-        FormatBytes(shm_free), FormatBytes(opts.capacity));
-  }
+  WarnAboutShm(opts);
 
   boost::asio::io_context io;
   StoreOptions so;
   so.pool = {opts.capacity, opts.segment_size, opts.prefault, prefix};
   so.socket_path = opts.socket_path;
   so.version = DEPOT_VERSION;
+  so.max_message_size = opts.max_message_size;
+  so.max_frames = opts.max_frames;
+  so.max_metadata = opts.max_metadata;
+  so.eviction = opts.eviction;
+  so.hugepages = opts.hugepages;
   auto store = Store::Create(io, so);
   if (!store.ok()) {
     spdlog::critical("cannot create the host pool: {}", store.status().message());
     return 1;
   }
-  auto server = Server::Start(io, std::move(*claim), **store);
+  ServerOptions server_opts{opts.socket_mode, opts.socket_group, opts.max_clients};
+  auto server = Server::Start(io, std::move(*claim), **store, server_opts);
   if (!server.ok()) {
     spdlog::critical("{}", server.status().message());
     return 1;
@@ -56,14 +93,31 @@ int Run(const depot::DaemonOptions& opts) {
                DEPOT_VERSION, opts.socket_path, ::getpid(), FormatBytes(opts.capacity),
                opts.prefault ? " (prefaulted)" : "", FormatBytes(opts.segment_size),
                FormatBytes(HostPool::ShmAvailable()));
+  spdlog::info("device pools: unavailable (this depotd is built without CUDA support)");
 
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+  boost::asio::signal_set stop(io, SIGINT, SIGTERM);
+  stop.async_wait([&](const boost::system::error_code& ec, int signo) {
     if (ec) return;
     spdlog::info("received {}, shutting down", signo == SIGINT ? "SIGINT" : "SIGTERM");
     server->reset();  // closes every session: waiting clients see the connection end
     io.stop();
   });
+  // SIGHUP re-reads the log level from the config file.
+  boost::asio::signal_set hup(io, SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> on_hup =
+      [&](const boost::system::error_code& ec, int) {
+        if (ec) return;
+        if (opts.config_path.empty()) {
+          spdlog::info("SIGHUP: no config file to re-read (started without --config)");
+        } else if (auto level = ReadLogLevel(opts.config_path); !level.ok()) {
+          spdlog::error("SIGHUP: {}; log level unchanged", level.status().message());
+        } else {
+          spdlog::set_level(spdlog::level::from_str(*level));
+          spdlog::info("SIGHUP: log level is now {}", *level);
+        }
+        hup.async_wait(on_hup);
+      };
+  hup.async_wait(on_hup);
   io.run();
   server->reset();
   store->reset();
@@ -75,17 +129,30 @@ int Run(const depot::DaemonOptions& opts) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  auto opts = depot::ParseOptions(args, depot::PhysicalMemory(), depot::HostPool::ShmAvailable());
+  auto opts = ParseOptions(args, PhysicalMemory(), HostPool::ShmAvailable());
   if (!opts.ok()) {
     std::fprintf(stderr, "depotd: %s\n", opts.status().message().c_str());
     return 2;
   }
   if (opts->help) {
-    std::fputs(depot::kUsage, stdout);
+    std::fputs(Usage().c_str(), stdout);
     return 0;
   }
   if (opts->version) {
     std::printf("depotd %s\n", DEPOT_VERSION);
+    return 0;
+  }
+  if (std::string err = CheckSystem(*opts); !err.empty()) {
+    std::fprintf(stderr, "depotd: %s%s\n", opts->config_path.empty() ? "" : (opts->config_path + ": ").c_str(),
+                 err.c_str());
+    return 2;
+  }
+  if (opts->print_config) {
+    std::fputs(FormatConfig(*opts).c_str(), stdout);
+    return 0;
+  }
+  if (opts->check_config) {
+    std::printf("configuration OK\n");
     return 0;
   }
   auto logger = spdlog::stderr_color_mt("depotd");

@@ -3,29 +3,245 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
 
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "proto/wire.h"
 
 namespace depot {
+namespace {
 
-const char kUsage[] = R"(usage: depotd [OPTIONS]
+// Sets a key from text; returns "" or what is wrong with the value.
+using Setter = std::function<std::string(DaemonOptions&, const std::string&, uint64_t physical)>;
+using Getter = std::function<std::string(const DaemonOptions&)>;
+
+struct Key {
+  ConfigKey doc;
+  Setter set;
+  Getter get;
+};
+
+std::string SetSize(uint64_t& out, const std::string& v, uint64_t physical, uint64_t min,
+                    uint64_t max) {
+  auto parsed = ParseSize(v, physical);
+  if (!parsed) return "expected a size such as 512MiB, 8GiB or 25%";
+  if (*parsed < min || *parsed > max) {
+    return fmt::format("must be between {} and {}", FormatBytes(min), FormatBytes(max));
+  }
+  out = *parsed;
+  return "";
+}
+
+std::string SetBool(bool& out, const std::string& v) {
+  std::string s = v;
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (s == "on" || s == "true" || s == "yes" || s == "1") {
+    out = true;
+  } else if (s == "off" || s == "false" || s == "no" || s == "0") {
+    out = false;
+  } else {
+    return "expected on or off";
+  }
+  return "";
+}
+
+std::string SetUint(uint32_t& out, const std::string& v, uint32_t min, uint32_t max, int base = 10) {
+  uint32_t n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n, base);
+  if (ec != std::errc() || end != v.data() + v.size() || n < min || n > max) {
+    return base == 8 ? fmt::format("expected an octal mode such as 0660")
+                     : fmt::format("expected a whole number from {} to {}", min, max);
+  }
+  out = n;
+  return "";
+}
+
+std::string OnOff(bool b) { return b ? "on" : "off"; }
+
+const std::vector<Key>& Keys() {
+  using O = DaemonOptions;
+  static const std::vector<Key> keys = {
+      {{"socket", "$XDG_RUNTIME_DIR/depot/depot.sock, else /tmp/depot-$UID/depot.sock",
+        "Unix socket the daemon serves"},
+       [](O& o, const std::string& v, uint64_t) -> std::string {
+         if (v.empty()) return "needs a path";
+         o.socket_path = v;
+         return "";
+       },
+       [](const O& o) { return o.socket_path; }},
+      {{"socket_mode", "0660", "permissions of the socket file (octal)"},
+       [](O& o, const std::string& v, uint64_t) { return SetUint(o.socket_mode, v, 0, 0777, 8); },
+       [](const O& o) { return fmt::format("{:04o}", o.socket_mode); }},
+      {{"socket_group", "", "group that owns the socket file (empty: the daemon's own group)"},
+       [](O& o, const std::string& v, uint64_t) -> std::string {
+         o.socket_group = v;
+         return "";
+       },
+       [](const O& o) { return o.socket_group; }},
+      {{"capacity", "25%", "host pool size: bytes, 512MiB, 8GiB, or a % of RAM (default at most /dev/shm's free space)"},
+       [](O& o, const std::string& v, uint64_t phys) {
+         return SetSize(o.capacity, v, phys, 1 << 20, uint64_t{1} << 50);
+       },
+       [](const O& o) { return std::to_string(o.capacity); }},
+      {{"segment_size", "64MiB", "shared-memory segments are made this size; larger objects get their own"},
+       [](O& o, const std::string& v, uint64_t phys) {
+         return SetSize(o.segment_size, v, phys, 1 << 20, uint64_t{1} << 40);
+       },
+       [](const O& o) { return std::to_string(o.segment_size); }},
+      {{"hugepages", "off", "ask for transparent huge pages on mappings (needs /dev/shm mounted with huge=)"},
+       [](O& o, const std::string& v, uint64_t) { return SetBool(o.hugepages, v); },
+       [](const O& o) { return OnOff(o.hugepages); }},
+      {{"prefault", "off", "reserve the whole capacity at start-up and keep it"},
+       [](O& o, const std::string& v, uint64_t) { return SetBool(o.prefault, v); },
+       [](const O& o) { return OnOff(o.prefault); }},
+      {{"eviction", "on", "drop evictable, unreferenced objects (least recently used first) when full"},
+       [](O& o, const std::string& v, uint64_t) { return SetBool(o.eviction, v); },
+       [](const O& o) { return OnOff(o.eviction); }},
+      {{"log_level", "info", "trace, debug, info, warn, error, critical or off (SIGHUP re-reads it)"},
+       [](O& o, const std::string& v, uint64_t) -> std::string {
+         static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+         if (std::find(std::begin(kLevels), std::end(kLevels), v) == std::end(kLevels)) {
+           return "expected trace, debug, info, warn, error, critical or off";
+         }
+         o.log_level = v;
+         return "";
+       },
+       [](const O& o) { return o.log_level; }},
+      {{"max_clients", "1024", "connections served at once; more are refused with Unavailable"},
+       [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_clients, v, 1, 1 << 20); },
+       [](const O& o) { return std::to_string(o.max_clients); }},
+      {{"max_message_size", "64MiB", "largest request accepted; a larger one closes its connection"},
+       [](O& o, const std::string& v, uint64_t phys) {
+         uint64_t n = 0;
+         std::string err = SetSize(n, v, phys, 1 << 20, proto::kMaxMessageSize);
+         if (err.empty()) o.max_message_size = static_cast<uint32_t>(n);
+         return err;
+       },
+       [](const O& o) { return std::to_string(o.max_message_size); }},
+      {{"max_frames", "64", "frames per object"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetUint(o.max_frames, v, 1, proto::kMaxFrames);
+       },
+       [](const O& o) { return std::to_string(o.max_frames); }},
+      {{"max_metadata", "16KiB", "metadata bytes per object"},
+       [](O& o, const std::string& v, uint64_t phys) {
+         uint64_t n = 0;
+         std::string err = SetSize(n, v, phys, 1, proto::kMaxMetadataSize);
+         if (err.empty()) o.max_metadata = static_cast<uint32_t>(n);
+         return err;
+       },
+       [](const O& o) { return std::to_string(o.max_metadata); }},
+      {{"device_capacity", "90%", "device pool size on each GPU: bytes or a % of its memory"},
+       [](O& o, const std::string& v, uint64_t) -> std::string {
+         // Percentages are of each GPU's memory, known only once the GPU is opened.
+         if (!ParseSize(v, v.ends_with('%') ? 100 : 0)) return "expected a size such as 8GiB or 90%";
+         o.device_capacity = v;
+         return "";
+       },
+       [](const O& o) { return o.device_capacity; }},
+      {{"device_chunk_size", "1GiB", "device memory is reserved from each GPU in chunks of this size"},
+       [](O& o, const std::string& v, uint64_t phys) {
+         return SetSize(o.device_chunk_size, v, phys, 2 << 20, uint64_t{1} << 40);
+       },
+       [](const O& o) { return std::to_string(o.device_chunk_size); }},
+      {{"devices", "all", "GPUs to pool: all, none, or GPU UUIDs separated by commas"},
+       [](O& o, const std::string& v, uint64_t) -> std::string {
+         if (v.empty()) return "expected all, none, or GPU UUIDs";
+         o.devices = v;
+         return "";
+       },
+       [](const O& o) { return o.devices; }},
+  };
+  return keys;
+}
+
+// An on/off key: as a flag it may stand alone (--prefault means on).
+bool IsSwitch(const Key& k) {
+  std::string_view d = k.doc.default_text;
+  return d == "on" || d == "off";
+}
+
+const Key* FindKey(std::string_view name) {
+  for (const Key& k : Keys()) {
+    if (name == k.doc.name) return &k;
+  }
+  return nullptr;
+}
+
+std::string Trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+// Applies every `key = value` line of a config file.
+Status LoadFile(const std::string& path, DaemonOptions& o, uint64_t physical,
+                const std::string& only_key = "") {
+  std::ifstream in(path);
+  if (!in) return Status::InvalidArgument(fmt::format("cannot read config file {}", path));
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    std::string text = Trim(line.substr(0, line.find('#')));
+    if (text.empty()) continue;
+    size_t eq = text.find('=');
+    if (eq == std::string::npos) {
+      return Status::InvalidArgument(
+          fmt::format("{}:{}: expected `key = value`, got `{}`", path, n, text));
+    }
+    std::string key = Trim(text.substr(0, eq));
+    std::string value = Trim(text.substr(eq + 1));
+    const Key* k = FindKey(key);
+    if (k == nullptr) {
+      return Status::InvalidArgument(fmt::format("{}:{}: unknown key `{}`", path, n, key));
+    }
+    if (!only_key.empty() && key != only_key) continue;
+    if (std::string err = k->set(o, value, physical); !err.empty()) {
+      return Status::InvalidArgument(fmt::format("{}:{}: {} = {}: {}", path, n, key, value, err));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string Usage() {
+  std::string out = R"(usage: depotd [--config FILE] [OPTIONS]
 
 The depot daemon: a shared-memory object store for the processes of this node.
 
-  --socket PATH        Unix socket to serve (default: $XDG_RUNTIME_DIR/depot/depot.sock,
-                       else /tmp/depot-$UID/depot.sock)
-  --capacity SIZE      host pool size: bytes, 512MiB, 8GiB, or 25% of RAM
-                       (default: 25% of RAM, at most what /dev/shm has free)
-  --segment-size SIZE  size of each shared-memory segment (default: 64MiB); larger objects
-                       get a segment of their own
-  --prefault           reserve the whole capacity at start-up and keep it
-  --log-level LEVEL    trace, debug, info, warn, error, critical or off (default: info)
-  --version            print the version and exit
-  --help               print this text and exit
+  --config FILE         read `key = value` settings from FILE (see config/depotd.conf);
+                        flags given here override it
+  --check-config        check the configuration, print `configuration OK`, and exit
+  --print-config        print the effective configuration and exit
+  --version             print the version and exit
+  --help                print this text and exit
+
+Every configuration key is also a flag, with dashes for underscores (on/off keys may stand
+alone: --prefault means on):
 )";
+  for (const Key& k : Keys()) {
+    std::string flag = std::string("--") + k.doc.name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    out += fmt::format("  {:<20}  {} (default: {})\n", flag, k.doc.help,
+                       *k.doc.default_text ? k.doc.default_text : "empty");
+  }
+  return out;
+}
+
+const std::vector<ConfigKey>& ConfigKeys() {
+  static const std::vector<ConfigKey> docs = [] {
+    std::vector<ConfigKey> d;
+    for (const Key& k : Keys()) d.push_back(k.doc);
+    return d;
+  }();
+  return docs;
+}
 
 std::string DefaultSocketPath() {
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
@@ -38,62 +254,75 @@ Result<DaemonOptions> ParseOptions(const std::vector<std::string>& args, uint64_
   DaemonOptions o;
   o.socket_path = DefaultSocketPath();
   o.capacity = std::min(physical_memory / 4, shm_available);
+
+  // Split the flags into NAME and VALUE first: the file named by --config applies before them.
+  struct Flag {
+    std::string name, value;
+    bool has_value;
+  };
+  std::vector<Flag> flags;
   for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    std::string value;
-    bool has_value = false;
-    if (auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
+    const std::string& a = args[i];
+    if (!a.starts_with("-")) {
+      return Status::InvalidArgument(fmt::format("unexpected argument `{}` (see depotd --help)", a));
     }
-    auto take = [&]() -> Result<std::string> {
-      if (has_value) return value;
-      if (i + 1 >= args.size()) return Status::InvalidArgument(fmt::format("{} needs a value", flag));
-      return args[++i];
-    };
-    auto size = [&](uint64_t& out) -> Status {
-      auto v = take();
-      if (!v.ok()) return v.status();
-      auto parsed = ParseSize(*v, physical_memory);
-      if (!parsed) {
-        return Status::InvalidArgument(fmt::format(
-            "{} {}: expected a size such as 512MiB, 8GiB or 25%", flag, *v));
-      }
-      out = *parsed;
-      return Status::OK();
-    };
-    Status st;
-    if (flag == "--socket") {
-      auto v = take();
-      if (!v.ok()) return v.status();
-      if (v->empty()) return Status::InvalidArgument("--socket needs a path");
-      o.socket_path = *v;
-    } else if (flag == "--capacity") {
-      st = size(o.capacity);
-    } else if (flag == "--segment-size") {
-      st = size(o.segment_size);
-    } else if (flag == "--prefault" && !has_value) {
-      o.prefault = true;
-    } else if (flag == "--log-level") {
-      auto v = take();
-      if (!v.ok()) return v.status();
-      static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
-      if (std::find(std::begin(kLevels), std::end(kLevels), *v) == std::end(kLevels)) {
-        return Status::InvalidArgument(fmt::format(
-            "--log-level {}: expected trace, debug, info, warn, error, critical or off", *v));
-      }
-      o.log_level = *v;
-    } else if (flag == "--help" || flag == "-h") {
+    Flag f{a, "", false};
+    if (size_t eq = a.find('='); a.starts_with("--") && eq != std::string::npos) {
+      f = {a.substr(0, eq), a.substr(eq + 1), true};
+    }
+    if (f.name == "--help" || f.name == "-h") {
       o.help = true;
-    } else if (flag == "--version") {
+    } else if (f.name == "--version") {
       o.version = true;
+    } else if (f.name == "--check-config") {
+      o.check_config = true;
+    } else if (f.name == "--print-config") {
+      o.print_config = true;
     } else {
-      return Status::InvalidArgument(fmt::format("unknown option {} (see depotd --help)", args[i]));
+      std::string key = f.name.substr(std::min<size_t>(2, f.name.size()));
+      std::replace(key.begin(), key.end(), '-', '_');
+      const Key* k = FindKey(key);
+      if (key != "config" && (k == nullptr || !f.name.starts_with("--"))) {
+        return Status::InvalidArgument(fmt::format("unknown option {} (see depotd --help)", a));
+      }
+      if (!f.has_value && k != nullptr && IsSwitch(*k)) {
+        f.value = "on";
+      } else if (!f.has_value) {
+        if (i + 1 >= args.size()) {
+          return Status::InvalidArgument(fmt::format("{} needs a value", f.name));
+        }
+        f.value = args[++i];
+      }
+      if (key == "config") {
+        o.config_path = f.value;
+      } else {
+        flags.push_back(std::move(f));
+      }
     }
-    if (!st.ok()) return st;
+  }
+  if (!o.config_path.empty()) {
+    if (Status st = LoadFile(o.config_path, o, physical_memory); !st.ok()) return st;
+  }
+  for (const Flag& f : flags) {
+    std::string key = f.name.substr(2);
+    std::replace(key.begin(), key.end(), '-', '_');
+    if (std::string err = FindKey(key)->set(o, f.value, physical_memory); !err.empty()) {
+      return Status::InvalidArgument(fmt::format("{} {}: {}", f.name, f.value, err));
+    }
   }
   return o;
+}
+
+Result<std::string> ReadLogLevel(const std::string& config_path) {
+  DaemonOptions o;
+  if (Status st = LoadFile(config_path, o, 0, "log_level"); !st.ok()) return st;
+  return o.log_level;
+}
+
+std::string FormatConfig(const DaemonOptions& o) {
+  std::string out;
+  for (const Key& k : Keys()) out += fmt::format("{} = {}\n", k.doc.name, k.get(o));
+  return out;
 }
 
 }  // namespace depot

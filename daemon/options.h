@@ -1,6 +1,10 @@
-// depotd's command line: what it accepts, its defaults, and the text of --help.
+// depotd's configuration: every key, its default, and how it is read from a config file
+// (`key = value` lines, `#` comments) and from the command line (`--key-name VALUE`, the key with
+// dashes). Command-line flags override the file; the file overrides the defaults.
 #ifndef DEPOT_DAEMON_OPTIONS_H_
 #define DEPOT_DAEMON_OPTIONS_H_
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <string>
@@ -12,23 +16,56 @@ namespace depot {
 
 struct DaemonOptions {
   std::string socket_path;
+  uint32_t socket_mode = 0660;
+  std::string socket_group;  // empty: the daemon's own group
   uint64_t capacity = 0;
   uint64_t segment_size = 64ull << 20;
+  bool hugepages = false;
   bool prefault = false;
+  bool eviction = true;
   std::string log_level = "info";
+  uint32_t max_clients = 1024;
+  uint32_t max_message_size = 64u << 20;
+  uint32_t max_frames = 64;
+  uint32_t max_metadata = 16u << 10;
+  std::string device_capacity = "90%";  // per GPU, for device pools
+  uint64_t device_chunk_size = 1ull << 30;
+  std::string devices = "all";          // "all", "none", or GPU UUIDs separated by commas
+
+  // What to do rather than serve.
+  std::string config_path;
+  bool check_config = false;
+  bool print_config = false;
   bool help = false;
   bool version = false;
 };
 
+// One configuration key, as documented in config/depotd.conf.
+struct ConfigKey {
+  const char* name;           // "segment_size"; the flag is --segment-size
+  const char* default_text;   // as written in the config file
+  const char* help;           // one line
+};
+const std::vector<ConfigKey>& ConfigKeys();
+
 // The per-user default socket: $XDG_RUNTIME_DIR/depot/depot.sock, else /tmp/depot-$UID/depot.sock.
 std::string DefaultSocketPath();
 
-// Parses argv (without argv[0]). `physical_memory` and `shm_available` size the defaults and
-// percentages. InvalidArgument naming the flag for anything it cannot accept.
+// Builds the configuration from argv (without argv[0]): the defaults, then the file named by
+// --config, then the flags. `physical_memory` sizes percentages; the default capacity is 25% of
+// it, at most `shm_available`. InvalidArgument naming the flag, or the file, line and key, for
+// anything it cannot accept.
 Result<DaemonOptions> ParseOptions(const std::vector<std::string>& args, uint64_t physical_memory,
                                    uint64_t shm_available);
 
-extern const char kUsage[];
+// Reads only the log level from a config file (for SIGHUP). The level, or the error.
+Result<std::string> ReadLogLevel(const std::string& config_path);
+
+// The effective configuration in the config file's format, one `key = value` a line.
+std::string FormatConfig(const DaemonOptions& o);
+
+// The text of depotd --help, every key included.
+std::string Usage();
 
 }  // namespace depot
 

@@ -1,6 +1,7 @@
 #include "daemon/server.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include <boost/asio/write.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -71,12 +73,12 @@ Result<SocketClaim> SocketClaim::Acquire(const std::string& socket_path) {
   return claim;
 }
 
-Server::Server(boost::asio::io_context& io, SocketClaim claim, Store& store)
-    : acceptor_(io), retry_(io), claim_(std::move(claim)), store_(store) {}
+Server::Server(boost::asio::io_context& io, SocketClaim claim, Store& store, ServerOptions options)
+    : acceptor_(io), retry_(io), claim_(std::move(claim)), store_(store), options_(std::move(options)) {}
 
 Result<std::unique_ptr<Server>> Server::Start(boost::asio::io_context& io, SocketClaim claim,
-                                              Store& store) {
-  std::unique_ptr<Server> server(new Server(io, std::move(claim), store));
+                                              Store& store, ServerOptions options) {
+  std::unique_ptr<Server> server(new Server(io, std::move(claim), store, std::move(options)));
   const std::string& path = server->claim_.path();
   boost::system::error_code ec;
   boost::asio::local::stream_protocol::endpoint endpoint(path);
@@ -84,7 +86,18 @@ Result<std::unique_ptr<Server>> Server::Start(boost::asio::io_context& io, Socke
   if (!ec) server->acceptor_.bind(endpoint, ec);
   if (!ec) server->acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::Unavailable(fmt::format("cannot listen on {}: {}", path, ec.message()));
-  ::chmod(path.c_str(), 0660);
+  const ServerOptions& o = server->options_;
+  if (::chmod(path.c_str(), o.socket_mode) != 0) {
+    return Status::Unavailable(fmt::format("cannot set mode {:04o} on {}: {}", o.socket_mode, path,
+                                           std::strerror(errno)));
+  }
+  if (!o.socket_group.empty()) {
+    group* g = ::getgrnam(o.socket_group.c_str());
+    if (g == nullptr || ::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+      return Status::Unavailable(fmt::format("cannot give {} to group {}: {}", path, o.socket_group,
+                                             g ? std::strerror(errno) : "no such group"));
+    }
+  }
   server->Accept();
   return server;
 }
@@ -111,6 +124,14 @@ void Server::Accept() {
         if (!e) Accept();
       });
       return;
+    } else if (sessions_.size() >= options_.max_clients) {
+      spdlog::warn("refused a connection: {} clients already connected (max_clients)",
+                   sessions_.size());
+      std::string msg = fmt::format("depotd serves at most {} clients at once (max_clients); try again later",
+                                    options_.max_clients);
+      auto bytes = proto::EncodeError(0, wire::Code::Unavailable, msg);
+      boost::system::error_code ignored;
+      boost::asio::write(socket, boost::asio::buffer(bytes), ignored);
     } else {
       auto session = std::make_shared<Session>(std::move(socket), store_,
                                                [this](Session* s) { sessions_.erase(s); });

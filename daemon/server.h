@@ -33,11 +33,18 @@ class SocketClaim {
   proto::UniqueFd lock_;
 };
 
+struct ServerOptions {
+  uint32_t socket_mode = 0660;
+  std::string socket_group;  // empty: leave the daemon's own group
+  uint32_t max_clients = 1024;
+};
+
 class Server {
  public:
-  // Binds and listens on the claimed path (mode 0660) and starts accepting.
+  // Binds and listens on the claimed path, gives the socket file its mode and group, and starts
+  // accepting. Connections beyond max_clients are answered Unavailable and closed.
   static Result<std::unique_ptr<Server>> Start(boost::asio::io_context& io, SocketClaim claim,
-                                               Store& store);
+                                               Store& store, ServerOptions options = {});
 
   // Stops accepting, closes every session and removes the socket file.
   ~Server();
@@ -46,13 +53,14 @@ class Server {
   Server& operator=(const Server&) = delete;
 
  private:
-  Server(boost::asio::io_context& io, SocketClaim claim, Store& store);
+  Server(boost::asio::io_context& io, SocketClaim claim, Store& store, ServerOptions options);
   void Accept();
 
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::steady_timer retry_;
   SocketClaim claim_;
   Store& store_;
+  ServerOptions options_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
 };
 

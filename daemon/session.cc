@@ -60,7 +60,7 @@ void Session::Parse() {
   while (!closed_ && !failing_ && in_end_ - in_begin_ >= sizeof(proto::Header)) {
     proto::Header h;
     std::memcpy(&h, in_.data() + in_begin_, sizeof h);
-    if (std::string err = proto::CheckHeader(h); !err.empty()) {
+    if (std::string err = proto::CheckHeader(h, store_.options().max_message_size); !err.empty()) {
       return Fail(Status::ProtocolError(err), h.request_id);
     }
     size_t total = sizeof h + h.length;

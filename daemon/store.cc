@@ -171,7 +171,8 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   fb::FlatBufferBuilder fbb;
   auto version = fbb.CreateString(options_.version);
   fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
-                                    proto::kMaxMessageSize, proto::kMaxInlineSize));
+                                    options_.max_message_size, proto::kMaxInlineSize,
+                                    options_.hugepages));
   Reply(s, id, proto::ReplyType(MsgType::kHello), fbb);
   return Status::OK();
 }
@@ -194,7 +195,7 @@ Result<std::vector<Location>> Store::AllocateFrames(std::span<const uint64_t> si
     }
     if (failed.ok()) return frames;
     FreeFrames(frames);
-    if (!failed.IsStoreFull() || !table_.EvictLru()) return failed;
+    if (!failed.IsStoreFull() || !options_.eviction || !table_.EvictLru()) return failed;
   }
 }
 
@@ -233,12 +234,12 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   size_t metadata_size = req.metadata() ? req.metadata()->size() : 0;
   size_t name_size = req.name() ? req.name()->size() : 0;
   auto invalid = [&](std::string msg) { ReplyError(s, id, Status::InvalidArgument(std::move(msg))); };
-  if (nframes == 0 || nframes > proto::kMaxFrames) {
-    return invalid(fmt::format("an object has 1 to {} frames, not {}", proto::kMaxFrames, nframes));
+  if (nframes == 0 || nframes > options_.max_frames) {
+    return invalid(fmt::format("an object has 1 to {} frames, not {}", options_.max_frames, nframes));
   }
-  if (metadata_size > proto::kMaxMetadataSize) {
+  if (metadata_size > options_.max_metadata) {
     return invalid(fmt::format("metadata of {} bytes exceeds the limit of {} bytes", metadata_size,
-                               proto::kMaxMetadataSize));
+                               options_.max_metadata));
   }
   if (name_size > proto::kMaxNameSize) {
     return invalid(fmt::format("name of {} bytes exceeds the limit of {} bytes", name_size,

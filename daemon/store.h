@@ -48,6 +48,11 @@ struct StoreOptions {
   HostPoolOptions pool;
   std::string socket_path;  // reported by status
   std::string version;
+  uint32_t max_message_size = proto::kMaxMessageSize;  // largest request accepted
+  uint32_t max_frames = proto::kMaxFrames;
+  uint32_t max_metadata = proto::kMaxMetadataSize;
+  bool eviction = true;   // evict LRU evictable objects when full
+  bool hugepages = false;  // clients ask for huge pages on their mappings
 };
 
 class Store {
@@ -69,6 +74,7 @@ class Store {
 
   size_t sessions() const { return sessions_.size(); }
   const HostPool& pool() const { return *pool_; }
+  const StoreOptions& options() const { return options_; }
   const ObjectTable& table() const { return table_; }
 
  private:

@@ -1,11 +1,12 @@
-// Tests for sizes as people write them (common/units.h) and depotd's command line
-// (daemon/options.h).
+// Tests for sizes as people write them (common/units.h) and depotd's configuration: command
+// line and config file (daemon/options.h).
 #include "daemon/options.h"
 
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -136,7 +137,11 @@ TEST_CASE("ParseOptions: switches", "[options]") {
   CHECK(r->version);
   CHECK(r->help);
   CHECK(ParseOptions({"-h"}, 16 * kGiB, 8 * kGiB)->help);
-  CHECK_FALSE(ParseOptions({"--prefault=yes"}, 16 * kGiB, 8 * kGiB).ok());
+  CHECK(ParseOptions({"--prefault=yes"}, 16 * kGiB, 8 * kGiB)->prefault);
+  CHECK_FALSE(ParseOptions({"--prefault=off"}, 16 * kGiB, 8 * kGiB)->prefault);
+  CHECK_FALSE(ParseOptions({"--prefault=maybe"}, 16 * kGiB, 8 * kGiB).ok());
+  CHECK_FALSE(ParseOptions({"--eviction", "off"}, 16 * kGiB, 8 * kGiB).ok());  // "off" is not a flag
+  CHECK_FALSE(ParseOptions({"--eviction=off"}, 16 * kGiB, 8 * kGiB)->eviction);
 }
 
 TEST_CASE("ParseOptions rejects bad input, naming the flag", "[options]") {
@@ -154,6 +159,12 @@ TEST_CASE("ParseOptions rejects bad input, naming the flag", "[options]") {
   check({"--segment-size", "0"}, "--segment-size");
   check({"--frobnicate"}, "--frobnicate");
   check({"--socket", "/tmp/s", "extra"}, "extra");
+  check({"--max-frames", "65"}, "--max-frames");
+  check({"--max-metadata", "1MiB"}, "--max-metadata");
+  check({"--max-message-size", "1GiB"}, "--max-message-size");
+  check({"--socket-mode", "0999"}, "--socket-mode");
+  check({"--device-capacity", "lots"}, "--device-capacity");
+  check({"-capacity", "1GiB"}, "-capacity");
   check({"--socket"}, "--socket");
   check({"--capacity"}, "--capacity");
   check({"--log-level"}, "--log-level");
@@ -175,6 +186,127 @@ TEST_CASE("DefaultSocketPath honours XDG_RUNTIME_DIR", "[options]") {
     XdgRuntimeDir env(nullptr);
     CHECK(DefaultSocketPath() == fallback);
   }
+}
+
+// Writes `text` to a fresh file and returns its path.
+std::string WriteFile(const std::string& text) {
+  char tmpl[] = "/tmp/depot-conf-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  return tmpl;
+}
+
+TEST_CASE("A config file sets every key", "[options]") {
+  std::string path = WriteFile(R"(# a comment
+socket = /run/depot/depot.sock
+socket_mode = 0600
+socket_group = depot
+capacity = 2GiB     # trailing comment
+segment_size = 128MiB
+hugepages = on
+prefault = yes
+eviction = off
+log_level = debug
+max_clients = 16
+max_message_size = 8MiB
+max_frames = 8
+max_metadata = 1KiB
+device_capacity = 50%
+device_chunk_size = 512MiB
+devices = GPU-1,GPU-2
+)");
+  auto o = ParseOptions({"--config", path}, 16 * kGiB, 8 * kGiB);
+  INFO(o.status().ToString());
+  REQUIRE(o.ok());
+  CHECK(o->config_path == path);
+  CHECK(o->socket_path == "/run/depot/depot.sock");
+  CHECK(o->socket_mode == 0600);
+  CHECK(o->socket_group == "depot");
+  CHECK(o->capacity == 2 * kGiB);
+  CHECK(o->segment_size == 128 * kMiB);
+  CHECK(o->hugepages);
+  CHECK(o->prefault);
+  CHECK_FALSE(o->eviction);
+  CHECK(o->log_level == "debug");
+  CHECK(o->max_clients == 16);
+  CHECK(o->max_message_size == 8 * kMiB);
+  CHECK(o->max_frames == 8);
+  CHECK(o->max_metadata == 1 * kKiB);
+  CHECK(o->device_capacity == "50%");
+  CHECK(o->device_chunk_size == 512 * kMiB);
+  CHECK(o->devices == "GPU-1,GPU-2");
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("Flags override the config file wherever they stand", "[options]") {
+  std::string path = WriteFile("capacity = 1GiB\nlog_level = warn\n");
+  auto o = ParseOptions({"--capacity", "3GiB", "--config", path}, 16 * kGiB, 8 * kGiB);
+  REQUIRE(o.ok());
+  CHECK(o->capacity == 3 * kGiB);   // the flag wins even before --config
+  CHECK(o->log_level == "warn");    // the file wins over the default
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("A bad config file names the file, the line and the key", "[options]") {
+  auto check = [](const std::string& text, const std::string& line, const std::string& what) {
+    std::string path = WriteFile(text);
+    auto o = ParseOptions({"--config", path}, 16 * kGiB, 8 * kGiB);
+    REQUIRE_FALSE(o.ok());
+    CHECK(o.status().IsInvalidArgument());
+    CHECK_THAT(o.status().message(), Contains(path + ":" + line + ":") && Contains(what));
+    ::unlink(path.c_str());
+  };
+  check("# fine\ncapacity = 1GiB\ncapacity = lots\n", "3", "capacity = lots");
+  check("frobnicate = 1\n", "1", "unknown key `frobnicate`");
+  check("\n\nthis line has no equals sign\n", "3", "expected `key = value`");
+  check("max_frames = 1000\n", "1", "max_frames");
+  check("log_level = loud\n", "1", "log_level");
+  auto missing = ParseOptions({"--config", "/nonexistent/depotd.conf"}, 16 * kGiB, 8 * kGiB);
+  CHECK_THAT(missing.status().message(), Contains("/nonexistent/depotd.conf"));
+}
+
+TEST_CASE("FormatConfig prints a file that reads back to the same configuration", "[options]") {
+  auto o = ParseOptions({"--capacity", "3GiB", "--prefault", "--socket-group", "adm",
+                         "--max-frames", "9", "--devices", "none"},
+                        16 * kGiB, 8 * kGiB);
+  REQUIRE(o.ok());
+  std::string text = FormatConfig(*o);
+  CHECK_THAT(text, Contains("capacity = 3221225472\n") && Contains("prefault = on\n"));
+  std::string path = WriteFile(text);
+  auto back = ParseOptions({"--config", path}, 16 * kGiB, 8 * kGiB);
+  REQUIRE(back.ok());
+  CHECK(FormatConfig(*back) == text);
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("ReadLogLevel reads only the log level", "[options]") {
+  std::string path = WriteFile("capacity = 1GiB\nlog_level = error\n");
+  CHECK(*ReadLogLevel(path) == "error");
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("config/depotd.conf documents every key at its default", "[options]") {
+  std::ifstream in(DEPOT_SOURCE_DIR "/config/depotd.conf");
+  REQUIRE(in);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string defaults;  // every key's line, uncommented
+  for (const ConfigKey& k : ConfigKeys()) {
+    std::string line = std::string("# ") + k.name + " =" + (*k.default_text ? " " : "") +
+                       k.default_text + "\n";
+    INFO(k.name);
+    CHECK_THAT(text, Contains(line));
+    if (std::string_view(k.name) != "socket") defaults += line.substr(2);
+  }
+  // The documented defaults are the real ones.
+  std::string path = WriteFile(defaults);
+  auto from_file = ParseOptions({"--config", path}, 16 * kGiB, 100 * kGiB);
+  auto built_in = ParseOptions({}, 16 * kGiB, 100 * kGiB);
+  REQUIRE(from_file.ok());
+  built_in->config_path = from_file->config_path;
+  CHECK(FormatConfig(*from_file) == FormatConfig(*built_in));
+  ::unlink(path.c_str());
 }
 
 }  // namespace

@@ -51,16 +51,18 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   fbb.Finish(wire::CreateHelloRequest(fbb, proto::kProtocolVersion, client_name));
   auto reply = conn->Call(proto::MsgType::kHello, fbb);
   if (!reply.ok()) return reply.status();
+  conn->hugepages_ = proto::Body<wire::HelloReply>(reply->body)->hugepages();
   return conn;
 }
 
-Status Connection::Send(const std::vector<uint8_t>& bytes) {
+Status Connection::Send(const std::vector<uint8_t>& bytes, bool* peer_closed) {
   std::lock_guard lk(send_mu_);
   size_t sent = 0;
   while (sent < bytes.size()) {
     ssize_t n = ::send(fd_.get(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
+      if (peer_closed) *peer_closed = errno == EPIPE || errno == ECONNRESET;
       return Status::Disconnected(
           fmt::format("lost the connection to depotd at {}: {}", path_, std::strerror(errno)));
     }
@@ -81,11 +83,14 @@ Result<Message> Connection::Call(proto::MsgType type, flatbuffers::FlatBufferBui
     if (!broken_.ok()) return broken_;
     pending_[id] = &slot;
   }
-  Status sent = Send(proto::Encode(static_cast<uint16_t>(type), id, fbb));
-  if (!sent.ok()) {
+  bool peer_closed = false;
+  Status sent = Send(proto::Encode(static_cast<uint16_t>(type), id, fbb), &peer_closed);
+  if (!sent.ok() && !peer_closed) {
     std::lock_guard lk(mu_);
     Fail(sent);
   }
+  // When the daemon closed the connection, what it said before closing (an error saying why)
+  // is still there to read: the wait below reads it, or the end of the stream.
   Status st = Wait(id, slot);
   if (!st.ok()) return st;
   if (slot.message.type() == static_cast<uint16_t>(proto::MsgType::kError)) {
@@ -175,6 +180,10 @@ Status Connection::Dispatch(const proto::Header& h, std::span<const uint8_t> bod
     return Status::ProtocolError(
         fmt::format("depotd sent a malformed {}", proto::TypeName(h.type)));
   }
+  if (h.type == static_cast<uint16_t>(proto::MsgType::kError) && h.request_id == 0) {
+    // An error about the connection itself (too many clients, for one): it ends the connection.
+    return FromError(*proto::Body<wire::ErrorReply>(body));
+  }
   if (h.type == static_cast<uint16_t>(proto::MsgType::kSegmentsRetired)) {
     std::lock_guard lk(seg_mu_);
     for (uint32_t id : *proto::Body<wire::SegmentsRetired>(body)->ids()) {
@@ -262,6 +271,7 @@ Result<std::vector<std::span<std::byte>>> Connection::MapFrames(
         break;
       }
       base = p;
+      if (hugepages_) ::madvise(p, s.size, MADV_HUGEPAGE);
       if (writable) s.rw_populated.assign((s.size + kPopulateGranule - 1) / kPopulateGranule, false);
     }
     ++s.uses;

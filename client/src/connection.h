@@ -106,7 +106,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   };
 
   Connection(proto::UniqueFd fd, std::string path);
-  Status Send(const std::vector<uint8_t>& bytes);
+  // Writes a whole message. `peer_closed` says whether it failed because the daemon hung up.
+  Status Send(const std::vector<uint8_t>& bytes, bool* peer_closed = nullptr);
   Status Wait(uint64_t id, Slot& slot);
   // Reads until at least one message has been dispatched. Called by the reader only.
   Status ReadSome();
@@ -116,6 +117,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   proto::UniqueFd fd_;
   std::string path_;
+  bool hugepages_ = false;  // the daemon asks for huge pages on segment mappings
   std::atomic<uint64_t> next_id_{1};
 
   std::mutex send_mu_;
