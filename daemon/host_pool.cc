@@ -143,6 +143,8 @@ HostPoolStats HostPool::stats() const {
   s.segments = static_cast<uint32_t>(segments_.size());
   for (const auto& [id, seg] : segments_) {
     s.used += seg.allocator.used();
+    s.free_in_segments += seg.allocator.free();
+    s.largest_block = std::max(s.largest_block, seg.allocator.largest_free());
     if (!seg.dedicated) s.largest_free = std::max(s.largest_free, seg.allocator.largest_free());
   }
   if (!options_.prefault) s.largest_free = std::max(s.largest_free, options_.capacity - reserved_);

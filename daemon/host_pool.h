@@ -41,6 +41,8 @@ struct HostPoolStats {
   uint64_t reserved = 0;      // bytes in segments
   uint64_t used = 0;          // bytes in allocated blocks
   uint64_t largest_free = 0;  // largest object that fits now, counting segments not yet created
+  uint64_t free_in_segments = 0;  // free bytes inside the segments that exist
+  uint64_t largest_block = 0;     // largest free block inside them (fragmentation: 1 - this/that)
   uint32_t segments = 0;
 };
 

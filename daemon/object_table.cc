@@ -32,6 +32,7 @@ Result<const StoredObject*> ObjectTable::Create(NewObject n) {
   index_.emplace(o.guid, id);
   sessions_[o.creator].creating.insert(id);
   ++counts_.creating;
+  Notify(TableEvent::kCreated, o);
   return &o;
 }
 
@@ -62,6 +63,7 @@ Status ObjectTable::Seal(SessionId session, const Guid& guid) {
   --counts_.creating;
   ++counts_.sealed;
   if (o.evictable) LruAdd(o);
+  Notify(TableEvent::kSealed, o);
   return Status::OK();
 }
 
@@ -69,6 +71,7 @@ Status ObjectTable::Abort(SessionId session, const Guid& guid) {
   auto found = FindCreating(session, guid);
   if (!found.ok()) return found.status();
   sessions_[session].creating.erase((*found)->id);
+  Notify(TableEvent::kAborted, **found);
   Destroy(**found);
   return Status::OK();
 }
@@ -102,6 +105,7 @@ Status ObjectTable::Release(SessionId session, ObjectId id) {
 void ObjectTable::Unreference(StoredObject& o) {
   if (--o.refcount > 0) return;
   if (o.deleted) {
+    Notify(TableEvent::kFreed, o);
     Destroy(o);
   } else if (o.evictable) {
     LruAdd(o);
@@ -120,6 +124,7 @@ Status ObjectTable::Delete(const Guid& guid) {
   }
   index_.erase(it);
   LruRemove(o);
+  Notify(TableEvent::kDeleted, o);
   if (o.refcount == 0) {
     Destroy(o);
   } else {
@@ -135,7 +140,10 @@ void ObjectTable::DropSession(SessionId session) {
   if (s == sessions_.end()) return;
   SessionRefs refs = std::move(s->second);
   sessions_.erase(s);
-  for (ObjectId id : refs.creating) Destroy(objects_.at(id));
+  for (ObjectId id : refs.creating) {
+    Notify(TableEvent::kAborted, objects_.at(id));
+    Destroy(objects_.at(id));
+  }
   for (const auto& [id, count] : refs.held) Unreference(objects_.at(id));
 }
 
@@ -144,6 +152,7 @@ bool ObjectTable::EvictLru() {
   StoredObject& o = objects_.at(lru_.front());
   ++counts_.evictions;
   counts_.evicted_bytes += o.size();
+  Notify(TableEvent::kEvicted, o);
   Destroy(o);
   return true;
 }
@@ -189,6 +198,16 @@ uint32_t ObjectTable::HeldBy(SessionId session, ObjectId id) const {
   if (s == sessions_.end()) return 0;
   auto h = s->second.held.find(id);
   return h == s->second.held.end() ? 0 : h->second;
+}
+
+Holdings ObjectTable::HoldingsOf(SessionId session) const {
+  Holdings h;
+  auto s = sessions_.find(session);
+  if (s == sessions_.end()) return h;
+  h.references = s->second.held.size();
+  for (const auto& [id, count] : s->second.held) h.bytes += objects_.at(id).size();
+  h.creating = s->second.creating.size();
+  return h;
 }
 
 }  // namespace depot

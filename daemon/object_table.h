@@ -68,6 +68,16 @@ struct NewObject {
   uint32_t creator_uid = 0;
 };
 
+// What happened to an object, for those who watch (depotctl watch).
+enum class TableEvent { kCreated, kSealed, kAborted, kDeleted, kEvicted, kFreed };
+
+// What a session holds, for depotctl clients.
+struct Holdings {
+  uint64_t references = 0;  // objects it holds a reference on
+  uint64_t bytes = 0;       // their total size
+  uint64_t creating = 0;    // objects it is creating
+};
+
 struct ObjectCounts {
   uint64_t creating = 0;
   uint64_t sealed = 0;
@@ -80,8 +90,13 @@ class ObjectTable {
  public:
   using FreeFn = std::function<void(const StoredObject&)>;
   using ClockFn = std::function<int64_t()>;  // wall-clock nanoseconds
+  using EventFn = std::function<void(TableEvent, const StoredObject&)>;
 
   ObjectTable(FreeFn on_free, ClockFn clock);
+
+  // Called after every transition (created, sealed, aborted, deleted, evicted) and when a
+  // deleted object's memory is finally freed.
+  void set_observer(EventFn fn) { observer_ = std::move(fn); }
 
   // Adds an object in state Creating, owned by `creator`. AlreadyExists when the GUID is taken.
   Result<const StoredObject*> Create(NewObject o);
@@ -123,6 +138,9 @@ class ObjectTable {
   // How many references `session` holds on object `id` (for tests and inspection).
   uint32_t HeldBy(SessionId session, ObjectId id) const;
 
+  // Everything `session` holds or is creating.
+  Holdings HoldingsOf(SessionId session) const;
+
  private:
   struct SessionRefs {
     std::unordered_map<ObjectId, uint32_t> held;  // object -> acquires not yet released
@@ -134,8 +152,12 @@ class ObjectTable {
   void Destroy(StoredObject& o);  // frees the memory and forgets the object
   void LruRemove(StoredObject& o);
   void LruAdd(StoredObject& o);
+  void Notify(TableEvent e, const StoredObject& o) {
+    if (observer_) observer_(e, o);
+  }
 
   FreeFn on_free_;
+  EventFn observer_;
   ClockFn clock_;
   ObjectId next_id_ = 1;
   std::unordered_map<ObjectId, StoredObject> objects_;  // every live object, deleted ones included

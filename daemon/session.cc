@@ -61,6 +61,7 @@ void Session::Parse() {
     proto::Header h;
     std::memcpy(&h, in_.data() + in_begin_, sizeof h);
     if (std::string err = proto::CheckHeader(h, store_.options().max_message_size); !err.empty()) {
+      store_.NoteProtocolError();
       return Fail(Status::ProtocolError(err), h.request_id);
     }
     size_t total = sizeof h + h.length;
@@ -70,6 +71,7 @@ void Session::Parse() {
     }
     std::span<const uint8_t> body(in_.data() + in_begin_ + sizeof h, h.length);
     if ((h.type & proto::kReplyBit) || !proto::VerifyBody(h.type, body)) {
+      store_.NoteProtocolError();
       return Fail(Status::ProtocolError(fmt::format("malformed {} message: the body does not verify",
                                                     proto::TypeName(h.type))),
                   h.request_id);

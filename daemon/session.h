@@ -30,6 +30,7 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   void Close();
 
   void Send(std::vector<uint8_t> message, std::vector<proto::UniqueFd> fds) override;
+  size_t Backlog() const override { return out_.size(); }
 
   const PeerCredentials& credentials() const { return creds_; }
 

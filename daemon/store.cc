@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -73,6 +74,12 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
 
 Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options) {
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
+  store->table_.set_observer([s = store.get()](TableEvent e, const StoredObject& o) {
+    static constexpr wire::EventKind kKinds[] = {
+        wire::EventKind::Created, wire::EventKind::Sealed,  wire::EventKind::Aborted,
+        wire::EventKind::Deleted, wire::EventKind::Evicted, wire::EventKind::Freed};
+    s->Emit(kKinds[static_cast<int>(e)], &o, s->current_);
+  });
   auto pool = HostPool::Create(store->options_.pool,
                                [s = store.get()](uint32_t id) { s->OnSegmentRetired(id); });
   if (!pool.ok()) return pool.status();
@@ -82,7 +89,12 @@ Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreO
 
 SessionId Store::Open(Peer* peer, PeerCredentials creds) {
   SessionId id = next_session_++;
-  sessions_.emplace(id, SessionState{peer, creds, false, {}});
+  ++connections_;
+  SessionState st;
+  st.peer = peer;
+  st.creds = creds;
+  st.connected_ns = WallClockNs();
+  sessions_.emplace(id, std::move(st));
   return id;
 }
 
@@ -92,7 +104,12 @@ void Store::Close(SessionId session) {
     if (w.session == session) parked.push_back(wait_id);
   }
   for (uint64_t wait_id : parked) TakeWait(wait_id);
+  current_ = session;
   table_.DropSession(session);
+  current_ = 0;
+  auto it = sessions_.find(session);
+  bool greeted = it != sessions_.end() && it->second.greeted;
+  if (greeted) Emit(wire::EventKind::ClientDisconnected, nullptr, session);
   sessions_.erase(session);
 }
 
@@ -101,13 +118,24 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
   if (it == sessions_.end()) return Status::Disconnected("session is closed");
   auto type = static_cast<MsgType>(h.type);
   if (!it->second.greeted && type != MsgType::kHello) {
+    NoteProtocolError();
     return Status::ProtocolError(
         fmt::format("expected hello as the first message, got {}", proto::TypeName(h.type)));
   }
   uint64_t id = h.request_id;
+  ++requests_;
+  ++it->second.requests;
+  current_ = s;
+  struct Reset {
+    SessionId& c;
+    ~Reset() { c = 0; }
+  } reset{current_};
   switch (type) {
     case MsgType::kHello:
-      if (it->second.greeted) return Status::ProtocolError("hello sent twice");
+      if (it->second.greeted) {
+        NoteProtocolError();
+        return Status::ProtocolError("hello sent twice");
+      }
       return OnHello(s, id, *proto::Body<wire::HelloRequest>(body));
     case MsgType::kCreate:
       OnCreate(s, id, *proto::Body<wire::CreateRequest>(body));
@@ -137,7 +165,15 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
     case MsgType::kStatus:
       OnStatus(s, id);
       break;
+    case MsgType::kPing:
+    case MsgType::kSubscribe:
+      OnEmpty(s, id, type);
+      break;
+    case MsgType::kClients:
+      OnClients(s, id);
+      break;
     default:
+      NoteProtocolError();
       return Status::ProtocolError(
           fmt::format("{} is not a request a client may send", proto::TypeName(h.type)));
   }
@@ -152,6 +188,7 @@ void Store::Reply(SessionId session, uint64_t request_id, uint16_t type,
 }
 
 void Store::ReplyError(SessionId session, uint64_t request_id, const Status& status) {
+  ++errors_[static_cast<size_t>(status.code())];
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
   it->second.peer->Send(proto::EncodeError(request_id, ToWire(status.code()), status.message()), {});
@@ -160,11 +197,16 @@ void Store::ReplyError(SessionId session, uint64_t request_id, const Status& sta
 Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   SessionState& st = sessions_.at(s);
   if (req.version() != proto::kProtocolVersion) {
+    NoteProtocolError();
     return Status::ProtocolError(
         fmt::format("client speaks protocol version {}, this depotd speaks version {}",
                     req.version(), proto::kProtocolVersion));
   }
   st.greeted = true;
+  if (req.client_name()) st.name = req.client_name()->str();
+  std::ifstream comm(fmt::format("/proc/{}/comm", st.creds.pid));
+  std::getline(comm, st.process);
+  Emit(wire::EventKind::ClientConnected, nullptr, s);
   spdlog::info("client connected: session {} pid {} uid {} gid {}{}{}", s, st.creds.pid,
                st.creds.uid, st.creds.gid, req.client_name() ? " name " : "",
                req.client_name() ? req.client_name()->str() : "");
@@ -530,6 +572,7 @@ void Store::OnStatus(SessionId s, uint64_t id) {
   fb::FlatBufferBuilder fbb(512);
   auto version = fbb.CreateString(options_.version);
   auto socket = fbb.CreateString(options_.socket_path);
+  auto errors = fbb.CreateVector(errors_.data(), static_cast<size_t>(wire::Code::MAX) + 1);
   auto uptime = std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::steady_clock::now() - started_).count();
   wire::StatusReplyBuilder b(fbb);
@@ -550,8 +593,72 @@ void Store::OnStatus(SessionId s, uint64_t id) {
   b.add_evicted_bytes(c.evicted_bytes);
   b.add_prefault(pool_->options().prefault);
   b.add_gets_waiting(static_cast<uint32_t>(waits_.size()));
+  b.add_free_in_segments(ps.free_in_segments);
+  b.add_largest_free_block(ps.largest_block);
+  b.add_requests(requests_);
+  b.add_errors(errors);
+  b.add_connections(connections_);
   fbb.Finish(b.Finish());
   Reply(s, id, proto::ReplyType(MsgType::kStatus), fbb);
+}
+
+void Store::OnEmpty(SessionId s, uint64_t id, MsgType type) {
+  if (type == MsgType::kSubscribe) sessions_.at(s).subscribed = true;
+  fb::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  Reply(s, id, proto::ReplyType(type), fbb);
+}
+
+void Store::OnClients(SessionId s, uint64_t id) {
+  fb::FlatBufferBuilder fbb(256 * sessions_.size() + 64);
+  std::vector<fb::Offset<wire::ClientInfo>> infos;
+  for (const auto& [sid, st] : sessions_) {
+    if (!st.greeted) continue;
+    Holdings h = table_.HoldingsOf(sid);
+    auto name = fbb.CreateString(st.name);
+    auto process = fbb.CreateString(st.process);
+    infos.push_back(wire::CreateClientInfo(fbb, sid, st.creds.pid, st.creds.uid, st.creds.gid,
+                                           name, process, h.references, h.bytes, h.creating,
+                                           st.requests, st.connected_ns, st.subscribed));
+  }
+  fbb.Finish(wire::CreateClientsReply(fbb, fbb.CreateVector(infos)));
+  Reply(s, id, proto::ReplyType(MsgType::kClients), fbb);
+}
+
+void Store::Emit(wire::EventKind kind, const StoredObject* object, SessionId cause) {
+  // A subscriber that stops reading must not make the daemon hold events without bound: past
+  // this many unwritten messages, events are counted as dropped and reported with the next one.
+  constexpr size_t kMaxBacklog = 4096;
+  auto cause_it = sessions_.find(cause);
+  for (auto& [sid, st] : sessions_) {
+    if (!st.subscribed) continue;
+    if (st.peer->Backlog() >= kMaxBacklog) {
+      ++st.events_dropped;
+      continue;
+    }
+    fb::FlatBufferBuilder fbb(256);
+    fb::Offset<fb::String> name;
+    if (object) name = fbb.CreateString(object->name);
+    wire::EventBuilder b(fbb);
+    b.add_kind(kind);
+    b.add_unix_ns(WallClockNs());
+    wire::Guid g;
+    if (object) {
+      g = ToWire(object->guid);
+      b.add_guid(&g);
+      b.add_name(name);
+      b.add_size(object->size());
+    }
+    b.add_session_id(cause);
+    if (cause_it != sessions_.end()) {
+      b.add_pid(cause_it->second.creds.pid);
+      b.add_uid(cause_it->second.creds.uid);
+    }
+    b.add_dropped(st.events_dropped);
+    fbb.Finish(b.Finish());
+    st.events_dropped = 0;
+    st.peer->Send(proto::Encode(static_cast<uint16_t>(MsgType::kEvent), 0, fbb), {});
+  }
 }
 
 }  // namespace depot

@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -36,6 +37,8 @@ class Peer {
   virtual ~Peer() = default;
   // Queues one encoded message; `fds` travel with its first byte.
   virtual void Send(std::vector<uint8_t> message, std::vector<proto::UniqueFd> fds) = 0;
+  // Messages queued and not yet written (a subscriber that does not read falls behind).
+  virtual size_t Backlog() const = 0;
 };
 
 struct PeerCredentials {
@@ -72,6 +75,9 @@ class Store {
   // of a session must be hello. Returns a ProtocolError when the session must be closed.
   Status Handle(SessionId session, const proto::Header& header, std::span<const uint8_t> body);
 
+  // A session broke the protocol before its request reached Handle (counted in status).
+  void NoteProtocolError() { ++errors_[static_cast<size_t>(Status::Code::kProtocolError)]; }
+
   size_t sessions() const { return sessions_.size(); }
   const HostPool& pool() const { return *pool_; }
   const StoreOptions& options() const { return options_; }
@@ -79,9 +85,15 @@ class Store {
 
  private:
   struct SessionState {
-    Peer* peer;
+    Peer* peer = nullptr;
     PeerCredentials creds;
+    int64_t connected_ns = 0;
     bool greeted = false;
+    std::string name;     // from hello
+    std::string process;  // /proc/PID/comm
+    uint64_t requests = 0;
+    bool subscribed = false;
+    uint64_t events_dropped = 0;  // since the last event delivered
     std::unordered_set<uint32_t> sent_segments;  // shared segments whose fd this peer has
   };
 
@@ -111,6 +123,11 @@ class Store {
   void OnList(SessionId s, uint64_t id, const wire::ListRequest& req);
   void OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req);
   void OnStatus(SessionId s, uint64_t id);
+  void OnClients(SessionId s, uint64_t id);
+  void OnEmpty(SessionId s, uint64_t id, proto::MsgType type);  // ping, subscribe
+
+  // Sends an event to every subscribed session. `object` is null for client events.
+  void Emit(wire::EventKind kind, const StoredObject* object, SessionId cause);
 
   // Allocates every frame, evicting least recently used objects while that helps.
   Result<std::vector<Location>> AllocateFrames(std::span<const uint64_t> sizes);
@@ -139,6 +156,10 @@ class Store {
   std::chrono::steady_clock::time_point started_;
   SessionId next_session_ = 1;
   std::unordered_map<SessionId, SessionState> sessions_;
+  SessionId current_ = 0;  // the session whose request (or disconnect) is being handled
+  uint64_t requests_ = 0;
+  uint64_t connections_ = 0;
+  std::array<uint64_t, 16> errors_{};  // by Status::Code
   uint64_t next_wait_ = 1;
   std::unordered_map<uint64_t, GetWait> waits_;
   std::unordered_multimap<Guid, uint64_t> waiting_on_;  // guid -> wait id

@@ -55,8 +55,15 @@ bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
       return reply ? Verify<StatReply>(body) : Verify<GuidRequest>(body);
     case MsgType::kStatus:
       return reply ? Verify<StatusReply>(body) : Verify<EmptyReply>(body);
+    case MsgType::kPing:
+    case MsgType::kSubscribe:
+      return Verify<EmptyReply>(body);
+    case MsgType::kClients:
+      return reply ? Verify<ClientsReply>(body) : Verify<EmptyReply>(body);
     case MsgType::kSegmentsRetired:
       return !reply && Verify<SegmentsRetired>(body);
+    case MsgType::kEvent:
+      return !reply && Verify<Event>(body);
     case MsgType::kError:
       return !reply && Verify<ErrorReply>(body);
   }
@@ -82,9 +89,9 @@ std::vector<uint8_t> EncodeError(uint64_t request_id, wire::Code code, std::stri
 }
 
 std::string TypeName(uint16_t type) {
-  static constexpr const char* kNames[] = {"?",       "hello",    "create", "seal",
-                                           "abort",   "get",      "release", "delete",
-                                           "contains", "list",    "stat",   "status"};
+  static constexpr const char* kNames[] = {
+      "?",    "hello", "create", "seal",   "abort", "get",     "release", "delete",
+      "contains", "list", "stat", "status", "ping", "clients", "subscribe"};
   bool reply = type & kReplyBit;
   uint16_t base = type & ~kReplyBit;
   std::string name;
@@ -92,6 +99,8 @@ std::string TypeName(uint16_t type) {
     name = "error";
   } else if (base == static_cast<uint16_t>(MsgType::kSegmentsRetired)) {
     name = "segments-retired";
+  } else if (base == static_cast<uint16_t>(MsgType::kEvent)) {
+    name = "event";
   } else if (base > 0 && base < std::size(kNames)) {
     name = kNames[base];
   } else {

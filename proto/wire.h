@@ -32,7 +32,11 @@ enum class MsgType : uint16_t {
   kList = 9,           // ListRequest -> ListReply
   kStat = 10,          // GuidRequest -> StatReply
   kStatus = 11,        // EmptyReply (no fields) -> StatusReply
+  kPing = 12,          // EmptyReply -> EmptyReply
+  kClients = 13,       // EmptyReply -> ClientsReply
+  kSubscribe = 14,     // EmptyReply -> EmptyReply; then Events on this connection
   kSegmentsRetired = 64,  // daemon -> client, request id 0
+  kEvent = 65,            // daemon -> subscribed client, request id 0
   kError = 0x7fff,        // ErrorReply, in answer to any request
 };
 inline constexpr uint16_t kReplyBit = 0x8000;

@@ -1,4 +1,5 @@
 // depotctl against a real daemon: what it prints, and its exit codes.
+#include <algorithm>
 #include <fstream>
 
 #include <catch2/catch.hpp>
@@ -7,6 +8,8 @@
 
 using namespace depot;
 using namespace depot::test;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 
 namespace {
 
@@ -92,5 +95,137 @@ TEST_CASE("depotctl fails with a one-line error and a documented exit code", "[d
   std::string nowhere = TempDir() + "/none.sock";
   CHECK(Run({DEPOTCTL_PATH, "--socket", nowhere, "status"}, &out, &err) == 4);
   CHECK(err.find("no depotd is listening at " + nowhere) != std::string::npos);
+  CHECK(err.find("systemctl status depotd") != std::string::npos);
   CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+}
+
+TEST_CASE("depotctl ls filters by state and name and sorts", "[depotctl]") {
+  Daemon d;
+  Client c = d.Connect();
+  auto named = [&](const char* name, size_t size) {
+    CreateOptions o;
+    o.name = name;
+    auto id = c.Put(Pattern(size, 1), o);
+    REQUIRE(id.ok());
+    return id->ToString();
+  };
+  std::string small = named("beta-small", 100), big = named("alpha-big", 300000),
+              mid = named("beta-mid", 20000);
+  CreateOptions draft_opts;
+  draft_opts.name = "unfinished";
+  auto draft = c.Create({10}, draft_opts);
+  REQUIRE(draft.ok());
+  std::string out;
+  auto ls = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{DEPOTCTL_PATH, "--socket", d.socket(), "ls"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    REQUIRE(Run(argv, &out) == 0);
+    return out;
+  };
+  auto order = [](const std::string& text, std::vector<std::string> ids) {
+    size_t at = 0;
+    for (const auto& id : ids) {
+      size_t p = text.find(id, at);
+      if (p == std::string::npos) return false;
+      at = p;
+    }
+    return true;
+  };
+  out = ls({"--state", "creating"});
+  CHECK_THAT(out, Contains(draft->guid().ToString()) && !Contains(small));
+  out = ls({"--name", "beta-*"});
+  CHECK_THAT(out, Contains(small) && Contains(mid) && !Contains(big));
+  out = ls({"--sort", "size", "--limit", "2", "--state", "sealed"});
+  CHECK(order(out, {big, mid}));
+  CHECK_THAT(out, !Contains(small));
+  out = ls({"--sort", "name", "--state", "sealed"});
+  CHECK(order(out, {big, mid, small}));
+  CHECK_THAT(out, Contains("1 host"));
+  CHECK(Run({DEPOTCTL_PATH, "--socket", d.socket(), "ls", "--sort", "colour"}, &out) == 2);
+}
+
+TEST_CASE("depotctl cat writes the bytes to stdout", "[depotctl]") {
+  Daemon d;
+  Client c = d.Connect();
+  std::string text = "cat me";
+  auto id = c.Put(std::as_bytes(std::span(text)));
+  REQUIRE(id.ok());
+  std::string out, err;
+  REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "cat", id->ToString()}, &out) == 0);
+  CHECK(out == text);
+  CHECK(Run({DEPOTCTL_PATH, "--socket", d.socket(), "cat", Guid::Random().ToString()}, &out, &err) == 3);
+  CHECK_THAT(err, StartsWith("depotctl: cat "));
+}
+
+TEST_CASE("depotctl watch prints one line per event", "[depotctl]") {
+  Daemon d;
+  Client c = d.Connect();
+  std::string dir = TempDir();
+  pid_t watcher = Spawn([&] {
+    std::string out;
+    int rc = Run({DEPOTCTL_PATH, "--socket", d.socket(), "--json", "watch", "--count", "3"}, &out);
+    std::ofstream(dir + "/events") << out;
+    return rc;
+  });
+  // Wait until the watcher's subscription is in place, then make three events.
+  REQUIRE(WaitFor([&] {
+    auto clients = c.Clients();
+    return clients.ok() && std::any_of(clients->begin(), clients->end(),
+                                       [](const ClientInfo& k) { return k.subscribed; });
+  }));
+  CreateOptions o;
+  o.name = "watched";
+  auto id = c.Put(Pattern(1000, 1), o);  // created, sealed
+  REQUIRE(id.ok());
+  REQUIRE(c.Delete(*id).ok());            // deleted
+  REQUIRE(WEXITSTATUS(Wait(watcher)) == 0);
+  std::ifstream in(dir + "/events");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 3);
+  CHECK_THAT(lines[0], StartsWith("{\"event\":\"created\"") && Contains(id->ToString()) &&
+                           Contains("\"name\":\"watched\"") && Contains("\"size\":1000"));
+  CHECK_THAT(lines[1], StartsWith("{\"event\":\"sealed\""));
+  CHECK_THAT(lines[2], StartsWith("{\"event\":\"deleted\"") &&
+                           Contains("\"pid\":" + std::to_string(::getpid())));
+}
+
+TEST_CASE("depotctl clients shows what each client holds", "[depotctl]") {
+  Daemon d;
+  Client holder = Client::Connect({d.socket(), "holder"}).value();
+  auto id = holder.Put(Pattern(300000, 1));
+  REQUIRE(id.ok());
+  auto obj = holder.Get(*id);
+  REQUIRE(obj.ok());
+  std::string out;
+  REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "--json", "clients"}, &out) == 0);
+  CHECK_THAT(out, Contains("\"name\":\"holder\"") && Contains("\"references\":1") &&
+                      Contains("\"bytes_held\":300000") &&
+                      Contains("\"pid\":" + std::to_string(::getpid())) &&
+                      Contains("\"name\":\"depotctl\""));
+  REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "clients"}, &out) == 0);
+  CHECK_THAT(out, Contains("holder") && Contains("293.0 KiB") && Contains("PROCESS"));
+}
+
+TEST_CASE("depotctl ping reports the round trip", "[depotctl]") {
+  Daemon d;
+  std::string out;
+  REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "ping", "--count", "5"}, &out) == 0);
+  CHECK_THAT(out, StartsWith("5 pings to " + d.socket() + ": min "));
+  REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "--json", "ping"}, &out) == 0);
+  CHECK_THAT(out, StartsWith("{\"count\":10,\"min_ns\":"));
+}
+
+TEST_CASE("depotctl status counts requests and errors", "[depotctl]") {
+  Daemon d;
+  Client c = d.Connect();
+  CHECK(c.Get(Guid::Random()).status().IsNotFound());
+  CHECK(c.Get(Guid::Random()).status().IsNotFound());
+  CHECK(c.Create(std::vector<uint64_t>{}).status().IsInvalidArgument());
+  std::string out;
+  REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "--json", "status"}, &out) == 0);
+  CHECK_THAT(out, Contains("\"errors\":{\"InvalidArgument\":1}"));  // a poll's NotFound is a result
+  CHECK_THAT(out, Contains("\"fragmentation\":") && Contains("\"requests\":"));
+  REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "status"}, &out) == 0);
+  CHECK_THAT(out, Contains("1 errors (InvalidArgument 1)") && Contains("fragmentation 0%"));
 }

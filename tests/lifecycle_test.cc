@@ -245,3 +245,68 @@ TEST_CASE("empty dedicated segments are given back to the system", "[lifecycle]"
   REQUIRE(WaitFor([&] { return StatusOf(c).reserved == 0; }));
   CHECK(StatusOf(c).segments == 0);
 }
+
+TEST_CASE("a subscriber sees every transition in order", "[lifecycle]") {
+  Daemon d({"--capacity", "8MiB", "--segment-size", "8MiB"});
+  Client c = d.Connect();
+  auto sub = c.Subscribe();
+  REQUIRE(sub.ok());
+  auto next = [&] {
+    auto e = sub->Next(10s);
+    INFO(e.status().ToString());
+    REQUIRE(e.ok());
+    return *e;
+  };
+  CreateOptions evictable;
+  evictable.evictable = true;
+  auto a = c.Put(Pattern(5 * kMiB, 1), evictable);
+  REQUIRE(a.ok());
+  auto e = next();
+  CHECK(e.kind == Event::Kind::kCreated);
+  CHECK(e.guid == *a);
+  CHECK(e.size == 5 * kMiB);
+  CHECK(e.pid == ::getpid());
+  CHECK(next().kind == Event::Kind::kSealed);
+
+  auto b = c.Put(Pattern(5 * kMiB, 2), evictable);  // evicts a to make room
+  REQUIRE(b.ok());
+  e = next();
+  CHECK(e.kind == Event::Kind::kEvicted);
+  CHECK(e.guid == *a);
+  CHECK(next().kind == Event::Kind::kCreated);
+  CHECK(next().kind == Event::Kind::kSealed);
+
+  {
+    auto held = c.Get(*b);
+    REQUIRE(held.ok());
+    REQUIRE(c.Delete(*b).ok());
+    CHECK(next().kind == Event::Kind::kDeleted);
+  }  // the last holder lets go: its memory is freed
+  e = next();
+  CHECK(e.kind == Event::Kind::kFreed);
+  CHECK(e.guid == *b);
+
+  // A client that dies mid-create: connected, created, aborted, disconnected.
+  Channel ready;
+  pid_t victim = Spawn([&] {
+    auto v = Client::Connect({d.socket(), "victim"});
+    auto draft = v->Create({4096});
+    ready.Send(draft.ok() ? "ready" : "failed");
+    ::pause();
+    return 0;
+  });
+  REQUIRE(ready.Receive() == "ready");
+  ::kill(victim, SIGKILL);
+  Wait(victim);
+  e = next();
+  CHECK(e.kind == Event::Kind::kClientConnected);
+  CHECK(e.pid == victim);
+  CHECK(next().kind == Event::Kind::kCreated);
+  e = next();
+  CHECK(e.kind == Event::Kind::kAborted);
+  CHECK(e.pid == victim);
+  CHECK(next().kind == Event::Kind::kClientDisconnected);
+
+  // Nothing else happened.
+  CHECK(sub->Next(50ms).status().IsTimeout());
+}

@@ -368,5 +368,52 @@ TEST_CASE_METHOD(TableFixture, "List pages through visible objects in GUID order
   CHECK(table_.List(guids.back(), 5).empty());
 }
 
+TEST_CASE("ObjectTable tells its observer about every transition", "[object_table]") {
+  std::vector<std::pair<TableEvent, ObjectId>> seen;
+  ObjectTable t([](const StoredObject&) {}, [] { return int64_t{1}; });
+  t.set_observer([&](TableEvent e, const StoredObject& o) { seen.emplace_back(e, o.id); });
+  auto make = [&](const Guid& g, bool evictable) {
+    NewObject n;
+    n.guid = g;
+    n.frames = {Location{1, 0, 64}};
+    n.evictable = evictable;
+    n.creator = 1;
+    return (*t.Create(std::move(n)))->id;
+  };
+  ObjectId a = make(G(1), false);
+  REQUIRE(t.Seal(1, G(1)).ok());
+  ObjectId b = make(G(2), false);
+  REQUIRE(t.Abort(1, G(2)).ok());
+  ObjectId c = make(G(3), true);
+  REQUIRE(t.Seal(1, G(3)).ok());
+  REQUIRE(t.EvictLru());
+  REQUIRE(t.Acquire(2, G(1)).ok());
+  REQUIRE(t.Delete(G(1)).ok());
+  REQUIRE(t.Release(2, a).ok());
+  ObjectId d = make(G(4), false);
+  t.DropSession(1);
+  using E = TableEvent;
+  std::vector<std::pair<TableEvent, ObjectId>> want = {
+      {E::kCreated, a}, {E::kSealed, a},  {E::kCreated, b}, {E::kAborted, b},
+      {E::kCreated, c}, {E::kSealed, c},  {E::kEvicted, c}, {E::kDeleted, a},
+      {E::kFreed, a},   {E::kCreated, d}, {E::kAborted, d}};
+  CHECK(seen == want);
+}
+
+TEST_CASE("ObjectTable sums what a session holds", "[object_table]") {
+  TableFixture f;
+  f.CreateSealed(G(1), 1, false, {100, 50});
+  f.CreateSealed(G(2), 1, false, {1000});
+  f.Create(G(3), 2);
+  f.Acquire(2, G(1));
+  f.Acquire(2, G(1));
+  f.Acquire(2, G(2));
+  Holdings h = f.table_.HoldingsOf(2);
+  CHECK(h.references == 2);
+  CHECK(h.bytes == 1150);
+  CHECK(h.creating == 1);
+  CHECK(f.table_.HoldingsOf(9).references == 0);
+}
+
 }  // namespace
 }  // namespace depot

@@ -201,7 +201,7 @@ TEST_CASE("VerifyBody survives random garbage", "[wire]") {
 TEST_CASE("VerifyBody rejects unknown types and replies that do not exist", "[wire]") {
   auto hello = BodyOf(HelloRequestMessage(1));
   REQUIRE(VerifyBody(Type(MsgType::kHello), hello));
-  for (uint16_t type : {0, 12, 63, 65, 0x7ffe, 0x8000}) {
+  for (uint16_t type : {0, 40, 63, 66, 0x7ffe, 0x8000}) {
     CAPTURE(type);
     CHECK_FALSE(VerifyBody(type, hello));
   }
@@ -253,7 +253,10 @@ TEST_CASE("TypeName names requests, replies and unknown types", "[wire]") {
   CHECK(TypeName(Type(MsgType::kError)) == "error");
   CHECK(TypeName(Type(MsgType::kSegmentsRetired)) == "segments-retired");
   CHECK_THAT(TypeName(0), Contains("unknown"));
-  CHECK_THAT(TypeName(12), Contains("unknown"));
+  CHECK(TypeName(Type(MsgType::kPing)) == "ping");
+  CHECK(TypeName(Type(MsgType::kSubscribe)) == "subscribe");
+  CHECK(TypeName(Type(MsgType::kEvent)) == "event");
+  CHECK_THAT(TypeName(40), Contains("unknown"));
   CHECK_THAT(TypeName(kReplyBit), Contains("unknown"));
 }
 

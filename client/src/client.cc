@@ -22,6 +22,10 @@ namespace fb = flatbuffers;
 
 Guid FromWire(const wire::Guid* g) { return g ? proto::FromWire(*g) : Guid{}; }
 
+static_assert(static_cast<int>(Event::Kind::kClientDisconnected) ==
+                  static_cast<int>(wire::EventKind::ClientDisconnected) &&
+              wire::EventKind::MAX == wire::EventKind::ClientDisconnected);
+
 ObjectInfo FromWire(const wire::ObjectInfo& w) {
   ObjectInfo o;
   o.guid = FromWire(w.guid());
@@ -341,7 +345,80 @@ Result<StoreStatus> Client::GetStatus() {
   s.evicted_bytes = r->evicted_bytes();
   s.prefault = r->prefault();
   s.gets_waiting = r->gets_waiting();
+  s.free_in_segments = r->free_in_segments();
+  s.largest_free_block = r->largest_free_block();
+  s.requests = r->requests();
+  s.connections = r->connections();
+  if (r->errors()) s.errors.assign(r->errors()->begin(), r->errors()->end());
   return s;
+}
+
+Status Client::Ping() {
+  fb::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  return conn_->Call(MsgType::kPing, fbb).status();
+}
+
+Result<std::vector<ClientInfo>> Client::Clients() {
+  fb::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  auto reply = conn_->Call(MsgType::kClients, fbb);
+  if (!reply.ok()) return reply.status();
+  std::vector<ClientInfo> out;
+  const auto* r = proto::Body<wire::ClientsReply>(reply->body);
+  if (r->clients() == nullptr) return out;
+  for (const wire::ClientInfo* c : *r->clients()) {
+    ClientInfo i;
+    i.session_id = c->session_id();
+    i.pid = c->pid();
+    i.uid = c->uid();
+    i.gid = c->gid();
+    i.name = c->name() ? c->name()->str() : "";
+    i.process = c->process() ? c->process()->str() : "";
+    i.references = c->references();
+    i.bytes_held = c->bytes_held();
+    i.creating = c->creating();
+    i.requests = c->requests();
+    i.connected_unix_ns = c->connected_unix_ns();
+    i.subscribed = c->subscribed();
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+Result<Subscription> Client::Subscribe() {
+  auto conn = Connection::Open(conn_->path(), "events");
+  if (!conn.ok()) return conn.status();
+  fb::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  auto reply = (*conn)->Call(MsgType::kSubscribe, fbb);
+  if (!reply.ok()) return reply.status();
+  return Subscription(std::move(*conn));
+}
+
+Result<Event> Subscription::Next(std::chrono::milliseconds timeout) {
+  auto msg = conn_->NextEvent(timeout);
+  if (!msg.ok()) return msg.status();
+  const auto* e = proto::Body<wire::Event>(msg->body);
+  Event ev;
+  ev.kind = static_cast<Event::Kind>(e->kind());
+  ev.unix_ns = e->unix_ns();
+  ev.guid = FromWire(e->guid());
+  ev.name = e->name() ? e->name()->str() : "";
+  ev.size = e->size();
+  ev.session_id = e->session_id();
+  ev.pid = e->pid();
+  ev.uid = e->uid();
+  ev.dropped = e->dropped();
+  return ev;
+}
+
+std::string_view Event::KindName(Kind k) {
+  static constexpr std::string_view kNames[] = {
+      "created", "sealed", "aborted", "deleted", "evicted", "freed", "client-connected",
+      "client-disconnected"};
+  size_t i = static_cast<size_t>(k);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 }  // namespace depot

@@ -1,5 +1,6 @@
 #include "client/src/connection.h"
 
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -41,8 +42,8 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     return Status::Unavailable(fmt::format(
-        "no depotd is listening at {} ({}); start one (scripts/run, or depotd --socket {}) or "
-        "set DEPOT_SOCKET",
+        "no depotd is listening at {} ({}): is the service running (`systemctl status depotd`)? "
+        "Or start one with `depotd --socket {}`, or point DEPOT_SOCKET at the right socket",
         path, std::strerror(errno), path));
   }
   std::shared_ptr<Connection> conn(new Connection(std::move(fd), path));
@@ -123,6 +124,34 @@ Status Connection::Wait(uint64_t id, Slot& slot) {
   return slot.status;
 }
 
+Result<Message> Connection::NextEvent(std::chrono::milliseconds timeout) {
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (timeout.count() >= 0) deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lk(mu_);
+  while (events_.empty()) {
+    if (!broken_.ok()) return broken_;
+    if (reading_) {
+      if (!deadline) {
+        cv_.wait(lk);
+      } else if (cv_.wait_until(lk, *deadline) == std::cv_status::timeout && events_.empty()) {
+        return Status::Timeout("no event before the timeout");
+      }
+      continue;
+    }
+    reading_ = true;
+    lk.unlock();
+    Status st = ReadSome(deadline);
+    lk.lock();
+    reading_ = false;
+    cv_.notify_all();
+    if (st.IsTimeout()) return st;
+    if (!st.ok()) Fail(st);
+  }
+  Message m = std::move(events_.front());
+  events_.pop_front();
+  return m;
+}
+
 void Connection::Fail(const Status& st) {
   if (broken_.ok()) broken_ = st;
   for (auto& [id, slot] : pending_) {
@@ -134,7 +163,7 @@ void Connection::Fail(const Status& st) {
   cv_.notify_all();
 }
 
-Status Connection::ReadSome() {
+Status Connection::ReadSome(std::optional<std::chrono::steady_clock::time_point> deadline) {
   while (true) {
     bool dispatched = false;
     while (in_end_ - in_begin_ >= sizeof(proto::Header)) {
@@ -161,6 +190,17 @@ Status Connection::ReadSome() {
       in_begin_ = 0;
       if (in_.size() - in_end_ < kReadChunk / 2) in_.resize(in_end_ + kReadChunk);
     }
+    if (deadline) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline -
+                                                               std::chrono::steady_clock::now());
+      pollfd p{fd_.get(), POLLIN, 0};
+      int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+      if (ready == 0) return Status::Timeout("no event before the timeout");
+      if (ready < 0 && errno != EINTR) {
+        return Status::Disconnected(fmt::format("poll on {}: {}", path_, std::strerror(errno)));
+      }
+      if (ready < 0) continue;
+    }
     std::vector<proto::UniqueFd> fds;
     ssize_t n = proto::RecvWithFds(fd_.get(), {in_.data() + in_end_, in_.size() - in_end_}, fds, 0);
     for (auto& fd : fds) fds_.push_back(std::move(fd));
@@ -183,6 +223,14 @@ Status Connection::Dispatch(const proto::Header& h, std::span<const uint8_t> bod
   if (h.type == static_cast<uint16_t>(proto::MsgType::kError) && h.request_id == 0) {
     // An error about the connection itself (too many clients, for one): it ends the connection.
     return FromError(*proto::Body<wire::ErrorReply>(body));
+  }
+  if (h.type == static_cast<uint16_t>(proto::MsgType::kEvent)) {
+    Message event;
+    event.header = h;
+    event.body.assign(body.begin(), body.end());
+    std::lock_guard lk(mu_);
+    events_.push_back(std::move(event));
+    return Status::OK();
   }
   if (h.type == static_cast<uint16_t>(proto::MsgType::kSegmentsRetired)) {
     std::lock_guard lk(seg_mu_);

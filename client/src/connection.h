@@ -8,6 +8,8 @@
 #define DEPOT_CLIENT_SRC_CONNECTION_H_
 
 #include <atomic>
+#include <chrono>
+#include <optional>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -80,6 +82,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Builds a Draft from a create reply.
   Result<Draft> MakeDraft(const wire::CreateReply& reply, Message& msg);
 
+  // The next event pushed by the daemon (after a subscribe), waiting up to `timeout` (negative:
+  // no limit). Timeout when none came.
+  Result<Message> NextEvent(std::chrono::milliseconds timeout);
+
   const std::string& path() const { return path_; }
 
  private:
@@ -109,8 +115,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Writes a whole message. `peer_closed` says whether it failed because the daemon hung up.
   Status Send(const std::vector<uint8_t>& bytes, bool* peer_closed = nullptr);
   Status Wait(uint64_t id, Slot& slot);
-  // Reads until at least one message has been dispatched. Called by the reader only.
-  Status ReadSome();
+  // Reads until at least one message has been dispatched. Called by the reader only. With a
+  // deadline, Timeout when nothing arrives before it.
+  Status ReadSome(std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   Status Dispatch(const proto::Header& h, std::span<const uint8_t> body);
   void Unmap(Segment& s);
   void Fail(const Status& st);  // with mu_ held
@@ -127,6 +134,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_ = false;
   Status broken_;
   std::unordered_map<uint64_t, Slot*> pending_;
+  std::deque<Message> events_;
 
   // Reader state: touched only by the thread holding the reader role.
   std::vector<uint8_t> in_;

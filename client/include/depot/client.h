@@ -88,7 +88,68 @@ struct StoreStatus {
   uint64_t evictions = 0;
   uint64_t evicted_bytes = 0;
   bool prefault = false;
-  uint32_t gets_waiting = 0;  // gets parked until their objects are sealed
+  uint32_t gets_waiting = 0;        // gets parked until their objects are sealed
+  uint64_t free_in_segments = 0;    // free bytes inside the segments that exist now
+  uint64_t largest_free_block = 0;  // the largest free block among them
+  uint64_t requests = 0;            // requests answered since start
+  uint64_t connections = 0;         // connections accepted since start
+  std::vector<uint64_t> errors;     // error replies since start, indexed by Status::Code
+
+  // 0 when the free space inside the segments is one block, towards 1 as it splinters.
+  double fragmentation() const {
+    return free_in_segments == 0 ? 0.0
+                                 : 1.0 - static_cast<double>(largest_free_block) /
+                                             static_cast<double>(free_in_segments);
+  }
+};
+
+// One connected client, as the daemon sees it.
+struct ClientInfo {
+  uint64_t session_id = 0;
+  int32_t pid = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string name;     // what it called itself (ConnectOptions::client_name)
+  std::string process;  // its command name
+  uint64_t references = 0;
+  uint64_t bytes_held = 0;
+  uint64_t creating = 0;
+  uint64_t requests = 0;
+  int64_t connected_unix_ns = 0;
+  bool subscribed = false;
+};
+
+// Something that happened in the store, as a subscriber sees it.
+struct Event {
+  enum class Kind {
+    kCreated, kSealed, kAborted, kDeleted, kEvicted,
+    kFreed,  // a deleted object's memory was given back when its last holder let go
+    kClientConnected, kClientDisconnected,
+  };
+  Kind kind = Kind::kCreated;
+  int64_t unix_ns = 0;
+  Guid guid;  // object events
+  std::string name;
+  uint64_t size = 0;
+  uint64_t session_id = 0;  // the connection that caused it (or connected, or left)
+  int32_t pid = 0;
+  uint32_t uid = 0;
+  uint64_t dropped = 0;  // events lost before this one because the subscriber fell behind
+
+  static std::string_view KindName(Kind k);  // "created", "client-connected", ...
+};
+
+// A stream of events on a connection of its own. Move-only; one thread at a time.
+class Subscription {
+ public:
+  // The next event, waiting up to `timeout` (kForever: no limit). Timeout when none came;
+  // Disconnected when the daemon went away.
+  Result<Event> Next(std::chrono::milliseconds timeout = kForever);
+
+ private:
+  friend class Client;
+  explicit Subscription(std::shared_ptr<internal::Connection> conn) : conn_(std::move(conn)) {}
+  std::shared_ptr<internal::Connection> conn_;
 };
 
 class Client {
@@ -137,6 +198,15 @@ class Client {
   Result<ListPage> List(std::optional<Guid> after = std::nullopt, uint32_t limit = 1000);
 
   Result<StoreStatus> GetStatus();
+
+  // One round trip that does nothing: the floor under every request.
+  Status Ping();
+
+  // Every connected client.
+  Result<std::vector<ClientInfo>> Clients();
+
+  // Opens a second connection that receives every event from now on.
+  Result<Subscription> Subscribe();
 
   const std::string& socket_path() const;
 
