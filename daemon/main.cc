@@ -1,12 +1,15 @@
-// depotd: reads its configuration, claims the socket, builds the store and serves until SIGINT
-// or SIGTERM. Everything else lives in the daemon library so that tests run the same code.
+// depotd: reads its configuration, claims the socket (or adopts the one systemd passed), builds
+// the store, tells systemd it is ready and serves until SIGINT or SIGTERM. Everything else lives in
+// the daemon library so that tests run the same code.
 #include <grp.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -16,6 +19,7 @@
 #include "daemon/options.h"
 #include "daemon/server.h"
 #include "daemon/store.h"
+#include "daemon/systemd.h"
 
 namespace {
 
@@ -55,23 +59,67 @@ void WarnAboutShm(const DaemonOptions& o) {
   }
 }
 
+// True when two spellings of a socket path name the same file ("run/../run/x" and "/run/x").
+bool SamePath(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  auto norm = [&](const std::string& p) {
+    return std::filesystem::absolute(p, ec).lexically_normal();
+  };
+  return norm(a) == norm(b);
+}
+
+// Claims the socket to serve: the one systemd passed (socket activation) when there is one,
+// since clients already connect there, else opts.socket_path, bound by the server.
+Result<SocketClaim> ClaimSocket(const DaemonOptions& opts) {
+  auto passed = TakePassedSocket();
+  if (!passed.ok()) return passed.status();
+  if (!passed->has_value()) return SocketClaim::Acquire(opts.socket_path);
+  PassedSocket& socket = **passed;
+  if (SamePath(opts.socket_path, socket.path)) {
+    spdlog::info("serving the socket systemd passed, {}", socket.path);
+  } else if (opts.socket_path == DefaultSocketPath()) {
+    // Nothing named a socket (the default is not a choice): the passed one is the only one.
+    spdlog::info("serving the socket systemd passed, {} (no --socket given)", socket.path);
+  } else {
+    spdlog::warn(
+        "systemd passed a socket bound to {} but the configuration names {}: serving {}; "
+        "make --socket (or socket =) match ListenStream= in depotd.socket",
+        socket.path, opts.socket_path, socket.path);
+  }
+  if (!opts.socket_group.empty() || opts.socket_mode != DaemonOptions().socket_mode) {
+    spdlog::warn(
+        "socket_mode and socket_group do not apply to a socket systemd passed; set "
+        "SocketMode= and SocketGroup= in depotd.socket instead");
+  }
+  return SocketClaim::Adopt(socket.path, std::move(socket.fd));
+}
+
+// The one line `systemctl status depotd` shows.
+std::string StatusLine(const std::string& socket_path, const DaemonOptions& o, size_t clients) {
+  return fmt::format("serving {}: host pool {}{}, {} client{}", socket_path,
+                     FormatBytes(o.capacity), o.prefault ? " (prefaulted)" : "", clients,
+                     clients == 1 ? "" : "s");
+}
+
 int Run(const DaemonOptions& opts) {
-  auto claim = SocketClaim::Acquire(opts.socket_path);
+  auto claim = ClaimSocket(opts);
   if (!claim.ok()) {
     spdlog::critical("{}", claim.status().message());
     return 1;
   }
-  std::string prefix = HostPool::NamePrefix(opts.socket_path);
+  // Under socket activation this is the passed socket's path, whatever the configuration says.
+  const std::string socket_path = claim->path();
+  std::string prefix = HostPool::NamePrefix(socket_path);
   if (int stale = HostPool::RemoveStale(prefix); stale > 0) {
     spdlog::warn("removed {} shared-memory segment(s) left by a previous depotd on {}", stale,
-                 opts.socket_path);
+                 socket_path);
   }
   WarnAboutShm(opts);
 
   boost::asio::io_context io;
   StoreOptions so;
   so.pool = {opts.capacity, opts.segment_size, opts.prefault, prefix};
-  so.socket_path = opts.socket_path;
+  so.socket_path = socket_path;
   so.version = DEPOT_VERSION;
   so.max_message_size = opts.max_message_size;
   so.max_frames = opts.max_frames;
@@ -83,21 +131,28 @@ int Run(const DaemonOptions& opts) {
     spdlog::critical("cannot create the host pool: {}", store.status().message());
     return 1;
   }
-  ServerOptions server_opts{opts.socket_mode, opts.socket_group, opts.max_clients};
+  ServerOptions server_opts{
+      opts.socket_mode, opts.socket_group, opts.max_clients,
+      [&](size_t clients) { NotifyStatus(StatusLine(socket_path, opts, clients)); }};
   auto server = Server::Start(io, std::move(*claim), **store, server_opts);
   if (!server.ok()) {
     spdlog::critical("{}", server.status().message());
     return 1;
   }
   spdlog::info("depotd {} serving {} (pid {}): host pool {}{}, segments of {}, /dev/shm free {}",
-               DEPOT_VERSION, opts.socket_path, ::getpid(), FormatBytes(opts.capacity),
+               DEPOT_VERSION, socket_path, ::getpid(), FormatBytes(opts.capacity),
                opts.prefault ? " (prefaulted)" : "", FormatBytes(opts.segment_size),
                FormatBytes(HostPool::ShmAvailable()));
   spdlog::info("device pools: unavailable (this depotd is built without CUDA support)");
 
+  // Ready once the loop runs: the socket listens and the pool exists (prefaulted when asked),
+  // so a client that connects the moment systemd hears READY=1 is served.
+  boost::asio::post(io, [&] { NotifyReady(StatusLine(socket_path, opts, 0)); });
+
   boost::asio::signal_set stop(io, SIGINT, SIGTERM);
   stop.async_wait([&](const boost::system::error_code& ec, int signo) {
     if (ec) return;
+    NotifyStopping();
     spdlog::info("received {}, shutting down", signo == SIGINT ? "SIGINT" : "SIGTERM");
     server->reset();  // closes every session: waiting clients see the connection end
     io.stop();

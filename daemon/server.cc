@@ -30,20 +30,7 @@ bool SomeoneListens(const std::string& path) {
 
 }  // namespace
 
-Result<SocketClaim> SocketClaim::Acquire(const std::string& socket_path) {
-  if (socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return Status::InvalidArgument(fmt::format("socket path {} is longer than {} bytes",
-                                               socket_path, sizeof(sockaddr_un::sun_path) - 1));
-  }
-  std::filesystem::path dir = std::filesystem::path(socket_path).parent_path();
-  if (!dir.empty()) {
-    std::error_code ec;
-    if (std::filesystem::create_directories(dir, ec)) ::chmod(dir.c_str(), 0700);
-    if (ec) {
-      return Status::Unavailable(
-          fmt::format("cannot create the socket directory {}: {}", dir.string(), ec.message()));
-    }
-  }
+Result<SocketClaim> SocketClaim::Lock(const std::string& socket_path) {
   SocketClaim claim;
   claim.path_ = socket_path;
   std::string lock_path = socket_path + ".lock";
@@ -60,16 +47,43 @@ Result<SocketClaim> SocketClaim::Acquire(const std::string& socket_path) {
         "another depotd{} is already serving {}; stop it first or choose another --socket", who,
         socket_path));
   }
-  if (SomeoneListens(socket_path)) {
-    return Status::Unavailable(fmt::format(
-        "a live process answers on {}; stop it first or choose another --socket", socket_path));
-  }
   std::string pid = fmt::format("{}\n", ::getpid());
   if (::ftruncate(claim.lock_.get(), 0) != 0 ||
       ::pwrite(claim.lock_.get(), pid.data(), pid.size(), 0) < 0) {
     spdlog::debug("cannot record the pid in {}: {}", lock_path, std::strerror(errno));
   }
+  return claim;
+}
+
+Result<SocketClaim> SocketClaim::Acquire(const std::string& socket_path) {
+  if (socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return Status::InvalidArgument(fmt::format("socket path {} is longer than {} bytes",
+                                               socket_path, sizeof(sockaddr_un::sun_path) - 1));
+  }
+  std::filesystem::path dir = std::filesystem::path(socket_path).parent_path();
+  if (!dir.empty()) {
+    std::error_code ec;
+    if (std::filesystem::create_directories(dir, ec)) ::chmod(dir.c_str(), 0700);
+    if (ec) {
+      return Status::Unavailable(
+          fmt::format("cannot create the socket directory {}: {}", dir.string(), ec.message()));
+    }
+  }
+  auto claim = Lock(socket_path);
+  if (!claim.ok()) return claim;
+  if (SomeoneListens(socket_path)) {
+    return Status::Unavailable(fmt::format(
+        "a live process answers on {}; stop it first or choose another --socket", socket_path));
+  }
   if (::unlink(socket_path.c_str()) == 0) spdlog::info("replaced stale socket {}", socket_path);
+  return claim;
+}
+
+Result<SocketClaim> SocketClaim::Adopt(const std::string& socket_path, proto::UniqueFd listening) {
+  auto claim = Lock(socket_path);
+  if (!claim.ok()) return claim;
+  claim->passed_ = true;
+  claim->listening_ = std::move(listening);
   return claim;
 }
 
@@ -79,36 +93,58 @@ Server::Server(boost::asio::io_context& io, SocketClaim claim, Store& store, Ser
 Result<std::unique_ptr<Server>> Server::Start(boost::asio::io_context& io, SocketClaim claim,
                                               Store& store, ServerOptions options) {
   std::unique_ptr<Server> server(new Server(io, std::move(claim), store, std::move(options)));
-  const std::string& path = server->claim_.path();
-  boost::system::error_code ec;
-  boost::asio::local::stream_protocol::endpoint endpoint(path);
-  server->acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) server->acceptor_.bind(endpoint, ec);
-  if (!ec) server->acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
-  if (ec) return Status::Unavailable(fmt::format("cannot listen on {}: {}", path, ec.message()));
-  const ServerOptions& o = server->options_;
-  if (::chmod(path.c_str(), o.socket_mode) != 0) {
-    return Status::Unavailable(fmt::format("cannot set mode {:04o} on {}: {}", o.socket_mode, path,
-                                           std::strerror(errno)));
-  }
-  if (!o.socket_group.empty()) {
-    group* g = ::getgrnam(o.socket_group.c_str());
-    if (g == nullptr || ::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
-      return Status::Unavailable(fmt::format("cannot give {} to group {}: {}", path, o.socket_group,
-                                             g ? std::strerror(errno) : "no such group"));
+  if (server->claim_.passed()) {
+    boost::system::error_code ec;
+    server->acceptor_.assign(boost::asio::local::stream_protocol(), server->claim_.listening_.get(),
+                             ec);
+    if (ec) {
+      return Status::Unavailable(fmt::format("cannot adopt the socket systemd passed for {}: {}",
+                                             server->claim_.path(), ec.message()));
     }
+    server->claim_.listening_.release();  // the acceptor owns it now
+  } else if (Status st = server->Listen(); !st.ok()) {
+    return st;
   }
   server->Accept();
   return server;
 }
 
+Status Server::Listen() {
+  const std::string& path = claim_.path();
+  boost::system::error_code ec;
+  boost::asio::local::stream_protocol::endpoint endpoint(path);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
+  if (ec) return Status::Unavailable(fmt::format("cannot listen on {}: {}", path, ec.message()));
+  if (::chmod(path.c_str(), options_.socket_mode) != 0) {
+    return Status::Unavailable(fmt::format("cannot set mode {:04o} on {}: {}", options_.socket_mode,
+                                           path, std::strerror(errno)));
+  }
+  const std::string& group_name = options_.socket_group;
+  if (!group_name.empty()) {
+    group* g = ::getgrnam(group_name.c_str());
+    if (g == nullptr || ::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+      return Status::Unavailable(fmt::format("cannot give {} to group {}: {}", path, group_name,
+                                             g ? std::strerror(errno) : "no such group"));
+    }
+  }
+  return Status::OK();
+}
+
 Server::~Server() {
+  options_.on_clients_changed = nullptr;  // shutting down: no more reports
   boost::system::error_code ec;
   acceptor_.close(ec);
   retry_.cancel();
   auto sessions = std::move(sessions_);
   for (auto& [raw, session] : sessions) session->Close();
-  ::unlink(claim_.path().c_str());
+  // A passed socket's file is systemd's: it keeps listening there, to start depotd again.
+  if (!claim_.passed()) ::unlink(claim_.path().c_str());
+}
+
+void Server::ClientsChanged() {
+  if (options_.on_clients_changed) options_.on_clients_changed(sessions_.size());
 }
 
 void Server::Accept() {
@@ -133,10 +169,13 @@ void Server::Accept() {
       boost::system::error_code ignored;
       boost::asio::write(socket, boost::asio::buffer(bytes), ignored);
     } else {
-      auto session = std::make_shared<Session>(std::move(socket), store_,
-                                               [this](Session* s) { sessions_.erase(s); });
+      auto session = std::make_shared<Session>(std::move(socket), store_, [this](Session* s) {
+        sessions_.erase(s);
+        ClientsChanged();
+      });
       sessions_.emplace(session.get(), session);
       session->Start();
+      ClientsChanged();
     }
     Accept();
   });

@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# Installs depot into a temporary prefix and uses it as an operator and a developer would: the
+# expected files are there; three consumers build against the installed files only (CMake with
+# depot::depot, CMake with depot::depot_static, pkg-config) and put and get bytes through the
+# installed depotd; `cpack -G DEB` makes a package that holds it all and has dependencies.
+#
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR [SANITIZER]
+# Exits 0 when all holds, 77 (skipped) in a sanitizer build, 1 on the first failure, saying what.
+set -euo pipefail
+
+if (($# < 2)); then
+  echo "usage: $0 BUILD_DIR SOURCE_DIR [SANITIZER]" >&2
+  exit 2
+fi
+build=$(realpath "$1")
+source=$(realpath "$2")
+sanitizer=${3:-}
+if [[ -n $sanitizer ]]; then
+  echo "SKIP: not run in a sanitizer build (DEPOT_SANITIZE=$sanitizer): programs built against it need the sanitizer runtime"
+  exit 77
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/depot-install-test.XXXXXX")
+prefix=$tmp/prefix
+daemon_pid=""
+passed=0
+
+cleanup() {
+  local rc=$?
+  if [[ -n $daemon_pid ]]; then
+    kill "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  if ((rc == 0)); then
+    rm -rf "$tmp"
+  else
+    echo "(kept $tmp for inspection)" >&2
+  fi
+}
+trap cleanup EXIT
+
+step() { echo; echo "== $*"; }
+ok() { echo "  ok: $*"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# Runs a command quietly, its output kept in a log that is shown when it fails.
+run_logged() {
+  local what=$1 log=$tmp/$2.log
+  shift 2
+  "$@" >"$log" 2>&1 || { cat "$log" >&2; fail "$what (command: $*)"; }
+}
+
+# Pipelines here end in `grep >/dev/null`, never `grep -q`: under pipefail, a grep -q that stops
+# reading early fails the pipeline when its writer dies of SIGPIPE.
+
+# What the source tree has for the service; each is expected installed and packaged.
+units=()
+for f in "$source"/systemd/*.service "$source"/systemd/*.socket; do
+  [[ -f $f ]] && units+=("$(basename "$f")")
+done
+sysusers=$(find "$source/systemd" -type f -path '*sysusers*' -print -quit 2>/dev/null || true)
+tmpfiles=$(find "$source/systemd" -type f -path '*tmpfiles*' -print -quit 2>/dev/null || true)
+configs=()
+for f in "$source"/config/*.conf; do
+  [[ -f $f ]] && configs+=("$(basename "$f")")
+done
+
+step "cmake --install $build --prefix $prefix"
+run_logged "cmake --install failed" install cmake --install "$build" --prefix "$prefix"
+expected=(bin/depotctl bin/depotd lib/libdepot.so lib/libdepot.so.0 lib/libdepot.a
+          include/depot/client.h include/depot/guid.h include/depot/object.h include/depot/status.h
+          lib/cmake/depot/depotConfig.cmake lib/cmake/depot/depotConfigVersion.cmake
+          lib/cmake/depot/depotTargets.cmake lib/pkgconfig/depot.pc)
+for u in "${units[@]}"; do expected+=("lib/systemd/system/$u"); done
+[[ -n $sysusers ]] && expected+=(lib/sysusers.d/depot.conf)
+[[ -n $tmpfiles ]] && expected+=(lib/tmpfiles.d/depot.conf)
+for c in "${configs[@]}"; do expected+=("etc/depot/$c"); done
+for f in "${expected[@]}"; do
+  [[ -e $prefix/$f ]] || fail "not installed: $prefix/$f"
+done
+ok "${#expected[@]} expected files installed (systemd units: ${#units[@]}, configuration files: ${#configs[@]})"
+real_so=$(readlink -f "$prefix/lib/libdepot.so")
+[[ $real_so == "$prefix"/lib/libdepot.so.*.*.* ]] || fail "libdepot.so does not lead to a versioned file: $real_so"
+soname=$(objdump -p "$real_so" | awk '$1 == "SONAME" {print $2}')
+[[ $soname == libdepot.so.0 ]] || fail "SONAME of libdepot is '$soname', expected libdepot.so.0"
+ok "libdepot.so -> $(basename "$real_so"), SONAME $soname"
+grep -q "^prefix=$prefix\$" "$prefix/lib/pkgconfig/depot.pc" || fail "depot.pc does not name the prefix $prefix"
+ok "depot.pc names the install prefix"
+
+# A consumer compiles with the installed headers alone; none of them reaches the project's private
+# dependencies (FlatBuffers, fmt, Boost, spdlog) or its private headers.
+step "public headers stand alone"
+headers=()
+for h in "$prefix"/include/depot/*.h; do
+  name=depot/$(basename "$h")
+  headers+=("$name")
+  deps=$(echo "#include <$name>" | g++ -std=c++20 -I"$prefix/include" -x c++ -M - 2>"$tmp/header.log") ||
+    { cat "$tmp/header.log" >&2; fail "$name does not compile with only $prefix/include"; }
+  if grep -E -o '[^ ]*/(flatbuffers|fmt|boost|spdlog|proto|common)/[^ ]*' <<<"$deps"; then
+    fail "$name includes a private dependency (above)"
+  fi
+done
+ok "each of ${headers[*]} compiles on its own, reaching no private dependency"
+
+# The consumer: connects to the socket in argv[1], puts bytes (a small object that travels in the
+# request and a 1 MiB one written into shared memory), gets them back and compares.
+mkdir -p "$tmp/consumer"
+cat >"$tmp/consumer/main.cc" <<'EOF'
+#include <depot/client.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+static int Check(depot::Client& client, const std::vector<std::byte>& bytes) {
+  depot::Result<depot::Guid> id = client.Put(std::span(bytes));
+  if (!id.ok()) {
+    std::fprintf(stderr, "put: %s\n", id.status().ToString().c_str());
+    return 1;
+  }
+  depot::Result<depot::Object> object = client.Get(*id, std::chrono::milliseconds(2000));
+  if (!object.ok()) {
+    std::fprintf(stderr, "get: %s\n", object.status().ToString().c_str());
+    return 1;
+  }
+  std::span<const std::byte> view = object->frame(0);
+  if (view.size() != bytes.size() || std::memcmp(view.data(), bytes.data(), bytes.size()) != 0) {
+    std::fprintf(stderr, "got %zu bytes back, not the %zu put\n", view.size(), bytes.size());
+    return 1;
+  }
+  if (depot::Status deleted = client.Delete(*id); !deleted.ok()) {
+    std::fprintf(stderr, "delete: %s\n", deleted.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s SOCKET\n", argv[0]);
+    return 2;
+  }
+  depot::ConnectOptions options;
+  options.socket_path = argv[1];
+  options.client_name = "install_test consumer";
+  depot::Result<depot::Client> client = depot::Client::Connect(options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  std::string text = "put by a consumer of the installed libdepot";
+  std::vector<std::byte> small(reinterpret_cast<const std::byte*>(text.data()),
+                               reinterpret_cast<const std::byte*>(text.data()) + text.size());
+  std::vector<std::byte> large(1 << 20);
+  for (size_t i = 0; i < large.size(); ++i) large[i] = static_cast<std::byte>(i * 7 + 1);
+  if (Check(*client, small) != 0 || Check(*client, large) != 0) return 1;
+  std::printf("success: put and got back %zu and %zu bytes\n", small.size(), large.size());
+  return 0;
+}
+EOF
+cat >"$tmp/consumer/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.16)
+project(depot_consumer LANGUAGES CXX)
+find_package(depot 0 REQUIRED)
+message(STATUS "depot_DIR: ${depot_DIR}")
+add_executable(consumer main.cc)
+target_link_libraries(consumer PRIVATE depot::${DEPOT_TARGET})
+EOF
+
+for target in depot depot_static; do
+  step "consumer with find_package(depot) and depot::$target"
+  dir=$tmp/build-$target
+  run_logged "configuring the consumer of depot::$target failed" configure-$target \
+    cmake -S "$tmp/consumer" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$prefix" -DDEPOT_TARGET=$target
+  grep -q "depot_DIR: $prefix/lib/cmake/depot" "$tmp/configure-$target.log" ||
+    fail "find_package(depot) did not find $prefix (see $tmp/configure-$target.log)"
+  run_logged "building the consumer of depot::$target failed" build-$target \
+    cmake --build "$dir" -j1
+  ok "built $dir/consumer against $prefix/lib/cmake/depot"
+done
+ldd "$tmp/build-depot/consumer" | grep "libdepot.so.0 => $prefix/lib/libdepot.so.0" >/dev/null ||
+  { ldd "$tmp/build-depot/consumer"; fail "the depot::depot consumer does not load $prefix/lib/libdepot.so.0"; }
+ok "the depot::depot consumer loads $prefix/lib/libdepot.so.0"
+if ldd "$tmp/build-depot_static/consumer" | grep -E 'libdepot|libfmt|libflatbuffers|libboost'; then
+  fail "the depot::depot_static consumer loads the shared libraries above"
+fi
+ok "the depot::depot_static consumer needs no libdepot.so, fmt, FlatBuffers or Boost"
+
+step "consumer with pkg-config depot"
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+flags=$(pkg-config --cflags --libs depot) || fail "pkg-config --cflags --libs depot failed"
+echo "  pkg-config --cflags --libs depot: $flags"
+# shellcheck disable=SC2086  # the flags are words
+run_logged "compiling with pkg-config's flags failed" build-pkg-config \
+  g++ -std=c++20 -Wall -Wextra -o "$tmp/consumer-pkg-config" "$tmp/consumer/main.cc" $flags
+ok "compiled $tmp/consumer-pkg-config"
+
+step "installed depotd on a temporary socket"
+socket=$tmp/run/depot.sock
+"$prefix/bin/depotd" --socket "$socket" --capacity 64MiB >"$tmp/depotd.log" 2>&1 &
+daemon_pid=$!
+# Polls until a client gets an answer (the installed depotctl, found beside its library through
+# its RUNPATH): up to 10 s, failing at once if the daemon exits.
+for ((i = 0; ; i++)); do
+  if "$prefix/bin/depotctl" --socket "$socket" status >"$tmp/status.log" 2>&1; then break; fi
+  if ! kill -0 "$daemon_pid" 2>/dev/null; then
+    cat "$tmp/depotd.log" >&2
+    daemon_pid=""
+    fail "the installed depotd exited (its log is above)"
+  fi
+  if ((i >= 100)); then
+    cat "$tmp/status.log" "$tmp/depotd.log" >&2
+    fail "the installed depotd did not answer on $socket within 10 s"
+  fi
+  sleep 0.1
+done
+ok "depotd (pid $daemon_pid) answers; the installed depotctl runs without LD_LIBRARY_PATH"
+
+step "consumers against the installed depotd"
+for consumer in "$tmp/build-depot/consumer" "$tmp/build-depot_static/consumer" \
+                "$tmp/consumer-pkg-config"; do
+  # The pkg-config consumer has no RUNPATH: it finds libdepot.so.0 as a program would after ldconfig.
+  out=$(LD_LIBRARY_PATH=$prefix/lib "$consumer" "$socket" 2>&1) ||
+    { echo "$out" >&2; fail "$consumer failed"; }
+  [[ $out == success:* ]] || { echo "$out" >&2; fail "$consumer did not print success"; }
+  ok "${consumer#"$tmp"/}: $out"
+done
+
+step "cpack -G DEB"
+run_logged "cpack -G DEB failed" cpack bash -c "cd '$build' && cpack -G DEB -B '$tmp/pkg'"
+debs=("$tmp"/pkg/depot_*.deb)
+[[ -f ${debs[0]} ]] || fail "cpack wrote no depot_*.deb into $tmp/pkg"
+deb=${debs[0]}
+ok "built $(basename "$deb")"
+dpkg-deb --contents "$deb" | awk '{print $6}' | sed 's|^\./|/|' >"$tmp/contents"
+packaged=(/usr/bin/depotd /usr/bin/depotctl /usr/lib/libdepot.so /usr/lib/libdepot.so.0 /usr/lib/libdepot.a
+          /usr/include/depot/client.h /usr/include/depot/guid.h /usr/include/depot/object.h
+          /usr/include/depot/status.h /usr/lib/cmake/depot/depotConfig.cmake /usr/lib/pkgconfig/depot.pc)
+for u in "${units[@]}"; do packaged+=("/usr/lib/systemd/system/$u"); done
+[[ -n $sysusers ]] && packaged+=(/usr/lib/sysusers.d/depot.conf)
+[[ -n $tmpfiles ]] && packaged+=(/usr/lib/tmpfiles.d/depot.conf)
+for c in "${configs[@]}"; do packaged+=("/etc/depot/$c"); done
+for f in "${packaged[@]}"; do
+  grep -qx -- "$f" "$tmp/contents" || { cat "$tmp/contents" >&2; fail "the package lacks $f"; }
+done
+ok "the package holds the ${#packaged[@]} expected paths"
+depends=$(dpkg-deb -f "$deb" Depends)
+[[ -n $depends ]] || fail "the package's Depends is empty"
+[[ $depends == *libc6* ]] || fail "Depends ($depends) names no libc6: dpkg-shlibdeps did not run"
+ok "Depends: $depends"
+dpkg-deb --ctrl-tarfile "$deb" | tar -t >"$tmp/control"
+for f in postinst prerm postrm; do
+  grep -qx "./$f" "$tmp/control" || fail "the package has no $f"
+done
+for c in "${configs[@]}"; do
+  dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -x "/etc/depot/$c" >/dev/null ||
+    fail "/etc/depot/$c is not a conffile"
+done
+ok "maintainer scripts postinst, prerm, postrm; conffiles: ${configs[*]:-none}"
+mkdir "$tmp/unpacked"
+dpkg-deb -x "$deb" "$tmp/unpacked"
+grep -q '^prefix=/usr$' "$tmp/unpacked/usr/lib/pkgconfig/depot.pc" || fail "the packaged depot.pc is not for /usr"
+nm -C --defined-only "$tmp/unpacked/usr/lib/libdepot.a" 2>/dev/null | grep 'depot::Client::Connect' >/dev/null ||
+  fail "the packaged libdepot.a lacks depot::Client::Connect (stripped?)"
+ok "the packaged depot.pc names /usr; the packaged libdepot.a keeps its symbols"
+
+echo
+echo "PASS: $passed checks"
