@@ -309,5 +309,15 @@ TEST_CASE("config/depotd.conf documents every key at its default", "[options]") 
   ::unlink(path.c_str());
 }
 
+TEST_CASE("README's configuration table lists every key at its default", "[options]") {
+  std::ifstream in(DEPOT_SOURCE_DIR "/README.md");
+  REQUIRE(in);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const ConfigKey& k : ConfigKeys()) {
+    INFO(k.name);
+    CHECK_THAT(text, Contains(std::string("| `") + k.name + "` | `" + k.default_text + "` |"));
+  }
+}
+
 }  // namespace
 }  // namespace depot
