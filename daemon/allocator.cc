@@ -12,26 +12,34 @@ Allocator::Allocator(uint64_t size, uint64_t alignment)
 
 std::optional<uint64_t> Allocator::Allocate(uint64_t bytes) {
   if (bytes == 0 || bytes > size_) return std::nullopt;
-  uint64_t need = (bytes + alignment_ - 1) & ~(alignment_ - 1);
+  uint64_t need = BlockSize(bytes);
   auto fit = free_by_size_.lower_bound({need, 0});
   if (fit == free_by_size_.end()) return std::nullopt;
   auto [block_size, offset] = *fit;
   EraseFree(free_by_offset_.find(offset));
   if (block_size > need) InsertFree(offset + need, block_size - need);
-  allocated_.emplace(offset, need);
+  ++allocated_blocks_;
   used_ += need;
   return offset;
 }
 
-bool Allocator::Free(uint64_t offset) {
-  auto it = allocated_.find(offset);
-  if (it == allocated_.end()) return false;
+bool Allocator::Free(uint64_t offset, uint64_t bytes) {
+  uint64_t size = BlockSize(bytes);
+  if (bytes == 0 || offset % alignment_ != 0 || offset > size_ || size > size_ - offset) {
+    return false;
+  }
+  // The block must not overlap free space: the free blocks around it end before it and start
+  // after it.
+  auto next = free_by_offset_.lower_bound(offset);
+  if (next != free_by_offset_.end() && next->first < offset + size) return false;
+  if (next != free_by_offset_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second > offset) return false;
+  }
   uint64_t start = offset;
-  uint64_t size = it->second;
-  allocated_.erase(it);
+  --allocated_blocks_;
   used_ -= size;
 
-  auto next = free_by_offset_.lower_bound(start);
   if (next != free_by_offset_.end() && next->first == start + size) {
     size += next->second;
     next = std::next(next);
@@ -47,11 +55,6 @@ bool Allocator::Free(uint64_t offset) {
   }
   InsertFree(start, size);
   return true;
-}
-
-uint64_t Allocator::BlockSize(uint64_t offset) const {
-  auto it = allocated_.find(offset);
-  return it == allocated_.end() ? 0 : it->second;
 }
 
 uint64_t Allocator::largest_free() const {

@@ -1,8 +1,10 @@
 // Allocator hands out aligned byte ranges of one region (a shared-memory segment) by offset.
 //
 // Its bookkeeping lives in the daemon's heap, never in the region itself, so a client that writes
-// out of bounds can damage object bytes but never the store. Best fit by size, free neighbours
-// coalesce on Free. Not thread-safe: the daemon's single loop owns it.
+// out of bounds can damage object bytes but never the store. It records only the free space
+// (best fit by size, free neighbours coalesce on Free); an allocated block is named by its offset
+// and the size it was asked for, which its owner keeps anyway, so a store of millions of objects
+// pays nothing here per object. Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_ALLOCATOR_H_
 #define DEPOT_DAEMON_ALLOCATOR_H_
 
@@ -23,20 +25,22 @@ class Allocator {
   // nullopt when no free block is large enough. `bytes` must be > 0.
   std::optional<uint64_t> Allocate(uint64_t bytes);
 
-  // Returns a block from Allocate to the free space. Returns false (and changes nothing) when
-  // `offset` is not the start of an allocated block.
-  bool Free(uint64_t offset);
+  // Returns a block from Allocate(bytes) at `offset` to the free space. Returns false (and
+  // changes nothing) when the block is misaligned, leaves the region, or overlaps free space (a
+  // double free, for one). A range inside other allocated blocks is not detected: callers pass
+  // what Allocate gave them.
+  bool Free(uint64_t offset, uint64_t bytes);
 
-  // The size Allocate reserved for the block at `offset`, or 0 when none starts there.
-  uint64_t BlockSize(uint64_t offset) const;
+  // The bytes Allocate(bytes) reserves.
+  uint64_t BlockSize(uint64_t bytes) const { return (bytes + alignment_ - 1) & ~(alignment_ - 1); }
 
   uint64_t size() const { return size_; }
   uint64_t used() const { return used_; }
   uint64_t free() const { return size_ - used_; }
   uint64_t largest_free() const;
-  size_t allocated_blocks() const { return allocated_.size(); }
+  size_t allocated_blocks() const { return allocated_blocks_; }
   size_t free_blocks() const { return free_by_offset_.size(); }
-  bool empty() const { return allocated_.empty(); }
+  bool empty() const { return allocated_blocks_ == 0; }
 
  private:
   void InsertFree(uint64_t offset, uint64_t size);
@@ -47,7 +51,7 @@ class Allocator {
   uint64_t used_ = 0;
   std::map<uint64_t, uint64_t> free_by_offset_;          // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
-  std::map<uint64_t, uint64_t> allocated_;               // offset -> size
+  size_t allocated_blocks_ = 0;
 };
 
 }  // namespace depot

@@ -107,7 +107,7 @@ Result<Location> HostPool::Allocate(uint64_t size) {
 
 void HostPool::Free(const Location& location) {
   auto it = segments_.find(location.segment);
-  if (it == segments_.end() || !it->second.allocator.Free(location.offset)) return;
+  if (it == segments_.end() || !it->second.allocator.Free(location.offset, location.size)) return;
   Segment& seg = it->second;
   if (!seg.allocator.empty() || options_.prefault) return;
   if (!seg.dedicated) {

@@ -4,9 +4,27 @@
 
 namespace depot {
 
+StoredObject::StoredObject(std::span<const Location> frames, std::string_view name,
+                           std::span<const uint8_t> metadata)
+    : frame_count_(static_cast<uint32_t>(frames.size())),
+      metadata_size_(static_cast<uint32_t>(metadata.size())),
+      name_size_(static_cast<uint16_t>(name.size())) {
+  if (frames.size() == 1) {
+    first_frame_ = frames[0];
+  } else if (frames.size() > 1) {
+    more_frames_ = std::make_unique<Location[]>(frames.size());
+    std::copy(frames.begin(), frames.end(), more_frames_.get());
+  }
+  if (!name.empty() || !metadata.empty()) {
+    extra_ = std::make_unique<uint8_t[]>(name.size() + metadata.size());
+    std::copy(name.begin(), name.end(), extra_.get());
+    std::copy(metadata.begin(), metadata.end(), extra_.get() + name.size());
+  }
+}
+
 uint64_t StoredObject::size() const {
   uint64_t total = 0;
-  for (const Location& f : frames) total += f.size;
+  for (const Location& f : frames()) total += f.size;
   return total;
 }
 
@@ -18,12 +36,10 @@ Result<const StoredObject*> ObjectTable::Create(NewObject n) {
     return Status::AlreadyExists(fmt::format("object {} already exists", n.guid.ToString()));
   }
   ObjectId id = next_id_++;
-  StoredObject& o = objects_[id];
+  StoredObject& o =
+      objects_.try_emplace(id, n.frames, n.name, n.metadata).first->second;
   o.id = id;
   o.guid = n.guid;
-  o.frames = std::move(n.frames);
-  o.metadata = std::move(n.metadata);
-  o.name = std::move(n.name);
   o.evictable = n.evictable;
   o.creator = n.creator;
   o.creator_pid = n.creator_pid;

@@ -19,6 +19,9 @@
 #include <functional>
 #include <list>
 #include <map>
+#include <memory>
+#include <span>
+#include <string_view>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,25 +38,47 @@ using ObjectId = uint64_t;
 
 enum class ObjectState { kCreating, kSealed };
 
-struct StoredObject {
+// One object as the daemon keeps it. Laid out for a store of millions of small objects: the
+// first frame is inline and the name and metadata share one allocation made only when either is
+// present (about 128 bytes for an object of one frame without either).
+class StoredObject {
+ public:
+  StoredObject() = default;
+  StoredObject(std::span<const Location> frames, std::string_view name,
+               std::span<const uint8_t> metadata);
+
+  std::span<const Location> frames() const {
+    return {frame_count_ > 1 ? more_frames_.get() : &first_frame_, frame_count_};
+  }
+  std::string_view name() const {
+    return {reinterpret_cast<const char*>(extra_.get()), name_size_};
+  }
+  std::span<const uint8_t> metadata() const {
+    return {extra_.get() + name_size_, metadata_size_};
+  }
+  uint64_t size() const;
+
   ObjectId id = 0;
   Guid guid;
-  ObjectState state = ObjectState::kCreating;
-  bool deleted = false;  // gone from the index, waiting for its last reference
-  std::vector<Location> frames;
-  std::vector<uint8_t> metadata;
-  std::string name;
-  bool evictable = false;
-  SessionId creator = 0;
-  int32_t creator_pid = 0;
-  uint32_t creator_uid = 0;
   int64_t created_ns = 0;  // wall clock, for people
   int64_t sealed_ns = 0;
-  uint32_t refcount = 0;  // sessions holding it
-  bool in_lru = false;
+  SessionId creator = 0;
   std::list<ObjectId>::iterator lru_pos;
+  int32_t creator_pid = 0;
+  uint32_t creator_uid = 0;
+  uint32_t refcount = 0;  // sessions holding it
+  ObjectState state = ObjectState::kCreating;
+  bool deleted = false;  // gone from the index, waiting for its last reference
+  bool evictable = false;
+  bool in_lru = false;
 
-  uint64_t size() const;
+ private:
+  Location first_frame_{};
+  std::unique_ptr<Location[]> more_frames_;  // every frame, when there are several
+  std::unique_ptr<uint8_t[]> extra_;         // name, then metadata
+  uint32_t frame_count_ = 0;
+  uint32_t metadata_size_ = 0;
+  uint16_t name_size_ = 0;
 };
 
 // What Create needs to know about a new object.

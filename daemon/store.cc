@@ -40,10 +40,10 @@ int64_t WallClockNs() {
 
 fb::Offset<wire::ObjectInfo> BuildInfo(fb::FlatBufferBuilder& fbb, const StoredObject& o,
                                        bool with_metadata) {
-  auto name = fbb.CreateString(o.name);
-  auto frames = Frames(fbb, o.frames);
+  auto name = fbb.CreateString(o.name().data(), o.name().size());
+  auto frames = Frames(fbb, o.frames());
   fb::Offset<fb::Vector<uint8_t>> metadata;
-  if (with_metadata) metadata = fbb.CreateVector(o.metadata);
+  if (with_metadata) metadata = fbb.CreateVector(o.metadata().data(), o.metadata().size());
   wire::ObjectInfoBuilder b(fbb);
   wire::Guid guid = ToWire(o.guid);
   b.add_guid(&guid);
@@ -59,7 +59,7 @@ fb::Offset<wire::ObjectInfo> BuildInfo(fb::FlatBufferBuilder& fbb, const StoredO
   b.add_sealed_unix_ns(o.sealed_ns);
   b.add_creator_pid(o.creator_pid);
   b.add_creator_uid(o.creator_uid);
-  b.add_metadata_size(static_cast<uint32_t>(o.metadata.size()));
+  b.add_metadata_size(static_cast<uint32_t>(o.metadata().size()));
   if (with_metadata) b.add_metadata(metadata);
   return b.Finish();
 }
@@ -69,7 +69,7 @@ fb::Offset<wire::ObjectInfo> BuildInfo(fb::FlatBufferBuilder& fbb, const StoredO
 Store::Store(boost::asio::io_context& io, StoreOptions options)
     : io_(io),
       options_(std::move(options)),
-      table_([this](const StoredObject& o) { FreeFrames(o.frames); }, WallClockNs),
+      table_([this](const StoredObject& o) { FreeFrames(o.frames()); }, WallClockNs),
       started_(std::chrono::steady_clock::now()) {}
 
 Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options) {
@@ -344,10 +344,10 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
     table_.Seal(s, guid);
     WakeWaiters(guid);
   } else {
-    CollectSegments(st, obj->frames, ids, fds);
+    CollectSegments(st, obj->frames(), ids, fds);
   }
   auto segments = SegmentInfos(fbb, ids);
-  auto locations = Frames(fbb, obj->frames);
+  auto locations = Frames(fbb, obj->frames());
   wire::Guid g = ToWire(guid);
   fbb.Finish(wire::CreateCreateReply(fbb, &g, locations, segments));
   Reply(s, id, proto::ReplyType(MsgType::kCreate), fbb, std::move(fds));
@@ -463,9 +463,9 @@ void Store::FinishGet(uint64_t wait_id) {
       results.push_back(wire::CreateGetResult(fbb, &g, ToWire(st.code()), msg));
       continue;
     }
-    CollectSegments(sit->second, o->frames, ids, fds);
-    auto frames = Frames(fbb, o->frames);
-    auto metadata = fbb.CreateVector(o->metadata);
+    CollectSegments(sit->second, o->frames(), ids, fds);
+    auto frames = Frames(fbb, o->frames());
+    auto metadata = fbb.CreateVector(o->metadata().data(), o->metadata().size());
     results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, frames, metadata));
   }
   auto results_vec = fbb.CreateVector(results);
@@ -561,7 +561,7 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
   Guid guid = FromWire(*req.guid());
   const StoredObject* o = table_.Find(guid);
   if (!o) return ReplyError(s, id, Status::NotFound(fmt::format("object {} does not exist", guid.ToString())));
-  fb::FlatBufferBuilder fbb(512 + o->metadata.size());
+  fb::FlatBufferBuilder fbb(512 + o->metadata().size());
   fbb.Finish(wire::CreateStatReply(fbb, BuildInfo(fbb, *o, true)));
   Reply(s, id, proto::ReplyType(MsgType::kStat), fbb);
 }
@@ -638,7 +638,7 @@ void Store::Emit(wire::EventKind kind, const StoredObject* object, SessionId cau
     }
     fb::FlatBufferBuilder fbb(256);
     fb::Offset<fb::String> name;
-    if (object) name = fbb.CreateString(object->name);
+    if (object) name = fbb.CreateString(object->name().data(), object->name().size());
     wire::EventBuilder b(fbb);
     b.add_kind(kind);
     b.add_unix_ns(WallClockNs());

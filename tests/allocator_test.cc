@@ -39,7 +39,7 @@ TEST_CASE("Allocator aligns every offset and rounds sizes up", "[allocator]") {
       auto off = a.Allocate(bytes);
       REQUIRE(off.has_value());
       CHECK(*off % alignment == 0);
-      CHECK(a.BlockSize(*off) == RoundUp(bytes, alignment));
+      CHECK(a.BlockSize(bytes) == RoundUp(bytes, alignment));
       expected_used += RoundUp(bytes, alignment);
       CHECK(a.used() == expected_used);
     }
@@ -65,13 +65,13 @@ TEST_CASE("Allocator is exhausted exactly when the region is full", "[allocator]
   CHECK(a.free_blocks() == 0);
   CHECK_FALSE(a.Allocate(1).has_value());
 
-  REQUIRE(a.Free(offsets[10]));
+  REQUIRE(a.Free(offsets[10], 64));
   auto again = a.Allocate(64);
   REQUIRE(again.has_value());
   CHECK(*again == offsets[10]);
 }
 
-TEST_CASE("Free of an unknown offset returns false and changes nothing", "[allocator]") {
+TEST_CASE("Free of a block that is not allocated returns false and changes nothing", "[allocator]") {
   Allocator a(4096);
   auto x = a.Allocate(128);
   auto y = a.Allocate(64);
@@ -81,16 +81,20 @@ TEST_CASE("Free of an unknown offset returns false and changes nothing", "[alloc
   const size_t free_blocks = a.free_blocks();
   const uint64_t largest = a.largest_free();
 
-  CHECK_FALSE(a.Free(*x + 64));  // inside a block, not its start
-  CHECK_FALSE(a.Free(4000));     // free space
-  CHECK_FALSE(a.Free(1 << 20));  // outside the region
+  CHECK_FALSE(a.Free(*x + 1, 64));   // misaligned
+  CHECK_FALSE(a.Free(3968, 64));     // free space
+  CHECK_FALSE(a.Free(*y, 128));      // runs into the free space after it
+  CHECK_FALSE(a.Free(1 << 20, 64));  // outside the region
+  CHECK_FALSE(a.Free(4032, 128));    // past its end
+  CHECK_FALSE(a.Free(*y, 0));
   CHECK(a.used() == used);
   CHECK(a.free_blocks() == free_blocks);
   CHECK(a.largest_free() == largest);
   CHECK(a.allocated_blocks() == 2);
 
-  REQUIRE(a.Free(*x));
-  CHECK_FALSE(a.Free(*x));  // double free
+  REQUIRE(a.Free(*x, 128));
+  CHECK_FALSE(a.Free(*x, 128));  // double free
+  CHECK_FALSE(a.Free(*x, 64));   // part of the same freed block
   CHECK(a.allocated_blocks() == 1);
 }
 
@@ -101,23 +105,23 @@ TEST_CASE("Free coalesces with its neighbours", "[allocator]") {
   REQUIRE(a.free_blocks() == 0);
 
   SECTION("with the previous block") {
-    REQUIRE(a.Free(b[2]));
-    REQUIRE(a.Free(b[3]));
+    REQUIRE(a.Free(b[2], 64));
+    REQUIRE(a.Free(b[3], 64));
     CHECK(a.free_blocks() == 1);
     CHECK(a.largest_free() == 128);
   }
   SECTION("with the next block") {
-    REQUIRE(a.Free(b[3]));
-    REQUIRE(a.Free(b[2]));
+    REQUIRE(a.Free(b[3], 64));
+    REQUIRE(a.Free(b[2], 64));
     CHECK(a.free_blocks() == 1);
     CHECK(a.largest_free() == 128);
   }
   SECTION("with both neighbours") {
-    REQUIRE(a.Free(b[2]));
-    REQUIRE(a.Free(b[4]));
+    REQUIRE(a.Free(b[2], 64));
+    REQUIRE(a.Free(b[4], 64));
     CHECK(a.free_blocks() == 2);
     CHECK(a.largest_free() == 64);
-    REQUIRE(a.Free(b[3]));
+    REQUIRE(a.Free(b[3], 64));
     CHECK(a.free_blocks() == 1);
     CHECK(a.largest_free() == 192);
     auto merged = a.Allocate(192);
@@ -125,13 +129,13 @@ TEST_CASE("Free coalesces with its neighbours", "[allocator]") {
     CHECK(*merged == b[2]);
   }
   SECTION("not across an allocated block") {
-    REQUIRE(a.Free(b[2]));
-    REQUIRE(a.Free(b[4]));
+    REQUIRE(a.Free(b[2], 64));
+    REQUIRE(a.Free(b[4], 64));
     CHECK(a.free_blocks() == 2);
     CHECK(a.largest_free() == 64);
   }
   SECTION("everything back into one block") {
-    for (uint64_t off : b) REQUIRE(a.Free(off));
+    for (uint64_t off : b) REQUIRE(a.Free(off, 64));
     CHECK(a.free_blocks() == 1);
     CHECK(a.largest_free() == a.size());
     CHECK(a.empty());
@@ -148,9 +152,9 @@ TEST_CASE("Allocate picks the smallest hole that fits", "[allocator]") {
   auto h192 = a.Allocate(192);
   auto s3 = a.Allocate(64);
   REQUIRE((h256 && s1 && h128 && s2 && h192 && s3));
-  REQUIRE(a.Free(*h256));
-  REQUIRE(a.Free(*h128));
-  REQUIRE(a.Free(*h192));
+  REQUIRE(a.Free(*h256, 256));
+  REQUIRE(a.Free(*h128, 128));
+  REQUIRE(a.Free(*h192, 192));
   REQUIRE(a.free_blocks() == 4);
 
   auto x = a.Allocate(100);  // 128: only the 128 hole fits exactly
@@ -191,7 +195,6 @@ TEST_CASE("Allocator agrees with a model over a random sequence", "[allocator]")
       }
       ++allocations;
       REQUIRE(*off % kAlign == 0);
-      REQUIRE(a.BlockSize(*off) == need);
       REQUIRE(*off + need <= kSize);
       auto next = model.lower_bound(*off);
       if (next != model.end()) REQUIRE(*off + need <= next->first);
@@ -203,7 +206,7 @@ TEST_CASE("Allocator agrees with a model over a random sequence", "[allocator]")
     } else {
       auto it = model.begin();
       std::advance(it, static_cast<long>(rng() % model.size()));
-      REQUIRE(a.Free(it->first));
+      REQUIRE(a.Free(it->first, it->second));
       model.erase(it);
     }
     uint64_t sum = 0;
@@ -215,7 +218,7 @@ TEST_CASE("Allocator agrees with a model over a random sequence", "[allocator]")
   CHECK(allocations > 1000);
   CHECK(failures > 0);
 
-  for (const auto& [off, size] : model) REQUIRE(a.Free(off));
+  for (const auto& [off, size] : model) REQUIRE(a.Free(off, size));
   CHECK(a.used() == 0);
   CHECK(a.largest_free() == a.size());
   CHECK(a.free_blocks() == 1);

@@ -22,6 +22,13 @@ namespace fb = flatbuffers;
 
 Guid FromWire(const wire::Guid* g) { return g ? proto::FromWire(*g) : Guid{}; }
 
+// Requests without arguments (status, ping, clients, subscribe) carry an empty table.
+Result<internal::Message> CallWithoutArguments(Connection& conn, MsgType type) {
+  fb::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  return conn.Call(type, fbb);
+}
+
 static_assert(static_cast<int>(Event::Kind::kClientDisconnected) ==
                   static_cast<int>(wire::EventKind::ClientDisconnected) &&
               wire::EventKind::MAX == wire::EventKind::ClientDisconnected);
@@ -322,9 +329,7 @@ Result<ListPage> Client::List(std::optional<Guid> after, uint32_t limit) {
 }
 
 Result<StoreStatus> Client::GetStatus() {
-  fb::FlatBufferBuilder fbb(64);
-  fbb.Finish(wire::CreateEmptyReply(fbb));
-  auto reply = conn_->Call(MsgType::kStatus, fbb);
+  auto reply = CallWithoutArguments(*conn_, MsgType::kStatus);
   if (!reply.ok()) return reply.status();
   const auto* r = proto::Body<wire::StatusReply>(reply->body);
   StoreStatus s;
@@ -354,15 +359,11 @@ Result<StoreStatus> Client::GetStatus() {
 }
 
 Status Client::Ping() {
-  fb::FlatBufferBuilder fbb(64);
-  fbb.Finish(wire::CreateEmptyReply(fbb));
-  return conn_->Call(MsgType::kPing, fbb).status();
+  return CallWithoutArguments(*conn_, MsgType::kPing).status();
 }
 
 Result<std::vector<ClientInfo>> Client::Clients() {
-  fb::FlatBufferBuilder fbb(64);
-  fbb.Finish(wire::CreateEmptyReply(fbb));
-  auto reply = conn_->Call(MsgType::kClients, fbb);
+  auto reply = CallWithoutArguments(*conn_, MsgType::kClients);
   if (!reply.ok()) return reply.status();
   std::vector<ClientInfo> out;
   const auto* r = proto::Body<wire::ClientsReply>(reply->body);
@@ -389,9 +390,7 @@ Result<std::vector<ClientInfo>> Client::Clients() {
 Result<Subscription> Client::Subscribe() {
   auto conn = Connection::Open(conn_->path(), "events");
   if (!conn.ok()) return conn.status();
-  fb::FlatBufferBuilder fbb(64);
-  fbb.Finish(wire::CreateEmptyReply(fbb));
-  auto reply = (*conn)->Call(MsgType::kSubscribe, fbb);
+  auto reply = CallWithoutArguments(**conn, MsgType::kSubscribe);
   if (!reply.ok()) return reply.status();
   return Subscription(std::move(*conn));
 }
