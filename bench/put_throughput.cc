@@ -1,0 +1,140 @@
+// Section 3, put bandwidth for 1 MiB to 1 GiB: how fast a producer gets its bytes into the store,
+// against the limit (one memcpy of the same bytes into resident memory, single thread) and Redis
+// SET, measured in alternating rounds in one run:
+//   Put             Client::Put: create (a round trip), copy into the mapped frame, seal.
+//   Create + write  Client::Create, the same memcpy into the draft's frame, Draft::Seal: what a
+//                   producer that writes in place does (for objects over 64 KiB, Put does the
+//                   same calls).
+//   Redis SET       hiredis over the Unix socket (it formats the command, copying the value).
+//   create + seal   the same without the copy: the round trips a put adds to its memcpy.
+// Both depot paths are measured against two daemons: one with a prefaulted pool (--prefault), one
+// that makes 64 MiB segments on demand (an object larger than that gets a segment of its own,
+// reserved when it is created and given back when it is deleted). Each put is followed by an
+// untimed delete. Servers on CPU 0; this process on each placement in turn.
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench/redis.h"
+#include "bench/sections.h"
+
+namespace depot::bench {
+namespace {
+
+enum Method { kMemcpy, kPut, kCreate, kBare, kPutDemand, kCreateDemand, kRedis, kMethods };
+
+struct Plan {
+  uint64_t size;
+  int per_round;
+};
+
+// With `write` false, only the create and seal round trips: what a put costs beyond its copy.
+Guid CreateAndWrite(Client& c, std::span<const std::byte> src, bool write = true) {
+  Draft d = Check(c.Create({src.size()}), "create");
+  if (write) std::memcpy(d.frame(0).data(), src.data(), src.size());
+  Check(d.Seal(), "seal");
+  return d.guid();
+}
+
+}  // namespace
+
+void PutThroughput(const Context& ctx) {
+  std::vector<Plan> plans = {{1 << 20, ctx.quick ? 30 : 100}, {64 << 20, ctx.quick ? 3 : 4}};
+  if (!ctx.quick) plans.push_back({1ull << 30, 1});
+  int rounds = ctx.quick ? 3 : 5;
+  uint64_t capacity = plans.back().size + (256ull << 20);
+  DepotDaemon prefaulted(ctx.dir, "put-prefault", {.capacity = capacity, .prefault = true});
+  DepotDaemon on_demand(ctx.dir, "put-demand", {.capacity = capacity});
+  Say(fmt::format(
+      "\n## 3. Put bandwidth\n\n"
+      "Two depotd: a {} and a {}, with redis-server, all on CPU {}. {} rounds; in each, every "
+      "method runs its samples in turn. GB/s = 10^9 bytes/s of object size over the median time. "
+      "memcpy copies the same source into a resident buffer (single thread): the limit. Put and "
+      "Create + write time create, the copy and seal (for > 64 KiB, Put makes the same calls); "
+      "\"create + seal, no copy\" is the same without the copy (prefaulted pool): what a put costs "
+      "beyond its memcpy. Each is followed by an untimed delete, Redis SET by an untimed DEL.",
+      prefaulted.Describe(), on_demand.Describe(), kServerCpu, rounds));
+  Redis redis = Redis::Connect(ctx.redis->socket());
+  redis.FlushAll();
+  Targets& targets = *ctx.targets;
+  for (int cpu : Placements()) {
+    PinTo(cpu);
+    Client fast = prefaulted.Connect(), slow = on_demand.Connect();
+    Table t({"size", "memcpy p50 (GB/s)", "Put p50 (rounds)", "Put GB/s", "Put / memcpy",
+             "≥ 80% memcpy", "Create + write p50", "C+W / memcpy", "create + seal, no copy",
+             "on-demand pool: Put p50", "/ memcpy", "on-demand: C+W p50", "Redis SET p50 (GB/s)",
+             "Redis / Put"},
+            "lrrrrlrrrrrrrr");
+    for (const Plan& p : plans) {
+      fmt::print(stderr, "  put: {}, {}\n", Bytes(p.size), PlacementName(cpu));
+      std::vector<std::byte> src(p.size, std::byte{0x3c}), dst(p.size, std::byte{0});
+      std::array<Series, kMethods> series;
+      auto once = [&](Method m) -> double {
+        auto t0 = Clock::now();
+        Guid id;
+        Client* c = nullptr;
+        switch (m) {
+          case kMemcpy:
+            std::memcpy(dst.data(), src.data(), p.size);
+            KeepAlive(dst[p.size / 2]);
+            return Since(t0);
+          case kPut:
+          case kPutDemand:
+            c = m == kPut ? &fast : &slow;
+            id = Check(c->Put(src), "put");
+            break;
+          case kCreate:
+          case kCreateDemand:
+            c = m == kCreate ? &fast : &slow;
+            id = CreateAndWrite(*c, src);
+            break;
+          case kBare:
+            c = &fast;
+            id = CreateAndWrite(*c, src, false);
+            break;
+          case kRedis: {
+            redis.Set("value", src);
+            double t = Since(t0);
+            redis.Del("value");
+            return t;
+          }
+          default:
+            return 0;
+        }
+        double t = Since(t0);
+        Check(c->Delete(id), "delete");
+        return t;
+      };
+      for (int m = 0; m < kMethods; ++m) once(static_cast<Method>(m));  // warm-up
+      for (int r = 0; r < rounds; ++r) {
+        for (int k = 0; k < kMethods; ++k) {
+          int m = (k + r) % kMethods;  // each method takes each place in the order in turn
+          series[m].NextRound();
+          for (int i = 0; i < p.per_round; ++i) series[m].Add(once(static_cast<Method>(m)));
+        }
+      }
+      std::array<Summary, kMethods> s;
+      for (int m = 0; m < kMethods; ++m) s[m] = series[m].Summarize();
+      double size = static_cast<double>(p.size);
+      auto gbs = [&](Method m) { return Rate(size / s[m].p50); };
+      auto pct = [&](Method m) { return fmt::format("{:.0f}%", 100 * s[kMemcpy].p50 / s[m].p50); };
+      double ratio = s[kMemcpy].p50 / s[kPut].p50;
+      std::string met = targets.Check(
+          "Put ≥ 80% of memcpy bandwidth (≥ 1 MiB, prefaulted pool)",
+          fmt::format("{}, {}", Bytes(p.size), PlacementName(cpu)),
+          fmt::format("{:.0f}% ({} vs {})", 100 * ratio, gbs(kPut), gbs(kMemcpy)), ratio >= 0.8);
+      t.Row({Bytes(p.size), fmt::format("{} ({})", Time(s[kMemcpy].p50), gbs(kMemcpy)),
+             P50WithSpread(s[kPut]), gbs(kPut), pct(kPut), met, Time(s[kCreate].p50), pct(kCreate),
+             Time(s[kBare].p50), P50WithSpread(s[kPutDemand]), pct(kPutDemand),
+             Time(s[kCreateDemand].p50), fmt::format("{} ({})", Time(s[kRedis].p50), gbs(kRedis)),
+             Ratio(s[kRedis].p50 / s[kPut].p50)});
+    }
+    Say(fmt::format("\n### {}", PlacementName(cpu)));
+    t.Print();
+  }
+  Unpin();
+}
+
+}  // namespace depot::bench

@@ -1,0 +1,138 @@
+// Section 7, scale: 1,000,000 objects of 64 B (100,000 with --quick), put through the inline
+// create-and-seal path by 4 client processes (on CPU 1) into a fresh depotd on CPU 0. Reported:
+// the put rate, depotd's memory per object (VmRSS, and RssAnon, its heap, from /proc/PID/status,
+// after minus before, over the count; the daemon writes inline bytes with pwrite and maps no
+// segment, so object bytes are not in either), and the time to list every object through
+// Client::List in pages of 1,000. For comparison, the same count of 64-byte values SET into an
+// empty redis-server by 4 processes the same way: its rate, used_memory and VmRSS per key, and a
+// SCAN of every key (COUNT 1000).
+#include <functional>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench/redis.h"
+#include "bench/sections.h"
+
+namespace depot::bench {
+namespace {
+
+constexpr uint64_t kObjectSize = 64;
+constexpr uint64_t kProcs = 4;
+
+// Runs kProcs children on the last placement's CPU (the one depotd does not run on, where there
+// are two) that share [0, count): each runs put(channel, first, n), which signals ready and waits
+// for go before it puts. Returns the time from go to the last one done.
+double PutInParallel(uint64_t count, const std::function<void(Channel&, uint64_t, uint64_t)>& put) {
+  std::vector<Child> children;
+  for (uint64_t p = 0, first = 0; p < kProcs; ++p) {
+    uint64_t n = count / kProcs + (p < count % kProcs ? 1 : 0);
+    children.push_back(Child::Spawn([&, first, n](Channel& ch) {
+      PinTo(Placements().back());
+      put(ch, first, n);
+      ch.Signal();
+    }));
+    first += n;
+  }
+  Clock::time_point go = StartTogether(children);
+  for (auto& child : children) child.channel().Await();
+  double t = Since(go);
+  JoinAll(children);
+  return t;
+}
+
+}  // namespace
+
+void Scale(const Context& ctx) {
+  uint64_t count = ctx.quick ? 100'000 : 1'000'000;
+  DepotDaemon daemon(ctx.dir, "scale", {.capacity = 512ull << 20});
+  Unpin();
+  Client c = daemon.Connect();
+  std::vector<std::byte> value(kObjectSize, std::byte{5});
+  Check(c.Delete(Check(c.Put(value), "put")), "delete");  // warm-up: one segment, one session
+  uint64_t rss0 = ProcStatusBytes(daemon.pid(), "VmRSS"),
+           anon0 = ProcStatusBytes(daemon.pid(), "RssAnon");
+
+  fmt::print(stderr, "  scale: {} puts\n", Grouped(count));
+  double put_time = PutInParallel(count, [&](Channel& ch, uint64_t first, uint64_t n) {
+    Client mine = daemon.Connect("scale");
+    ch.Signal();
+    ch.Await();
+    for (uint64_t i = first; i < first + n; ++i) Check(mine.Put(value), "put");
+  });
+
+  StoreStatus st = Check(c.GetStatus(), "status");
+  if (st.objects_sealed != count) {
+    throw BenchError(fmt::format("depotd holds {} objects, not {}", st.objects_sealed, count));
+  }
+  uint64_t rss1 = ProcStatusBytes(daemon.pid(), "VmRSS"),
+           anon1 = ProcStatusBytes(daemon.pid(), "RssAnon");
+
+  fmt::print(stderr, "  scale: listing\n");
+  auto t0 = Clock::now();
+  uint64_t listed = 0, pages = 0;
+  std::optional<Guid> after;
+  while (true) {
+    ListPage page = Check(c.List(after, 1000), "list");
+    listed += page.objects.size();
+    ++pages;
+    if (!page.more || page.objects.empty()) break;
+    after = page.objects.back().guid;
+  }
+  double list_time = Since(t0);
+  if (listed != count) throw BenchError(fmt::format("listed {} objects, not {}", listed, count));
+  uint64_t rss_after_list = ProcStatusBytes(daemon.pid(), "VmRSS");
+
+  fmt::print(stderr, "  scale: redis\n");
+  Redis redis = Redis::Connect(ctx.redis->socket());
+  redis.FlushAll();
+  uint64_t r_used0 = std::stoull(redis.Info("used_memory"));
+  uint64_t r_rss0 = ProcStatusBytes(ctx.redis->pid(), "VmRSS");
+  double r_put = PutInParallel(count, [&](Channel& ch, uint64_t first, uint64_t n) {
+    Redis mine = Redis::Connect(ctx.redis->socket());
+    ch.Signal();
+    ch.Await();
+    for (uint64_t i = first; i < first + n; ++i) mine.Set(fmt::format("key:{}", i), value);
+  });
+  uint64_t r_used1 = std::stoull(redis.Info("used_memory"));
+  uint64_t r_rss1 = ProcStatusBytes(ctx.redis->pid(), "VmRSS");
+  auto s0 = Clock::now();
+  uint64_t scanned = redis.ScanAll(1000);
+  double r_scan = Since(s0);
+  redis.FlushAll();
+
+  auto per = [&](uint64_t a, uint64_t b) {
+    return fmt::format(
+        "{:.0f} B", (static_cast<double>(b) - static_cast<double>(a)) / static_cast<double>(count));
+  };
+  double per_object =
+      (static_cast<double>(rss1) - static_cast<double>(rss0)) / static_cast<double>(count);
+  std::string met = ctx.targets->Check(
+      "≤ 256 bytes of daemon memory per object", fmt::format("{} objects of 64 B", Grouped(count)),
+      fmt::format("{:.0f} B (VmRSS growth / count)", per_object), per_object <= 256);
+
+  Say(fmt::format(
+      "\n## 7. Scale: {} objects of {} B\n\n"
+      "depotd ({}) on CPU {}; {} client processes on CPU {} put {} objects each "
+      "through the inline path. Redis: the same count of {}-byte values SET by {} processes "
+      "the same way (one round trip each).",
+      Grouped(count), kObjectSize, daemon.Describe(), kServerCpu, kProcs, Placements().back(),
+      Grouped(count / kProcs), kObjectSize, kProcs));
+  Table t({"figure", "depot", "Redis", "target"}, "lrrl");
+  t.Row({"put rate", fmt::format("{} ({} processes)", PerSecond(double(count) / put_time), kProcs),
+         fmt::format("{} ({} processes)", PerSecond(double(count) / r_put), kProcs), ""});
+  t.Row({"server memory per object: VmRSS growth / count", per(rss0, rss1), per(r_rss0, r_rss1),
+         "≤ 256 B: " + met});
+  t.Row({"heap per object: RssAnon growth (depotd), used_memory growth (Redis)", per(anon0, anon1),
+         per(r_used0, r_used1), ""});
+  t.Row({"server VmRSS before → after", fmt::format("{} → {}", Bytes(rss0), Bytes(rss1)),
+         fmt::format("{} → {}", Bytes(r_rss0), Bytes(r_rss1)), ""});
+  t.Row({"list every object",
+         fmt::format("{} ({} pages of 1,000; {} a page)", Time(list_time), Grouped(pages),
+                     Time(list_time / double(pages))),
+         fmt::format("{} (SCAN COUNT 1000, {} keys)", Time(r_scan), Grouped(scanned)), ""});
+  t.Row({"depotd VmRSS after listing", Bytes(rss_after_list), "", ""});
+  t.Print();
+}
+
+}  // namespace depot::bench

@@ -1,0 +1,219 @@
+// Section 4, small objects. (a) Put+get pairs per second of 1 KiB objects with 1, 2 and 4 client
+// processes (each its own connection), each process in a loop for a fixed time: depot Put (an
+// object of <= 64 KiB travels inside the create request, which also seals it: one round trip)
+// then Get of that object (another round trip; the Object is dropped), against Redis SET then GET
+// of a new key. depotd and redis-server run on CPU 0; the client processes all run on one CPU,
+// each placement in turn. depot and Redis alternate run by run; objects and keys are removed
+// between runs, untimed.
+// (b) Getting 1,000 objects of 1 KiB: one multi-GUID Client::Get (one round trip) against
+// 1,000 single gets and one Redis MGET of 1,000 keys, in alternating rounds, this process on each
+// placement.
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench/redis.h"
+#include "bench/sections.h"
+
+namespace depot::bench {
+namespace {
+
+constexpr uint64_t kObjectSize = 1024;
+
+struct RunResult {
+  uint64_t pairs;
+  double seconds;
+};
+
+// Runs `procs` processes of `loop` together for `duration`; the pairs per second of all.
+double RunTogether(int procs, int cpu, double duration,
+                   const std::function<void(Channel&, double)>& loop) {
+  std::vector<Child> children;
+  for (int i = 0; i < procs; ++i) {
+    children.push_back(Child::Spawn([&](Channel& ch) {
+      PinTo(cpu);
+      loop(ch, duration);
+    }));
+  }
+  StartTogether(children);
+  double rate = 0;
+  for (auto& c : children) {
+    auto r = c.channel().Recv<RunResult>();
+    rate += static_cast<double>(r.pairs) / r.seconds;
+  }
+  JoinAll(children);
+  return rate;
+}
+
+void DepotLoop(const DepotDaemon& daemon, Channel& ch, double duration) {
+  Client c = daemon.Connect("small");
+  std::vector<std::byte> value(kObjectSize, std::byte{7});
+  std::vector<Guid> made;
+  made.reserve(1 << 20);
+  ch.Signal();
+  ch.Await();
+  auto t0 = Clock::now();
+  double t = 0;
+  while ((t = Since(t0)) < duration) {
+    Guid id = Check(c.Put(value), "put");
+    Object o = Check(c.Get(id), "get");
+    KeepAlive(o.size());
+    made.push_back(id);
+  }
+  ch.Send(RunResult{made.size(), t});
+  for (size_t i = 0; i < made.size(); i += 1000) {  // untimed clean-up
+    auto batch = std::span(made).subspan(i, std::min<size_t>(1000, made.size() - i));
+    c.Delete(batch);
+  }
+}
+
+void RedisLoop(const std::string& socket, Channel& ch, double duration) {
+  Redis r = Redis::Connect(socket);
+  std::vector<std::byte> value(kObjectSize, std::byte{7});
+  std::string prefix = fmt::format("{}:", ::getpid());
+  ch.Signal();
+  ch.Await();
+  auto t0 = Clock::now();
+  double t = 0;
+  uint64_t n = 0;
+  while ((t = Since(t0)) < duration) {
+    std::string key = prefix + std::to_string(n++);
+    r.Set(key, value);
+    Reply got = r.Get(key);
+    KeepAlive(got->len);
+  }
+  ch.Send(RunResult{n, t});
+}
+
+std::string RateRange(const std::vector<double>& v) {
+  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return fmt::format("{} ({}–{})", PerSecond(Percentile(v, 0.5)), Grouped(std::llround(*lo)),
+                     Grouped(std::llround(*hi)));
+}
+
+void PairsPerSecond(const Context& ctx, const DepotDaemon& daemon) {
+  int rounds = 3;
+  double duration = ctx.quick ? 0.2 : 1.0;
+  Redis redis = Redis::Connect(ctx.redis->socket());
+  Say(
+      fmt::format("\n### (a) 1 KiB put+get pairs per second\n\n{} rounds of {:.1f} s runs; the "
+                  "median of the rounds, their range in brackets. Every client process on the "
+                  "CPU named.",
+                  rounds, duration));
+  std::vector<int> counts = {1, 2, 4};
+  Table t({"client processes", "their CPU", "depot put+get pairs/s", "Redis SET+GET pairs/s",
+           "depot / Redis", "≥ Redis"},
+          "rlrrrl");
+  for (int cpu : Placements()) {
+    std::vector<std::vector<double>> depot_rates(counts.size()), redis_rates(counts.size());
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t i = 0; i < counts.size(); ++i) {
+        fmt::print(stderr, "  small objects: {} process(es) on CPU {}, round {}\n", counts[i], cpu,
+                   r + 1);
+        for (int k = 0; k < 2; ++k) {  // depot first in even rounds, Redis first in odd ones
+          if ((k + r) % 2 == 0) {
+            depot_rates[i].push_back(
+                RunTogether(counts[i], cpu, duration,
+                            [&](Channel& ch, double d) { DepotLoop(daemon, ch, d); }));
+          } else {
+            redis_rates[i].push_back(
+                RunTogether(counts[i], cpu, duration,
+                            [&](Channel& ch, double d) { RedisLoop(ctx.redis->socket(), ch, d); }));
+            redis.FlushAll();
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < counts.size(); ++i) {
+      double d = Percentile(depot_rates[i], 0.5), rd = Percentile(redis_rates[i], 0.5);
+      std::string met = ctx.targets->Check(
+          "1 KiB put+get ops/s ≥ Redis SET+GET",
+          fmt::format("{} client process{} on CPU {}", counts[i], counts[i] == 1 ? "" : "es", cpu),
+          fmt::format("{} ({} vs {})", Ratio(d / rd), PerSecond(d), PerSecond(rd)), d >= rd);
+      t.Row({std::to_string(counts[i]), std::to_string(cpu), RateRange(depot_rates[i]),
+             RateRange(redis_rates[i]), Ratio(d / rd), met});
+    }
+  }
+  t.Print();
+}
+
+void MultiGet(const Context& ctx, const DepotDaemon& daemon) {
+  constexpr int kCount = 1000;
+  int rounds = ctx.quick ? 3 : 5;
+  int per_round = ctx.quick ? 5 : 20;
+  Say(
+      fmt::format("\n### (b) Getting {} objects of 1 KiB\n\n{} rounds of {} samples each, this "
+                  "process on each placement. The "
+                  "Objects are dropped after each sample, untimed, and a ping waits until depotd "
+                  "has processed the releases.",
+                  Grouped(kCount), rounds, per_round));
+  Redis redis = Redis::Connect(ctx.redis->socket());
+  std::vector<std::byte> value(kObjectSize, std::byte{9});
+  Table t({"placement", "one multi-GUID get p50 (rounds)", "1,000 single gets p50",
+           "Redis MGET p50", "singles / multi", "Redis MGET / multi"},
+          "lrrrrr");
+  for (int cpu : Placements()) {
+    PinTo(cpu);
+    Client c = daemon.Connect();
+    std::vector<Guid> ids;
+    std::vector<std::string> keys;
+    for (int i = 0; i < kCount; ++i) {
+      ids.push_back(Check(c.Put(value), "put"));
+      keys.push_back(fmt::format("k{}", i));
+      redis.Set(keys.back(), value);
+    }
+    std::array<Series, 3> s;
+    auto once = [&](int m) {
+      auto t0 = Clock::now();
+      double t = 0;
+      if (m == 0) {
+        auto objects = c.Get(ids);
+        t = Since(t0);
+        for (auto& o : objects) Check(o.status(), "multi get");
+      } else if (m == 1) {
+        std::vector<Object> objects;
+        objects.reserve(kCount);
+        for (const Guid& id : ids) objects.push_back(Check(c.Get(id), "get"));
+        t = Since(t0);
+      } else {
+        Reply r = redis.MGet(keys);
+        t = Since(t0);
+      }
+      Check(c.Ping(), "ping");
+      return t;
+    };
+    for (int m = 0; m < 3; ++m) once(m);
+    for (int r = 0; r < rounds; ++r) {
+      for (int k = 0; k < 3; ++k) {
+        int m = (k + r) % 3;  // each method takes each place in the order in turn
+        s[m].NextRound();
+        for (int i = 0; i < per_round; ++i) s[m].Add(once(m));
+      }
+    }
+    Summary multi = s[0].Summarize(), single = s[1].Summarize(), mget = s[2].Summarize();
+    t.Row({PlacementName(cpu), P50WithSpread(multi), P50WithSpread(single), P50WithSpread(mget),
+           Ratio(single.p50 / multi.p50), Ratio(mget.p50 / multi.p50)});
+    c.Delete(ids);
+    redis.FlushAll();
+  }
+  t.Print();
+  Unpin();
+}
+
+}  // namespace
+
+void SmallObjects(const Context& ctx) {
+  DepotDaemon daemon(ctx.dir, "small",
+                     {.capacity = (ctx.quick ? 256ull : 512ull) << 20, .prefault = true});
+  Say(
+      fmt::format("\n## 4. Small objects\n\ndepotd ({}) and redis-server, both on CPU {}. A "
+                  "depot Put of ≤ 64 KiB is one round trip: the bytes ride in the create request, "
+                  "which also seals the object (the inline create-and-seal path).",
+                  daemon.Describe(), kServerCpu));
+  PairsPerSecond(ctx, daemon);
+  MultiGet(ctx, daemon);
+}
+
+}  // namespace depot::bench
