@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -46,7 +47,30 @@ Result<std::unique_ptr<HostPool>> HostPool::Create(HostPoolOptions options, Reti
 }
 
 HostPool::~HostPool() {
-  for (auto& [id, seg] : segments_) bip::shared_memory_object::remove(seg.name.c_str());
+  for (auto& [id, seg] : segments_) {
+    Unmap(seg);
+    bip::shared_memory_object::remove(seg.name.c_str());
+  }
+}
+
+Result<uint8_t*> HostPool::Map(uint32_t id) {
+  auto it = segments_.find(id);
+  if (it == segments_.end()) return Status::NotFound(fmt::format("no segment {}", id));
+  Segment& seg = it->second;
+  if (seg.map == nullptr) {
+    void* p = ::mmap(nullptr, seg.size, PROT_READ | PROT_WRITE, MAP_SHARED, seg.fd(), 0);
+    if (p == MAP_FAILED) {
+      return Status::Unavailable(fmt::format("cannot map {} ({}): {}", seg.name,
+                                             FormatBytes(seg.size), std::strerror(errno)));
+    }
+    seg.map = static_cast<uint8_t*>(p);
+  }
+  return seg.map;
+}
+
+void HostPool::Unmap(Segment& seg) {
+  if (seg.map != nullptr) ::munmap(seg.map, seg.size);
+  seg.map = nullptr;
 }
 
 Result<HostPool::Segment*> HostPool::AddSegment(uint64_t size, bool dedicated) {
@@ -126,6 +150,7 @@ void HostPool::Free(const Location& location) {
 void HostPool::Retire(std::map<uint32_t, Segment>::iterator it) {
   uint32_t id = it->first;
   reserved_ -= it->second.size;
+  Unmap(it->second);
   bip::shared_memory_object::remove(it->second.name.c_str());
   segments_.erase(it);
   if (on_retire_) on_retire_(id);

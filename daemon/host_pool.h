@@ -55,6 +55,7 @@ class HostPool {
     uint64_t size;
     bool dedicated;  // holds one object larger than the segment size
     Allocator allocator;
+    uint8_t* map = nullptr;  // the daemon's own mapping, made for inline writes (see Map)
     int fd() const { return shm.get_mapping_handle().handle; }
   };
 
@@ -82,6 +83,10 @@ class HostPool {
   // nullptr for an unknown or retired id.
   const Segment* segment(uint32_t id) const;
 
+  // The daemon's read-write mapping of a segment, made on first use: the daemon writes only the
+  // bytes of small objects that arrive inside a create request.
+  Result<uint8_t*> Map(uint32_t id);
+
   HostPoolStats stats() const;
   const HostPoolOptions& options() const { return options_; }
 
@@ -101,6 +106,7 @@ class HostPool {
   HostPool(HostPoolOptions options, RetireFn on_retire);
   Result<Segment*> AddSegment(uint64_t size, bool dedicated);
   void Retire(std::map<uint32_t, Segment>::iterator it);
+  static void Unmap(Segment& seg);
 
   HostPoolOptions options_;
   RetireFn on_retire_;

@@ -70,7 +70,11 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
     : io_(io),
       options_(std::move(options)),
       table_([this](const StoredObject& o) { FreeFrames(o.frames()); }, WallClockNs),
-      started_(std::chrono::steady_clock::now()) {}
+      started_(std::chrono::steady_clock::now()) {
+  Guid seed = Guid::Random();
+  std::seed_seq seq{seed.hi, seed.lo, static_cast<uint64_t>(::getpid())};
+  guid_bits_.seed(seq);
+}
 
 Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options) {
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
@@ -250,21 +254,9 @@ void Store::FreeFrames(std::span<const Location> frames) {
 Status Store::WriteInline(const std::vector<Location>& frames, std::span<const uint8_t> data) {
   for (const Location& f : frames) {
     if (f.size == 0) continue;
-    const HostPool::Segment* seg = pool_->segment(f.segment);
-    const uint8_t* p = data.data();
-    uint64_t left = f.size;
-    off_t offset = static_cast<off_t>(f.offset);
-    while (left > 0) {
-      ssize_t n = ::pwrite(seg->fd(), p, left, offset);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        return Status::Unavailable(
-            fmt::format("writing an inline object into {} failed: {}", seg->name, std::strerror(errno)));
-      }
-      p += n;
-      offset += n;
-      left -= static_cast<uint64_t>(n);
-    }
+    auto base = pool_->Map(f.segment);
+    if (!base.ok()) return base.status();
+    std::memcpy(*base + f.offset, data.data(), f.size);
     data = data.subspan(f.size);
   }
   return Status::OK();
@@ -304,7 +296,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
         req.inline_data()->size(), total));
   }
   if (req.seal() && !inline_data) return invalid("seal on create needs the inline data");
-  Guid guid = req.guid() ? FromWire(*req.guid()) : Guid::Random();
+  Guid guid = req.guid() ? FromWire(*req.guid()) : Guid::FromRandomBits(guid_bits_(), guid_bits_());
   if (guid.is_nil()) return invalid("the nil GUID cannot name an object");
   if (table_.Find(guid) != nullptr) {
     return ReplyError(s, id, Status::AlreadyExists(fmt::format("object {} already exists",

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -156,6 +157,9 @@ class Store {
   std::chrono::steady_clock::time_point started_;
   SessionId next_session_ = 1;
   std::unordered_map<SessionId, SessionState> sessions_;
+  // GUIDs for objects whose creator proposed none: a generator seeded once from the kernel, not a
+  // system call per object.
+  std::mt19937_64 guid_bits_;
   SessionId current_ = 0;  // the session whose request (or disconnect) is being handled
   uint64_t requests_ = 0;
   uint64_t connections_ = 0;

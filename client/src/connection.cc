@@ -1,6 +1,7 @@
 #include "client/src/connection.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -16,6 +17,7 @@ namespace {
 
 constexpr size_t kReadChunk = 64 << 10;
 constexpr uint64_t kPopulateGranule = 2 << 20;
+constexpr auto kSpin = std::chrono::microseconds(50);
 
 Status FromError(const wire::ErrorReply& e) { return proto::ToStatus(e.code(), e.message()); }
 
@@ -202,7 +204,20 @@ Status Connection::ReadSome(std::optional<std::chrono::steady_clock::time_point>
       if (ready < 0) continue;
     }
     std::vector<proto::UniqueFd> fds;
-    ssize_t n = proto::RecvWithFds(fd_.get(), {in_.data() + in_end_, in_.size() - in_end_}, fds, 0);
+    std::span<uint8_t> space(in_.data() + in_end_, in_.size() - in_end_);
+    // A reply usually comes within a few microseconds. Going to sleep and being woken costs far
+    // more than that when the daemon runs on another CPU (the wake of a halted vCPU), so look
+    // for it a little while first, yielding so that a daemon sharing this CPU can run.
+    ssize_t n = -1;
+    auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    do {
+      n = proto::RecvWithFds(fd_.get(), space, fds, MSG_DONTWAIT);
+      if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
+      ::sched_yield();
+    } while (std::chrono::steady_clock::now() < spin_until);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      n = proto::RecvWithFds(fd_.get(), space, fds, 0);
+    }
     for (auto& fd : fds) fds_.push_back(std::move(fd));
     if (n == 0) {
       return Status::Disconnected(fmt::format("depotd at {} closed the connection", path_));

@@ -24,18 +24,21 @@ struct Guid {
 
   // A fresh random UUID v4 from the kernel's random source.
   static Guid Random() {
-    uint8_t b[16];
+    uint64_t bits[2];
     size_t got = 0;
-    while (got < sizeof b) {
-      ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
+    auto* b = reinterpret_cast<uint8_t*>(bits);
+    while (got < sizeof bits) {
+      ssize_t n = ::getrandom(b + got, sizeof bits - got, 0);
       if (n > 0) got += static_cast<size_t>(n);
     }
-    b[6] = (b[6] & 0x0f) | 0x40;  // version 4
-    b[8] = (b[8] & 0x3f) | 0x80;  // RFC 4122 variant
-    Guid g;
-    for (int i = 0; i < 8; ++i) g.hi = (g.hi << 8) | b[i];
-    for (int i = 8; i < 16; ++i) g.lo = (g.lo << 8) | b[i];
-    return g;
+    return FromRandomBits(bits[0], bits[1]);
+  }
+
+  // A UUID v4 made of 122 of these random bits (the other 6 name the version and variant).
+  static constexpr Guid FromRandomBits(uint64_t hi, uint64_t lo) {
+    hi = (hi & ~0xf000ull) | 0x4000ull;                    // version 4
+    lo = (lo & ~(0xc0ull << 56)) | (0x80ull << 56);        // RFC 4122 variant
+    return Guid{hi, lo};
   }
 
   // "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", lower case.
