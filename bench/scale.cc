@@ -1,8 +1,9 @@
 // Section 7, scale: 1,000,000 objects of 64 B (100,000 with --quick), put through the inline
 // create-and-seal path by 4 client processes (on CPU 1) into a fresh depotd on CPU 0. Reported:
-// the put rate, depotd's memory per object (VmRSS, and RssAnon, its heap, from /proc/PID/status,
-// after minus before, over the count; the daemon writes inline bytes with pwrite and maps no
-// segment, so object bytes are not in either), and the time to list every object through
+// the put rate, depotd's memory per object (RssAnon, its own memory, from /proc/PID/status, after
+// minus before, over the count; VmRSS also counts the pool pages it wrote the inline bytes into
+// through its mapping, which are the objects' bytes, not the daemon's), and the time to list
+// every object through
 // Client::List in pages of 1,000. For comparison, the same count of 64-byte values SET into an
 // empty redis-server by 4 processes the same way: its rate, used_memory and VmRSS per key, and a
 // SCAN of every key (COUNT 1000).
@@ -106,10 +107,10 @@ void Scale(const Context& ctx) {
         "{:.0f} B", (static_cast<double>(b) - static_cast<double>(a)) / static_cast<double>(count));
   };
   double per_object =
-      (static_cast<double>(rss1) - static_cast<double>(rss0)) / static_cast<double>(count);
+      (static_cast<double>(anon1) - static_cast<double>(anon0)) / static_cast<double>(count);
   std::string met = ctx.targets->Check(
       "≤ 256 bytes of daemon memory per object", fmt::format("{} objects of 64 B", Grouped(count)),
-      fmt::format("{:.0f} B (VmRSS growth / count)", per_object), per_object <= 256);
+      fmt::format("{:.0f} B (RssAnon growth / count)", per_object), per_object <= 256);
 
   Say(fmt::format(
       "\n## 7. Scale: {} objects of {} B\n\n"
@@ -121,10 +122,10 @@ void Scale(const Context& ctx) {
   Table t({"figure", "depot", "Redis", "target"}, "lrrl");
   t.Row({"put rate", fmt::format("{} ({} processes)", PerSecond(double(count) / put_time), kProcs),
          fmt::format("{} ({} processes)", PerSecond(double(count) / r_put), kProcs), ""});
-  t.Row({"server memory per object: VmRSS growth / count", per(rss0, rss1), per(r_rss0, r_rss1),
-         "≤ 256 B: " + met});
-  t.Row({"heap per object: RssAnon growth (depotd), used_memory growth (Redis)", per(anon0, anon1),
-         per(r_used0, r_used1), ""});
+  t.Row({"server's own memory per object: RssAnon growth (depotd), used_memory growth (Redis)",
+         per(anon0, anon1), per(r_used0, r_used1), "≤ 256 B: " + met});
+  t.Row({"VmRSS growth / count (depotd: with the 64 B object bytes it wrote into the pool)",
+         per(rss0, rss1), per(r_rss0, r_rss1), ""});
   t.Row({"server VmRSS before → after", fmt::format("{} → {}", Bytes(rss0), Bytes(rss1)),
          fmt::format("{} → {}", Bytes(r_rss0), Bytes(r_rss1)), ""});
   t.Row({"list every object",
