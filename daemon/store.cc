@@ -126,17 +126,21 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
     return Status::ProtocolError(
         fmt::format("expected hello as the first message, got {}", proto::TypeName(h.type)));
   }
-  uint64_t id = h.request_id;
   ++requests_;
   ++it->second.requests;
-  current_ = s;
-  struct Reset {
-    SessionId& c;
-    ~Reset() { c = 0; }
-  } reset{current_};
+  current_ = s;  // events caused by this request name its session
+  Status st = Dispatch(s, it->second, h, body);
+  current_ = 0;
+  return st;
+}
+
+Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
+                       std::span<const uint8_t> body) {
+  auto type = static_cast<MsgType>(h.type);
+  uint64_t id = h.request_id;
   switch (type) {
     case MsgType::kHello:
-      if (it->second.greeted) {
+      if (st.greeted) {
         NoteProtocolError();
         return Status::ProtocolError("hello sent twice");
       }

@@ -114,6 +114,9 @@ class Store {
              flatbuffers::FlatBufferBuilder& fbb, std::vector<proto::UniqueFd> fds = {});
   void ReplyError(SessionId session, uint64_t request_id, const Status& status);
 
+  // Handle, once the session is known and greeted (or greeting): one request to its handler.
+  Status Dispatch(SessionId s, SessionState& st, const proto::Header& h,
+                  std::span<const uint8_t> body);
   Status OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req);
   void OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req);
   void OnSealOrAbort(SessionId s, uint64_t id, bool seal, const wire::GuidRequest& req);
