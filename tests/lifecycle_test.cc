@@ -310,3 +310,29 @@ TEST_CASE("a subscriber sees every transition in order", "[lifecycle]") {
   // Nothing else happened.
   CHECK(sub->Next(50ms).status().IsTimeout());
 }
+
+TEST_CASE("a dropped object is released promptly even by an idle client", "[lifecycle]") {
+  // Releases wait briefly to ride with the next request; a client that sends nothing more must
+  // still let go within a moment.
+  Daemon d;
+  Client c = d.Connect();
+  Client watcher = d.Connect();
+  auto id = c.Put(Pattern(1 << 20, 1));
+  REQUIRE(id.ok());
+  {
+    auto obj = c.Get(*id);
+    REQUIRE(obj.ok());
+    REQUIRE(watcher.Stat(*id)->refcount == 1);
+  }
+  auto start = std::chrono::steady_clock::now();
+  REQUIRE(WaitFor([&] { return watcher.Stat(*id)->refcount == 0; }, 2s));
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
+
+  // Releases that ride with a request are processed before it.
+  {
+    auto obj = c.Get(*id);
+    REQUIRE(obj.ok());
+  }
+  REQUIRE(c.Delete(*id).ok());  // carries the release: the memory goes with the delete
+  CHECK(c.GetStatus()->used == 0);
+}

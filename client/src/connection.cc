@@ -18,6 +18,8 @@ namespace {
 constexpr size_t kReadChunk = 64 << 10;
 constexpr uint64_t kPopulateGranule = 2 << 20;
 constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kReleaseDelay = std::chrono::milliseconds(1);
+constexpr size_t kMaxWaitingReleases = 256;
 
 Status FromError(const wire::ErrorReply& e) { return proto::ToStatus(e.code(), e.message()); }
 
@@ -29,6 +31,12 @@ Connection::Connection(proto::UniqueFd fd, std::string path)
     : fd_(std::move(fd)), path_(std::move(path)), in_(kReadChunk) {}
 
 Connection::~Connection() {
+  {
+    std::lock_guard lk(release_mu_);
+    stopping_ = true;
+  }
+  release_cv_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
   for (auto& [id, s] : segments_) Unmap(s);
 }
 
@@ -74,10 +82,6 @@ Status Connection::Send(const std::vector<uint8_t>& bytes, bool* peer_closed) {
   return Status::OK();
 }
 
-Status Connection::SendOneWay(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb) {
-  return Send(proto::Encode(static_cast<uint16_t>(type), 0, fbb));
-}
-
 Result<Message> Connection::Call(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb) {
   uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
   Slot slot;
@@ -86,8 +90,15 @@ Result<Message> Connection::Call(proto::MsgType type, flatbuffers::FlatBufferBui
     if (!broken_.ok()) return broken_;
     pending_[id] = &slot;
   }
+  std::vector<uint8_t> bytes;
+  {
+    std::lock_guard lk(release_mu_);
+    bytes = TakeReleases();
+  }
+  std::vector<uint8_t> request = proto::Encode(static_cast<uint16_t>(type), id, fbb);
+  bytes.insert(bytes.end(), request.begin(), request.end());
   bool peer_closed = false;
-  Status sent = Send(proto::Encode(static_cast<uint16_t>(type), id, fbb), &peer_closed);
+  Status sent = Send(bytes, &peer_closed);
   if (!sent.ok() && !peer_closed) {
     std::lock_guard lk(mu_);
     Fail(sent);
@@ -416,11 +427,52 @@ void Connection::Forget(Holding& h) {
     if (it != cache_.end() && it->second.raw == &h) cache_.erase(it);
   }
   DropUses(h.segment_uses);
-  if (h.handle == 0) return;
-  flatbuffers::FlatBufferBuilder fbb(64);
-  std::vector<uint64_t> handles{h.handle};
-  fbb.Finish(wire::CreateReleaseRequest(fbb, fbb.CreateVector(handles)));
-  SendOneWay(proto::MsgType::kRelease, fbb);  // a broken connection released everything already
+  if (h.handle != 0) QueueRelease(h.handle);
+}
+
+void Connection::QueueRelease(uint64_t handle) {
+  std::vector<uint8_t> now;
+  bool wake = false;
+  {
+    std::lock_guard lk(release_mu_);
+    if (releases_.empty()) oldest_release_ = std::chrono::steady_clock::now();
+    releases_.push_back(handle);
+    if (releases_.size() >= kMaxWaitingReleases) now = TakeReleases();
+    if (!flusher_.joinable()) flusher_ = std::thread([this] { FlushReleases(); });
+    // Only an idle flusher needs waking: a busy one already waits for the oldest release's time.
+    wake = flusher_idle_;
+  }
+  if (wake) release_cv_.notify_one();
+  if (!now.empty()) Send(now);  // a broken connection released everything already
+}
+
+std::vector<uint8_t> Connection::TakeReleases() {
+  if (releases_.empty()) return {};
+  flatbuffers::FlatBufferBuilder fbb(64 + 8 * releases_.size());
+  fbb.Finish(wire::CreateReleaseRequest(fbb, fbb.CreateVector(releases_)));
+  releases_.clear();
+  return proto::Encode(static_cast<uint16_t>(proto::MsgType::kRelease), 0, fbb);
+}
+
+void Connection::FlushReleases() {
+  std::unique_lock lk(release_mu_);
+  while (!stopping_) {
+    if (releases_.empty()) {
+      flusher_idle_ = true;
+      release_cv_.wait(lk);
+      flusher_idle_ = false;
+      continue;
+    }
+    auto due = oldest_release_ + kReleaseDelay;
+    if (std::chrono::steady_clock::now() < due) {
+      release_cv_.wait_until(lk, due);
+      continue;
+    }
+    std::vector<uint8_t> bytes = TakeReleases();
+    lk.unlock();
+    Send(bytes);
+    lk.lock();
+  }
 }
 
 Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg) {

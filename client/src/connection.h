@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -60,8 +61,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Sends a request and waits for its reply. An ErrorReply becomes its Status; a broken
   // connection is Disconnected.
   Result<Message> Call(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb);
-  // Sends a message that has no reply.
-  Status SendOneWay(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb);
 
   // Resolves frame locations of a reply to pointers in this process, mapping segments as
   // needed (read-write for `writable`). Records one segment use per frame in `uses`; the caller
@@ -122,6 +121,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Unmap(Segment& s);
   void Fail(const Status& st);  // with mu_ held
 
+  // A dropped Object's release waits here a moment so that it rides with the next request (one
+  // write, one wake of the daemon). The flusher thread sends what still waits after
+  // kReleaseDelay; many waiting releases are sent at once.
+  void QueueRelease(uint64_t handle);
+  std::vector<uint8_t> TakeReleases();  // the encoded release message, or nothing; release_mu_ held
+  void FlushReleases();                 // the flusher thread
+
   proto::UniqueFd fd_;
   std::string path_;
   bool hugepages_ = false;  // the daemon asks for huge pages on segment mappings
@@ -147,6 +153,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::mutex cache_mu_;
   std::unordered_map<Guid, CacheEntry> cache_;
+
+  std::mutex release_mu_;
+  std::condition_variable release_cv_;
+  std::vector<uint64_t> releases_;
+  std::chrono::steady_clock::time_point oldest_release_;
+  bool stopping_ = false;
+  bool flusher_idle_ = false;  // waiting for a release, with no deadline
+  std::thread flusher_;        // started with the first release
 };
 
 }  // namespace depot::internal

@@ -8,7 +8,8 @@
 // A Client is a cheap handle to one connection to depotd; copies share it. It is thread-safe:
 // many threads may call it at once, and a get that waits does not hold up other threads'
 // requests. Each shared-memory segment is mapped once per connection, and a get of an object the
-// process already holds is answered locally, without a round trip.
+// process already holds is answered locally, without a round trip. A Client does not cross a
+// fork(): a child process connects its own.
 #ifndef DEPOT_CLIENT_H_
 #define DEPOT_CLIENT_H_
 

@@ -22,7 +22,8 @@ struct Holding;
 // A sealed object, read-only and zero-copy: each frame is a view of the daemon's shared memory,
 // mapped read-only into this process (writing through it faults). The process holds a reference
 // on the object while any copy of this Object lives, so its bytes stay valid even if the object
-// is deleted meanwhile; the last copy's destruction releases it. Copies are cheap (shared).
+// is deleted meanwhile; the last copy's destruction releases it (the release rides with this
+// connection's next request, or goes on its own within a millisecond). Copies are cheap (shared).
 // Thread-safe for reading.
 class Object {
  public:
