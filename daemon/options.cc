@@ -243,12 +243,6 @@ const std::vector<ConfigKey>& ConfigKeys() {
   return docs;
 }
 
-std::string DefaultSocketPath() {
-  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
-  if (xdg != nullptr && *xdg != '\0') return std::string(xdg) + "/depot/depot.sock";
-  return fmt::format("/tmp/depot-{}/depot.sock", ::getuid());
-}
-
 Result<DaemonOptions> ParseOptions(const std::vector<std::string>& args, uint64_t physical_memory,
                                    uint64_t shm_available) {
   DaemonOptions o;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/socket_path.h"
 #include "depot/status.h"
 
 namespace depot {
@@ -47,9 +48,6 @@ struct ConfigKey {
   const char* help;           // one line
 };
 const std::vector<ConfigKey>& ConfigKeys();
-
-// The per-user default socket: $XDG_RUNTIME_DIR/depot/depot.sock, else /tmp/depot-$UID/depot.sock.
-std::string DefaultSocketPath();
 
 // Builds the configuration from argv (without argv[0]): the defaults, then the file named by
 // --config, then the flags. `physical_memory` sizes percentages; the default capacity is 25% of

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "client/src/connection.h"
+#include "common/socket_path.h"
 
 namespace depot {
 namespace {
@@ -168,11 +169,7 @@ Status Draft::Finish(bool seal) {
 
 // ---- Client ----
 
-std::string Client::DefaultSocketPath() {
-  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
-  if (xdg != nullptr && *xdg != '\0') return std::string(xdg) + "/depot/depot.sock";
-  return fmt::format("/tmp/depot-{}/depot.sock", ::getuid());
-}
+std::string Client::DefaultSocketPath() { return depot::DefaultSocketPath(); }
 
 Result<Client> Client::Connect(const ConnectOptions& options) {
   std::string path = options.socket_path;
