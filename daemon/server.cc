@@ -20,13 +20,7 @@ namespace depot {
 namespace {
 
 // True when something accepts connections on `path` now.
-bool SomeoneListens(const std::string& path) {
-  proto::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-}
+bool SomeoneListens(const std::string& path) { return proto::ConnectUnix(path).valid(); }
 
 }  // namespace
 

@@ -1,4 +1,5 @@
-// File descriptors that travel over a Unix socket with SCM_RIGHTS, and UniqueFd that owns one.
+// File descriptors that travel over a Unix socket with SCM_RIGHTS, UniqueFd that owns one, and
+// connecting to a Unix socket.
 // This is the only place in depot that builds or parses control messages.
 #ifndef DEPOT_PROTO_FD_PASSING_H_
 #define DEPOT_PROTO_FD_PASSING_H_
@@ -7,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -31,6 +33,10 @@ class UniqueFd {
  private:
   int fd_ = -1;
 };
+
+// A stream socket connected to the Unix socket at `path` (close-on-exec), or an invalid UniqueFd
+// with errno set (ENAMETOOLONG for a path that does not fit a sockaddr_un).
+UniqueFd ConnectUnix(const std::string& path);
 
 // One sendmsg(2) of `data` with `fds` attached (at most kMaxFdsPerSend). `flags` are added to
 // MSG_NOSIGNAL. Returns the bytes sent, or -1 with errno set. With fds attached, at least one byte

@@ -98,11 +98,8 @@ TEST_CASE("configured limits on frames, metadata and message size are enforced",
   CHECK(c.Create({1}, opts).status().IsInvalidArgument());
 
   // A header announcing more than max_message_size closes that connection with the limit named.
-  proto::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, d.socket().c_str(), sizeof addr.sun_path - 1);
-  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  proto::UniqueFd fd = proto::ConnectUnix(d.socket());
+  REQUIRE(fd.valid());
   proto::Header h{proto::kMagic, proto::kProtocolVersion,
                   static_cast<uint16_t>(proto::MsgType::kHello), 1, 2u << 20, 0};
   REQUIRE(::send(fd.get(), &h, sizeof h, MSG_NOSIGNAL) == sizeof h);

@@ -5,10 +5,12 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -221,6 +223,29 @@ TEST_CASE("UniqueFd moves ownership and release gives it up", "[fd_passing]") {
   { UniqueFd gone = std::move(c); }
   CHECK(IsOpen(raw));  // released: nobody closed it
   ::close(raw);
+}
+
+TEST_CASE("ConnectUnix reaches a listening socket and says why it cannot", "[fd_passing]") {
+  char dir[] = "/tmp/depot-connect-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  std::string path = std::string(dir) + "/s.sock";
+  CHECK_FALSE(ConnectUnix(path).valid());  // nothing there yet
+  CHECK(errno == ENOENT);
+
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener.get(), 1) == 0);
+  UniqueFd fd = ConnectUnix(path);
+  REQUIRE(fd.valid());
+  CHECK((::fcntl(fd.get(), F_GETFD) & FD_CLOEXEC) != 0);
+
+  CHECK_FALSE(ConnectUnix(std::string(200, 'x')).valid());
+  CHECK(errno == ENAMETOOLONG);
+  ::unlink(path.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace

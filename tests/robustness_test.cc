@@ -26,11 +26,8 @@ namespace {
 // A raw connection that speaks bytes, not the client library.
 class Raw {
  public:
-  explicit Raw(const std::string& path) : fd_(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-    REQUIRE(::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  explicit Raw(const std::string& path) : fd_(proto::ConnectUnix(path)) {
+    REQUIRE(fd_.valid());
     timeval tv{10, 0};
     ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }

@@ -42,15 +42,11 @@ Connection::~Connection() {
 
 Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
                                                      const std::string& name) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof addr.sun_path) {
+  proto::UniqueFd fd = proto::ConnectUnix(path);
+  if (!fd.valid() && errno == ENAMETOOLONG) {
     return Status::InvalidArgument(fmt::format("socket path {} is too long", path));
   }
-  proto::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return Status::Unavailable(fmt::format("socket: {}", std::strerror(errno)));
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  if (!fd.valid()) {
     return Status::Unavailable(fmt::format(
         "no depotd is listening at {} ({}): is the service running (`systemctl status depotd`)? "
         "Or start one with `depotd --socket {}`, or point DEPOT_SOCKET at the right socket",
