@@ -26,14 +26,15 @@ struct Key {
   Getter get;
 };
 
-std::string SetSize(uint64_t& out, const std::string& v, uint64_t physical, uint64_t min,
-                    uint64_t max) {
+// `max` fits in T, so the parsed size does too once it is checked against it.
+template <typename T>
+std::string SetSize(T& out, const std::string& v, uint64_t physical, uint64_t min, uint64_t max) {
   auto parsed = ParseSize(v, physical);
   if (!parsed) return "expected a size such as 512MiB, 8GiB or 25%";
   if (*parsed < min || *parsed > max) {
     return fmt::format("must be between {} and {}", FormatBytes(min), FormatBytes(max));
   }
-  out = *parsed;
+  out = static_cast<T>(*parsed);
   return "";
 }
 
@@ -117,10 +118,7 @@ const std::vector<Key>& Keys() {
        [](const O& o) { return std::to_string(o.max_clients); }},
       {{"max_message_size", "64MiB", "largest request accepted; a larger one closes its connection"},
        [](O& o, const std::string& v, uint64_t phys) {
-         uint64_t n = 0;
-         std::string err = SetSize(n, v, phys, 1 << 20, proto::kMaxMessageSize);
-         if (err.empty()) o.max_message_size = static_cast<uint32_t>(n);
-         return err;
+         return SetSize(o.max_message_size, v, phys, 1 << 20, proto::kMaxMessageSize);
        },
        [](const O& o) { return std::to_string(o.max_message_size); }},
       {{"max_frames", "64", "frames per object"},
@@ -130,10 +128,7 @@ const std::vector<Key>& Keys() {
        [](const O& o) { return std::to_string(o.max_frames); }},
       {{"max_metadata", "16KiB", "metadata bytes per object"},
        [](O& o, const std::string& v, uint64_t phys) {
-         uint64_t n = 0;
-         std::string err = SetSize(n, v, phys, 1, proto::kMaxMetadataSize);
-         if (err.empty()) o.max_metadata = static_cast<uint32_t>(n);
-         return err;
+         return SetSize(o.max_metadata, v, phys, 1, proto::kMaxMetadataSize);
        },
        [](const O& o) { return std::to_string(o.max_metadata); }},
       {{"device_capacity", "90%", "device pool size on each GPU: bytes or a % of its memory"},
