@@ -1,0 +1,65 @@
+"""Fixtures shared by the tests: a depotd of their own on a temporary socket.
+
+The daemon's path comes from $DEPOTD (ctest sets it to the one just built). Without it the tests
+fail, saying so: a run that cannot start a daemon must not pass by skipping everything.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+import depot
+
+
+class Daemon:
+    """A depotd serving a socket in a temporary directory, stopped by stop()."""
+
+    def __init__(self, capacity):
+        path = os.environ.get("DEPOTD")
+        if not path or not os.access(path, os.X_OK):
+            pytest.fail(f"set DEPOTD to the depotd to test with (got {path!r}); ctest sets it",
+                        pytrace=False)
+        self.dir = tempfile.mkdtemp(prefix="depot-pytest-")
+        self.socket = os.path.join(self.dir, "depot.sock")
+        self.log = os.path.join(self.dir, "depotd.log")
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                [path, "--socket", self.socket, "--capacity", capacity],
+                stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                depot.Client(self.socket)
+                return
+            except depot.Unavailable:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    pytest.fail(f"depotd did not start:\n{self.read_log()}", pytrace=False)
+                time.sleep(0.02)
+
+    def read_log(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    d = Daemon("1GiB")
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def client(daemon):
+    return depot.Client(daemon.socket)

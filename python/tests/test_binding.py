@@ -1,0 +1,312 @@
+"""The binding's API: put and get, errors, lifetimes of views, zero-copy, the GIL."""
+
+import gc
+import math
+import os
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+import depot
+
+
+def fresh_guid():
+    return str(uuid.uuid4())
+
+
+def holders(client, guid):
+    """How many connections hold the object (0 once every reference is released)."""
+    return client.stat(guid)["refcount"]
+
+
+def wait_until(predicate, timeout=2.0):
+    """Releases travel with the next request or within a millisecond: poll briefly."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+# --- put and get ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", [b"bytes", bytearray(b"bytearray"), memoryview(b"memoryview"),
+                                  np.arange(5, dtype=np.int32)])
+def test_put_takes_any_contiguous_buffer(client, data):
+    guid = client.put(data)
+    assert uuid.UUID(guid).version == 4
+    assert bytes(client.get(guid).frames[0]) == bytes(memoryview(data).cast("B"))
+
+
+def test_put_list_makes_one_frame_per_buffer(client):
+    guid = client.put([b"one", b"", bytearray(b"three")], name="frames", metadata=b"meta")
+    obj = client.get(guid)
+    assert [bytes(f) for f in obj.frames] == [b"one", b"", b"three"]
+    assert len(obj) == 3 and obj.size == 8 and obj.guid == guid
+    assert obj.metadata == b"meta"
+    assert client.stat(guid)["name"] == "frames"
+
+
+def test_large_put_round_trips(client):
+    data = np.random.default_rng(1).integers(0, 255, 8 << 20, dtype=np.uint8)
+    obj = client.get(client.put(data))
+    assert np.array_equal(np.frombuffer(obj.frames[0], np.uint8), data)
+
+
+def test_non_contiguous_buffer_is_refused(client):
+    with pytest.raises((BufferError, ValueError)):  # numpy raises ValueError
+        client.put(np.arange(10)[::2])
+
+
+def test_proposed_guid_and_already_exists(client):
+    guid = fresh_guid()
+    assert client.put(b"x", guid=guid) == guid
+    with pytest.raises(depot.AlreadyExists):
+        client.put(b"y", guid=guid)
+
+
+def test_frames_are_read_only(client):
+    view = client.get(client.put(b"abc")).frames[0]
+    assert view.readonly
+    with pytest.raises(TypeError):
+        view[0] = 1
+
+
+def test_get_many_delete_contains_list_status(client):
+    guids = [client.put(bytes([i]) * 10) for i in range(3)]
+    assert [bytes(o.frames[0]) for o in client.get_many(guids)] == [bytes([i]) * 10 for i in range(3)]
+    assert all(client.contains(g) for g in guids)
+    listed = {o["guid"] for o in client.list()}
+    assert set(guids) <= listed
+    status = client.status()
+    assert status["objects_sealed"] >= 3 and status["daemon_pid"] > 0
+    client.delete(guids[0])
+    client.delete(guids[1:])
+    assert not any(client.contains(g) for g in guids)
+    with pytest.raises(depot.NotFound):
+        client.get_many([client.put(b"z"), guids[0]])
+
+
+def test_create_seals_on_clean_exit(client):
+    with client.create([3, 2], name="draft", metadata=b"m") as draft:
+        draft.frames[0][:] = b"abc"
+        np.frombuffer(draft.frames[1], np.uint8)[:] = [7, 8]
+    assert not draft.open
+    obj = client.get(draft.guid)
+    assert [bytes(f) for f in obj.frames] == [b"abc", b"\x07\x08"]
+
+
+def test_create_aborts_on_exception(client):
+    with pytest.raises(RuntimeError):
+        with client.create([16]) as draft:
+            raise RuntimeError("the writer failed")
+    assert not draft.open
+    assert not client.contains(draft.guid)
+    with pytest.raises(depot.NotFound):
+        client.get(draft.guid)
+
+
+def test_explicit_seal_inside_block_and_double_seal(client):
+    with client.create([1]) as draft:
+        draft.frames[0][:] = b"!"
+        draft.seal()
+    with pytest.raises(depot.InvalidArgument):
+        draft.seal()
+    assert bytes(client.get(draft.guid).frames[0]) == b"!"
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def test_errors_are_named_like_the_status_codes():
+    for name in ["NotFound", "Timeout", "StoreFull", "AlreadyExists", "InvalidArgument",
+                 "ProtocolError", "Disconnected", "PermissionDenied", "Unavailable"]:
+        cls = getattr(depot, name)
+        assert issubclass(cls, depot.Error) and cls.__name__ == name
+        assert cls.__module__ == "depot"
+
+
+def test_not_found_timeout_and_bad_guid(client):
+    with pytest.raises(depot.NotFound, match="does not exist"):
+        client.get(fresh_guid())
+    start = time.monotonic()
+    with pytest.raises(depot.Timeout):
+        client.get(fresh_guid(), timeout=0.05)
+    assert time.monotonic() - start >= 0.04
+    with pytest.raises(depot.InvalidArgument, match="not a GUID"):
+        client.get("not-a-guid")
+    with pytest.raises(depot.InvalidArgument):
+        client.get(fresh_guid(), timeout=-1)
+
+
+def test_store_full(client, daemon):
+    with pytest.raises(depot.StoreFull):
+        client.create([2 << 30])
+
+
+def test_no_daemon_is_unavailable(tmp_path):
+    with pytest.raises(depot.Unavailable):
+        depot.Client(str(tmp_path / "nobody.sock"))
+
+
+def test_client_does_not_cross_fork(client):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            client.ping()
+            code = 1
+        except depot.Disconnected:
+            code = 0
+        except BaseException:
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    client.ping()
+
+
+# --- lifetimes --------------------------------------------------------------------------------
+
+
+def test_view_outlives_its_object(client, daemon):
+    guid = client.put(b"outlives")
+    view = client.get(guid).frames[0]  # the Object is gone at once
+    gc.collect()
+    assert bytes(view) == b"outlives"
+    assert holders(client, guid) == 1
+
+
+def test_deleted_object_stays_readable_through_a_held_view(client, daemon):
+    data = np.arange(1 << 20, dtype=np.uint8)
+    guid = client.put(data)
+    view = client.get(guid).frames[0]
+    client.delete(guid)
+    # Asked through another connection: the C++ client answers contains() for an object its own
+    # process holds from its cache, without asking the daemon.
+    assert not depot.Client(daemon.socket).contains(guid)
+    assert np.array_equal(np.frombuffer(view, np.uint8), data)
+
+
+def test_reference_released_after_the_last_view(client):
+    guid = client.put(b"released")
+    obj = client.get(guid)
+    first, second = obj.frames[0], obj.frames[0]
+    array = np.frombuffer(second, np.uint8)
+    del obj, first, second
+    gc.collect()
+    time.sleep(0.05)
+    assert holders(client, guid) == 1  # the array still holds it
+    del array
+    gc.collect()
+    assert wait_until(lambda: holders(client, guid) == 0)
+
+
+def test_draft_view_outliving_the_draft_aborts_when_it_goes(client):
+    draft = client.create([8])
+    view = draft.frames[0]
+    guid = draft.guid
+    del draft
+    view[:] = b"12345678"  # still mapped: the view holds the draft
+    del view
+    gc.collect()
+    assert not client.contains(guid)
+
+
+# --- zero-copy -----------------------------------------------------------------------------------
+
+
+def shm_mappings():
+    """(start, end) of this process's mappings of shared memory files."""
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+def test_two_gets_share_memory(client):
+    guid = client.put_array(np.arange(1 << 18, dtype=np.float64))
+    a, b = client.get_array(guid), client.get_array(guid)
+    assert np.shares_memory(a, b)
+    assert not a.flags.writeable
+
+
+def test_view_address_lies_inside_a_shared_mapping(client):
+    array = client.get_array(client.put_array(np.ones(1 << 20)))
+    address = array.__array_interface__["data"][0]
+    assert any(start <= address and address + array.nbytes <= end
+               for start, end in shm_mappings())
+
+
+def test_get_array_round_trips_dtype_shape_and_order(client):
+    cases = [np.arange(24, dtype=np.int16).reshape(2, 3, 4),
+             np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+             np.arange(10)[::3],
+             np.array(3.5),
+             np.zeros((0, 4), dtype=np.complex64),
+             np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")])]
+    for original in cases:
+        back = client.get_array(client.put_array(original))
+        assert back.dtype == original.dtype and back.shape == original.shape
+        assert np.array_equal(back, original)
+    assert client.get_array(client.put_array(cases[1])).flags.f_contiguous
+
+
+def test_get_array_of_other_objects_and_object_arrays(client):
+    with pytest.raises(depot.InvalidArgument, match="put_array"):
+        client.get_array(client.put(b"plain bytes"))
+    with pytest.raises(TypeError):
+        client.put_array(np.array([object()]))
+
+
+# --- the GIL ---------------------------------------------------------------------------------
+
+
+def test_gil_released_while_a_get_waits(client):
+    """A get waiting for an object must let the thread that creates it run."""
+    guid = fresh_guid()
+    result = {}
+
+    def waiter():
+        result["data"] = bytes(client.get(guid, timeout=10).frames[0])
+
+    thread = threading.Thread(target=waiter)
+    start = time.monotonic()
+    thread.start()
+    time.sleep(0.1)  # the waiter is parked in the daemon now
+    spins = 0
+    while time.monotonic() - start < 0.3:  # Python code runs meanwhile
+        spins += 1
+    client.put(b"arrived", guid=guid)
+    thread.join(5)
+    assert result.get("data") == b"arrived"
+    assert spins > 1000
+    assert time.monotonic() - start < 5
+
+
+def test_infinite_timeout_waits(client):
+    guid = fresh_guid()
+    threading.Timer(0.05, lambda: client.put(b"late", guid=guid)).start()
+    assert bytes(client.get(guid, timeout=math.inf).frames[0]) == b"late"
+
+
+def test_subscription_sees_events(client):
+    subscription = client.subscribe()
+    guid = client.put(b"watched", name="watched")
+    events = []
+    while True:
+        event = subscription.next(timeout=1)
+        if event is None:
+            break
+        events.append(event)
+        if event["event"] == "sealed" and event.get("guid") == guid:
+            break
+    assert any(e["event"] == "sealed" and e["name"] == "watched" for e in events)
