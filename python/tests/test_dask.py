@@ -1,0 +1,191 @@
+"""depot.dask with a real LocalCluster of worker processes and a real daemon.
+
+One cluster serves the module (starting worker processes is what costs time here); the
+transparent path is first measured off, then switched on with the plugin, so each result is
+compared with Dask's own on the same workers.
+"""
+
+import gc
+import os
+import pickle
+import sys
+
+import numpy as np
+import pytest
+
+import depot
+
+dask = pytest.importorskip("dask", reason="python3-dask is needed for depot.dask")
+distributed = pytest.importorskip("distributed", reason="python3-distributed is needed")
+import dask.array as da  # noqa: E402
+import depot.dask  # noqa: E402
+from distributed.protocol.pickle import cloudpickle  # noqa: E402
+
+MIB = 1 << 20
+
+# Workers cannot import this file: the functions they run travel by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def cluster(daemon):
+    # Worker processes are spawned: they find the daemon through the environment.
+    os.environ["DEPOT_SOCKET"] = daemon.socket
+    depot.dask.configure(daemon.socket)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0", silence_logs=40)
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def workers(client):
+    return sorted(client.scheduler_info()["workers"])
+
+
+def in_shared_memory(array):
+    """True when the array's bytes lie in a mapping of a /dev/shm file of this process."""
+    address = array.__array_interface__["data"][0]
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                if start <= address and address + array.nbytes <= end:
+                    return True
+    return False
+
+
+def describe(array):
+    """What a task reports about the array it received."""
+    return {"sum": float(array.sum()), "shared": in_shared_memory(array),
+            "writeable": bool(array.flags.writeable), "pid": os.getpid()}
+
+
+def make(n, value, seed):
+    return np.random.default_rng(seed).random(n) + value
+
+
+def transfer_objects(c):
+    return [o for o in c.list() if o["name"] == depot.dask.TRANSFER_NAME]
+
+
+# --- explicit ------------------------------------------------------------------------------------
+
+
+def test_put_ref_is_small_and_resolves_zero_copy_on_every_worker(cluster):
+    array = np.arange(4 * MIB, dtype=np.float64)
+    ref = depot.dask.put(array)
+    assert len(pickle.dumps(ref)) < 200
+    futures = [cluster.submit(lambda r: describe(r.get()), ref, workers=[w], pure=False)
+               for w in workers(cluster)]
+    reports = cluster.gather(futures)
+    assert len({r["pid"] for r in reports}) == 2
+    for report in reports:
+        assert report["sum"] == float(array.sum())
+        assert report["shared"] and not report["writeable"]
+
+
+def test_put_pickles_other_values_with_buffers_out_of_band(cluster):
+    value = {"weights": np.ones(MIB), "labels": ["a", "b"]}
+    ref = depot.dask.put(value)
+    report = cluster.submit(lambda r: (describe(r.get()["weights"]), r.get()["labels"]), ref,
+                            pure=False).result()
+    assert report[0]["sum"] == MIB and report[0]["shared"]
+    assert report[1] == ["a", "b"]
+
+
+def test_owning_ref_deletes_the_object_when_dropped(daemon):
+    c = depot.Client(daemon.socket)
+    ref = depot.dask.put(np.zeros(10))
+    guid = ref.guid
+    copy = pickle.loads(pickle.dumps(ref))
+    del copy
+    gc.collect()
+    assert c.contains(guid)  # a copy does not own it
+    del ref
+    gc.collect()
+    assert not c.contains(guid)
+
+
+# --- transparent ----------------------------------------------------------------------------------
+
+
+def exchange(client):
+    """Work that moves arrays between the two workers: a pair of explicit transfers (8 MiB and a
+    small one), and a rechunk that mixes every block with every other."""
+    a, b = workers(client)
+    big = client.submit(make, MIB, 1.0, 1, workers=[a], pure=False)
+    small = client.submit(make, 1000, 2.0, 2, workers=[a], pure=False)
+    seen = client.submit(lambda x, y: (describe(x), describe(y)), big, small, workers=[b],
+                         pure=False).result()
+    x = da.random.RandomState(3).random((2048, 2048), chunks=(256, 2048))
+    mixed = (x.rechunk((2048, 256)) * 2).sum(axis=0).compute()
+    return seen, client.gather(big), mixed
+
+
+def test_transparent_transfers_give_identical_results_through_depot(cluster, daemon):
+    observer = depot.Client(daemon.socket)
+    plain_seen, plain_big, plain_mixed = exchange(cluster)
+    assert not plain_seen[0]["shared"]  # Dask's own path: a copy in the receiver
+
+    cluster.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket))
+    events = observer.subscribe()
+    before = cluster.run(depot.dask.transfer_stats)
+    seen, big, mixed = exchange(cluster)
+    after = cluster.run(depot.dask.transfer_stats)
+
+    assert np.array_equal(big, plain_big) and np.array_equal(mixed, plain_mixed)
+    assert seen[0]["sum"] == plain_seen[0]["sum"] and seen[1]["sum"] == plain_seen[1]["sum"]
+    # The large array was mapped from shared memory, the small one came over the socket.
+    assert seen[0]["shared"] and not seen[0]["writeable"]
+    assert not seen[1]["shared"]
+
+    sent = sum(s["sent"] - before[w]["sent"] for w, s in after.items())
+    received = sum(s["received"] - before[w]["received"] for w, s in after.items())
+    assert sent >= 2 and received == sent
+
+    # The daemon saw each transfer sealed and deleted (by its receiver).
+    sealed, deleted = set(), set()
+    while (event := events.next(timeout=0.5)) is not None:
+        if event.get("name") == depot.dask.TRANSFER_NAME:
+            (sealed if event["event"] == "sealed" else deleted).add(event["guid"])
+    assert len(sealed) == sent
+    assert sealed <= deleted
+    assert not transfer_objects(observer)
+
+
+def test_recipients_on_another_daemon_fall_back():
+    """A recipient that announces another node's daemon gets Dask's ordinary serialization."""
+    from distributed.protocol.serialize import serialize
+
+    other = {"recipient": {"depot-node": "another-host/boot/1/sock"}}
+    header, frames = serialize(np.ones(MIB), serializers=("depot", "dask", "pickle"),
+                               context=other)
+    assert header["serializer"] == "dask"
+    header, _ = serialize(np.ones(MIB), serializers=("depot", "dask", "pickle"), context={})
+    assert header["serializer"] == "dask"
+
+
+def test_cleanup_after_workers_exit(daemon):
+    """Transfers no receiver took are deleted when their worker closes, and the workers'
+    connections go with them."""
+    observer = depot.Client(daemon.socket)
+    clients_before = observer.status()["clients"]
+
+    def orphan():
+        from distributed.protocol.serialize import serialize
+        recipient = {"depot-node": depot.dask.node_identity()}
+        header, _ = serialize(np.ones(2 * MIB), serializers=("depot",),
+                              context={"recipient": recipient})
+        return header["guid"]
+
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0", silence_logs=40) as cluster, \
+            distributed.Client(cluster) as c:
+        c.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket))
+        guid = c.submit(orphan, pure=False).result()
+        assert observer.contains(guid)
+    assert not observer.contains(guid)
+    assert not transfer_objects(observer)
+    assert observer.status()["clients"] <= clients_before
