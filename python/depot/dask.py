@@ -35,8 +35,8 @@ from distributed.protocol.serialize import (deserialize, families,
                                             register_serialization_family, serialize)
 from distributed.utils import ensure_memoryview, nbytes
 
-__all__ = ["DepotPlugin", "Ref", "client", "configure", "enable_transfers", "put",
-           "transfer_stats", "FAMILY", "TRANSFER_NAME"]
+__all__ = ["DepotPlugin", "Ref", "client", "configure", "disable_transfers", "enable_transfers",
+           "put", "transfer_stats", "FAMILY", "TRANSFER_NAME"]
 
 #: The serialization family's name.
 FAMILY = "depot"
@@ -278,6 +278,12 @@ def enable_transfers(worker, threshold=None):
     worker.rpc.deserializers = (FAMILY, *others)
     worker.rpc.collect()  # idle comms were opened before the handshake carried the identity
     _delete_transfers(lambda pid: not _alive(pid))
+
+
+def disable_transfers(worker):
+    """Back to Dask's own path for the data this worker fetches (its peers still take depot
+    transfers it asks for while enabled)."""
+    worker.rpc.deserializers = None
 
 
 def _alive(pid):
