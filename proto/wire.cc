@@ -13,6 +13,29 @@ bool Verify(std::span<const uint8_t> body) {
   return v.VerifyBuffer<T>(nullptr);
 }
 
+// The verifier checks that a vector's length is aligned, not its elements: a vector of 8-byte
+// scalars or structs may sit 4 bytes off, and reading one is then undefined behaviour.
+template <typename T>
+constexpr size_t kElementAlign = sizeof(T);
+template <typename T>
+constexpr size_t kElementAlign<const T*> = alignof(T);
+template <typename T>
+bool Aligned(const flatbuffers::Vector<T>* v) {
+  return v == nullptr || reinterpret_cast<uintptr_t>(v->Data()) % kElementAlign<T> == 0;
+}
+template <typename T, typename F>
+bool AllAligned(const flatbuffers::Vector<flatbuffers::Offset<T>>* v, F field) {
+  if (v == nullptr) return true;
+  for (const T* t : *v) {
+    if (!Aligned((t->*field)())) return false;
+  }
+  return true;
+}
+template <typename T>
+const T* Root(std::span<const uint8_t> body) {
+  return flatbuffers::GetRoot<T>(body.data());
+}
+
 }  // namespace
 
 std::string CheckHeader(const Header& h, uint32_t max_body) {
@@ -38,23 +61,34 @@ bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kHello:
       return reply ? Verify<HelloReply>(body) : Verify<HelloRequest>(body);
     case MsgType::kCreate:
-      return reply ? Verify<CreateReply>(body) : Verify<CreateRequest>(body);
+      return reply ? Verify<CreateReply>(body) && Aligned(Root<CreateReply>(body)->frames())
+                   : Verify<CreateRequest>(body) &&
+                         Aligned(Root<CreateRequest>(body)->frame_sizes());
     case MsgType::kSeal:
     case MsgType::kAbort:
       return reply ? Verify<EmptyReply>(body) : Verify<GuidRequest>(body);
     case MsgType::kGet:
-      return reply ? Verify<GetReply>(body) : Verify<GetRequest>(body);
+      return reply ? Verify<GetReply>(body) &&
+                         AllAligned(Root<GetReply>(body)->results(), &GetResult::frames)
+                   : Verify<GetRequest>(body) && Aligned(Root<GetRequest>(body)->guids());
     case MsgType::kRelease:
-      return !reply && Verify<ReleaseRequest>(body);
+      return !reply && Verify<ReleaseRequest>(body) &&
+             Aligned(Root<ReleaseRequest>(body)->handles());
     case MsgType::kDelete:
     case MsgType::kContains:
-      return reply ? Verify<GuidsReply>(body) : Verify<GuidsRequest>(body);
+      return reply ? Verify<GuidsReply>(body)
+                   : Verify<GuidsRequest>(body) && Aligned(Root<GuidsRequest>(body)->guids());
     case MsgType::kList:
-      return reply ? Verify<ListReply>(body) : Verify<ListRequest>(body);
+      return reply ? Verify<ListReply>(body) &&
+                         AllAligned(Root<ListReply>(body)->objects(), &ObjectInfo::frames)
+                   : Verify<ListRequest>(body);
     case MsgType::kStat:
-      return reply ? Verify<StatReply>(body) : Verify<GuidRequest>(body);
+      return reply ? Verify<StatReply>(body) && (Root<StatReply>(body)->info() == nullptr ||
+                                                  Aligned(Root<StatReply>(body)->info()->frames()))
+                   : Verify<GuidRequest>(body);
     case MsgType::kStatus:
-      return reply ? Verify<StatusReply>(body) : Verify<EmptyReply>(body);
+      return reply ? Verify<StatusReply>(body) && Aligned(Root<StatusReply>(body)->errors())
+                   : Verify<EmptyReply>(body);
     case MsgType::kPing:
     case MsgType::kSubscribe:
       return Verify<EmptyReply>(body);
