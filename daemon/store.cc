@@ -394,7 +394,9 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
   }
   auto& parked = waits_.emplace(wait_id, std::move(w)).first->second;
   if (parked.missing == 0) return FinishGet(wait_id);
-  if (timeout > 0) {
+  // A timer counts nanoseconds in 64 bits: a longer wait (over about 35 years) waits forever.
+  constexpr int64_t kLongestTimeoutMs = int64_t{1} << 40;
+  if (timeout > 0 && timeout < kLongestTimeoutMs) {
     parked.timer = std::make_unique<boost::asio::steady_timer>(io_, std::chrono::milliseconds(timeout));
     parked.timer->async_wait([this, wait_id](const boost::system::error_code& ec) {
       if (!ec) FinishGet(wait_id);
