@@ -1,0 +1,294 @@
+// Fuzz target for the frame decoder: the input is a byte stream as a peer would send it. Each
+// message goes through what both ends do before they trust a body (proto::CheckHeader, then
+// proto::VerifyBody for its type, requests and replies alike), and every verified body then has
+// every field read, as the daemon reads requests and the client reads replies. The verifier
+// is what stands between a hostile peer and those reads: under AddressSanitizer a read that
+// leaves the body is a finding.
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "proto/wire.h"
+
+namespace depot::fuzz {
+namespace {
+
+namespace fb = flatbuffers;
+using proto::MsgType;
+
+// Folds everything read into one value, so that no read can be optimised away.
+class Sink {
+ public:
+  template <typename T>
+  requires std::is_arithmetic_v<T> || std::is_enum_v<T>
+  void Add(T v) { h_ = h_ * 1099511628211ull + static_cast<uint64_t>(v); }
+  void Add(const fb::String* s) {
+    if (s == nullptr) return;
+    Add(s->size());
+    for (char c : s->string_view()) Add(c);
+  }
+  void Add(const wire::Guid* g) {
+    if (g == nullptr) return;
+    Add(g->hi());
+    Add(g->lo());
+  }
+  void Add(const wire::FrameLocation* f) {
+    if (f == nullptr) return;
+    Add(f->offset());
+    Add(f->size());
+    Add(f->segment());
+    Add(f->pool());
+  }
+  template <typename T>
+  void Add(const fb::Vector<T>* v) {
+    if (v == nullptr) return;
+    Add(v->size());
+    for (fb::uoffset_t i = 0; i < v->size(); ++i) Add(v->Get(i));
+  }
+
+  void Add(const wire::SegmentInfo* t) {
+    if (t == nullptr) return;
+    Add(t->id());
+    Add(t->size());
+    Add(t->dedicated());
+  }
+  void Add(const wire::ErrorReply* t) {
+    if (t == nullptr) return;
+    Add(t->code());
+    Add(t->message());
+  }
+  void Add(const wire::HelloRequest* t) {
+    if (t == nullptr) return;
+    Add(t->version());
+    Add(t->client_name());
+  }
+  void Add(const wire::HelloReply* t) {
+    if (t == nullptr) return;
+    Add(t->version());
+    Add(t->daemon_version());
+    Add(t->session_id());
+    Add(t->daemon_pid());
+    Add(t->max_message_size());
+    Add(t->max_inline_size());
+    Add(t->hugepages());
+  }
+  void Add(const wire::CreateRequest* t) {
+    if (t == nullptr) return;
+    Add(t->frame_sizes());
+    Add(t->metadata());
+    Add(t->name());
+    Add(t->guid());
+    Add(t->evictable());
+    Add(t->inline_data());
+    Add(t->seal());
+  }
+  void Add(const wire::CreateReply* t) {
+    if (t == nullptr) return;
+    Add(t->guid());
+    Add(t->frames());
+    Add(t->segments());
+  }
+  void Add(const wire::GuidRequest* t) {
+    if (t != nullptr) Add(t->guid());
+  }
+  void Add(const wire::EmptyReply*) {}
+  void Add(const wire::GetRequest* t) {
+    if (t == nullptr) return;
+    Add(t->guids());
+    Add(t->timeout_ms());
+  }
+  void Add(const wire::GetResult* t) {
+    if (t == nullptr) return;
+    Add(t->guid());
+    Add(t->code());
+    Add(t->message());
+    Add(t->handle());
+    Add(t->frames());
+    Add(t->metadata());
+  }
+  void Add(const wire::GetReply* t) {
+    if (t == nullptr) return;
+    Add(t->results());
+    Add(t->segments());
+  }
+  void Add(const wire::GuidsRequest* t) {
+    if (t != nullptr) Add(t->guids());
+  }
+  void Add(const wire::ReleaseRequest* t) {
+    if (t != nullptr) Add(t->handles());
+  }
+  void Add(const wire::GuidResult* t) {
+    if (t == nullptr) return;
+    Add(t->guid());
+    Add(t->code());
+    Add(t->message());
+  }
+  void Add(const wire::GuidsReply* t) {
+    if (t != nullptr) Add(t->results());
+  }
+  void Add(const wire::ObjectInfo* t) {
+    if (t == nullptr) return;
+    Add(t->guid());
+    Add(t->name());
+    Add(t->state());
+    Add(t->size());
+    Add(t->frames());
+    Add(t->refcount());
+    Add(t->evictable());
+    Add(t->created_unix_ns());
+    Add(t->sealed_unix_ns());
+    Add(t->creator_pid());
+    Add(t->creator_uid());
+    Add(t->metadata_size());
+    Add(t->metadata());
+  }
+  void Add(const wire::StatReply* t) {
+    if (t != nullptr) Add(t->info());
+  }
+  void Add(const wire::ListRequest* t) {
+    if (t == nullptr) return;
+    Add(t->after());
+    Add(t->limit());
+  }
+  void Add(const wire::ListReply* t) {
+    if (t == nullptr) return;
+    Add(t->objects());
+    Add(t->more());
+  }
+  void Add(const wire::StatusReply* t) {
+    if (t == nullptr) return;
+    Add(t->daemon_version());
+    Add(t->daemon_pid());
+    Add(t->uptime_ms());
+    Add(t->socket_path());
+    Add(t->capacity());
+    Add(t->reserved());
+    Add(t->used());
+    Add(t->largest_free());
+    Add(t->segments());
+    Add(t->objects_creating());
+    Add(t->objects_sealed());
+    Add(t->objects_deleted());
+    Add(t->clients());
+    Add(t->evictions());
+    Add(t->evicted_bytes());
+    Add(t->prefault());
+    Add(t->gets_waiting());
+    Add(t->free_in_segments());
+    Add(t->largest_free_block());
+    Add(t->requests());
+    Add(t->errors());
+    Add(t->connections());
+  }
+  void Add(const wire::ClientInfo* t) {
+    if (t == nullptr) return;
+    Add(t->session_id());
+    Add(t->pid());
+    Add(t->uid());
+    Add(t->gid());
+    Add(t->name());
+    Add(t->process());
+    Add(t->references());
+    Add(t->bytes_held());
+    Add(t->creating());
+    Add(t->requests());
+    Add(t->connected_unix_ns());
+    Add(t->subscribed());
+  }
+  void Add(const wire::ClientsReply* t) {
+    if (t != nullptr) Add(t->clients());
+  }
+  void Add(const wire::Event* t) {
+    if (t == nullptr) return;
+    Add(t->kind());
+    Add(t->unix_ns());
+    Add(t->guid());
+    Add(t->name());
+    Add(t->size());
+    Add(t->session_id());
+    Add(t->pid());
+    Add(t->uid());
+    Add(t->dropped());
+  }
+  void Add(const wire::SegmentsRetired* t) {
+    if (t != nullptr) Add(t->ids());
+  }
+
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 0;
+};
+
+template <typename T>
+void Read(Sink& sink, std::span<const uint8_t> body) {
+  sink.Add(proto::Body<T>(body));
+}
+
+// Reads the table of a body that verified as `type`: the same mapping as proto::VerifyBody.
+void ReadBody(Sink& sink, uint16_t type, std::span<const uint8_t> body) {
+  bool reply = type & proto::kReplyBit;
+  switch (static_cast<MsgType>(type & ~proto::kReplyBit)) {
+    case MsgType::kHello:
+      return reply ? Read<wire::HelloReply>(sink, body) : Read<wire::HelloRequest>(sink, body);
+    case MsgType::kCreate:
+      return reply ? Read<wire::CreateReply>(sink, body) : Read<wire::CreateRequest>(sink, body);
+    case MsgType::kSeal:
+    case MsgType::kAbort:
+      return reply ? Read<wire::EmptyReply>(sink, body) : Read<wire::GuidRequest>(sink, body);
+    case MsgType::kGet:
+      return reply ? Read<wire::GetReply>(sink, body) : Read<wire::GetRequest>(sink, body);
+    case MsgType::kRelease:
+      return Read<wire::ReleaseRequest>(sink, body);
+    case MsgType::kDelete:
+    case MsgType::kContains:
+      return reply ? Read<wire::GuidsReply>(sink, body) : Read<wire::GuidsRequest>(sink, body);
+    case MsgType::kList:
+      return reply ? Read<wire::ListReply>(sink, body) : Read<wire::ListRequest>(sink, body);
+    case MsgType::kStat:
+      return reply ? Read<wire::StatReply>(sink, body) : Read<wire::GuidRequest>(sink, body);
+    case MsgType::kStatus:
+      return reply ? Read<wire::StatusReply>(sink, body) : Read<wire::EmptyReply>(sink, body);
+    case MsgType::kPing:
+    case MsgType::kSubscribe:
+      return Read<wire::EmptyReply>(sink, body);
+    case MsgType::kClients:
+      return reply ? Read<wire::ClientsReply>(sink, body) : Read<wire::EmptyReply>(sink, body);
+    case MsgType::kSegmentsRetired:
+      return Read<wire::SegmentsRetired>(sink, body);
+    case MsgType::kEvent:
+      return Read<wire::Event>(sink, body);
+    case MsgType::kError:
+      return Read<wire::ErrorReply>(sink, body);
+  }
+  __builtin_trap();  // VerifyBody accepted a type it does not know
+}
+
+volatile uint64_t g_sink;
+
+}  // namespace
+}  // namespace depot::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace depot;
+  fuzz::Sink sink;
+  std::span<const uint8_t> in(data, size);
+  while (in.size() >= sizeof(proto::Header)) {
+    proto::Header h;
+    std::memcpy(&h, in.data(), sizeof h);
+    sink.Add(proto::TypeName(h.type).size());
+    // Both ends stop reading a connection at the first bad header.
+    if (!proto::CheckHeader(h).empty()) break;
+    in = in.subspan(sizeof h);
+    if (in.size() < h.length) break;  // a peer would wait for the rest
+    // The body alone in an allocation of its own, so that any read past its end is caught.
+    std::vector<uint8_t> body(in.begin(), in.begin() + h.length);
+    in = in.subspan(h.length);
+    if (!proto::VerifyBody(h.type, body)) continue;
+    fuzz::ReadBody(sink, h.type, body);
+  }
+  fuzz::g_sink = sink.value();
+  return 0;
+}

@@ -1,0 +1,439 @@
+// Writes the seed corpus of the fuzz targets: valid messages of every type for fuzz_frame, and
+// for fuzz_store sequences of operations (fuzz_store.cc describes the format) that walk through
+// the protocol: lifecycles, parked gets, events, eviction, errors and disconnects. The output is
+// committed under fuzz/corpus/; run this again after a protocol change:
+//
+//   build/fuzz/fuzz_make_corpus fuzz/corpus
+//
+// The output is the same on every run.
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proto/wire.h"
+
+namespace depot::fuzz {
+namespace {
+
+namespace fb = flatbuffers;
+using proto::MsgType;
+using Bytes = std::vector<uint8_t>;
+
+constexpr uint16_t T(MsgType t) { return static_cast<uint16_t>(t); }
+
+Bytes Encode(uint16_t type, fb::FlatBufferBuilder& fbb, uint64_t id = 7) {
+  return proto::Encode(type, id, fbb);
+}
+
+wire::Guid G(uint64_t n) {
+  return wire::Guid(0x1111222233334000ull + n, 0x8000000000000000ull + n);
+}
+
+// Requests.
+
+Bytes Hello() {
+  fb::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateHelloRequestDirect(fbb, proto::kProtocolVersion, "seed"));
+  return Encode(T(MsgType::kHello), fbb, 1);
+}
+
+struct CreateArgs {
+  std::vector<uint64_t> sizes = {4096};
+  std::optional<uint64_t> guid;
+  std::string name;
+  Bytes metadata;
+  bool evictable = false;
+  bool inline_data = false;  // the frames' bytes in the message, sealed at once
+};
+
+CreateArgs Args(std::vector<uint64_t> sizes, std::optional<uint64_t> guid, std::string name = "",
+                Bytes metadata = {}, bool evictable = false, bool inline_data = false) {
+  return CreateArgs{std::move(sizes),    guid,      std::move(name),
+                    std::move(metadata), evictable, inline_data};
+}
+
+Bytes Create(const CreateArgs& a) {
+  fb::FlatBufferBuilder fbb;
+  wire::Guid g = a.guid ? G(*a.guid) : wire::Guid();
+  Bytes data;
+  if (a.inline_data) {
+    uint64_t total = 0;
+    for (uint64_t s : a.sizes) total += s;
+    data.resize(total);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7);
+  }
+  fbb.Finish(wire::CreateCreateRequestDirect(
+      fbb, &a.sizes, a.metadata.empty() ? nullptr : &a.metadata,
+      a.name.empty() ? nullptr : a.name.c_str(), a.guid ? &g : nullptr, a.evictable,
+      a.inline_data ? &data : nullptr, a.inline_data));
+  return Encode(T(MsgType::kCreate), fbb);
+}
+
+Bytes GuidMessage(MsgType type, uint64_t guid) {
+  fb::FlatBufferBuilder fbb;
+  wire::Guid g = G(guid);
+  fbb.Finish(wire::CreateGuidRequest(fbb, &g));
+  return Encode(T(type), fbb);
+}
+
+Bytes Get(const std::vector<uint64_t>& guids, int64_t timeout_ms) {
+  fb::FlatBufferBuilder fbb;
+  std::vector<wire::Guid> gs;
+  for (uint64_t g : guids) gs.push_back(G(g));
+  fbb.Finish(wire::CreateGetRequest(fbb, fbb.CreateVectorOfStructs(gs), timeout_ms));
+  return Encode(T(MsgType::kGet), fbb);
+}
+
+Bytes Guids(MsgType type, const std::vector<uint64_t>& guids) {
+  fb::FlatBufferBuilder fbb;
+  std::vector<wire::Guid> gs;
+  for (uint64_t g : guids) gs.push_back(G(g));
+  fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(gs)));
+  return Encode(T(type), fbb);
+}
+
+Bytes Release(const std::vector<uint64_t>& handles) {
+  fb::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateReleaseRequestDirect(fbb, &handles));
+  return Encode(T(MsgType::kRelease), fbb, 0);
+}
+
+Bytes List(std::optional<uint64_t> after, uint32_t limit) {
+  fb::FlatBufferBuilder fbb;
+  wire::Guid g = after ? G(*after) : wire::Guid();
+  fbb.Finish(wire::CreateListRequest(fbb, after ? &g : nullptr, limit));
+  return Encode(T(MsgType::kList), fbb);
+}
+
+Bytes Empty(uint16_t type) {
+  fb::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  return Encode(type, fbb);
+}
+
+// Replies and the daemon's own messages.
+
+Bytes HelloReply() {
+  fb::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateHelloReplyDirect(fbb, proto::kProtocolVersion, "0.1.0", 3, 4242,
+                                          proto::kMaxMessageSize, proto::kMaxInlineSize, false));
+  return Encode(proto::ReplyType(MsgType::kHello), fbb, 1);
+}
+
+std::vector<fb::Offset<wire::SegmentInfo>> Segments(fb::FlatBufferBuilder& fbb) {
+  return {wire::CreateSegmentInfo(fbb, 1, 64 << 20, false),
+          wire::CreateSegmentInfo(fbb, 2, 1 << 30, true)};
+}
+
+std::vector<wire::FrameLocation> Frames() { return {{0, 4096, 1, 0}, {0, 1 << 30, 2, 0}}; }
+
+Bytes CreateReply() {
+  fb::FlatBufferBuilder fbb;
+  wire::Guid g = G(1);
+  auto frames = Frames();
+  auto segments = Segments(fbb);
+  fbb.Finish(wire::CreateCreateReplyDirect(fbb, &g, &frames, &segments));
+  return Encode(proto::ReplyType(MsgType::kCreate), fbb);
+}
+
+Bytes GetReply() {
+  fb::FlatBufferBuilder fbb;
+  auto frames = Frames();
+  Bytes metadata = {1, 2, 3, 4, 5};
+  wire::Guid a = G(1), b = G(2);
+  std::vector<fb::Offset<wire::GetResult>> results = {
+      wire::CreateGetResultDirect(fbb, &a, wire::Code::Ok, nullptr, 9, &frames, &metadata),
+      wire::CreateGetResultDirect(fbb, &b, wire::Code::Timeout, "not sealed in time")};
+  auto segments = Segments(fbb);
+  fbb.Finish(wire::CreateGetReplyDirect(fbb, &results, &segments));
+  return Encode(proto::ReplyType(MsgType::kGet), fbb);
+}
+
+Bytes GuidsReply(MsgType type) {
+  fb::FlatBufferBuilder fbb;
+  wire::Guid a = G(1), b = G(2);
+  std::vector<fb::Offset<wire::GuidResult>> results = {
+      wire::CreateGuidResultDirect(fbb, &a, wire::Code::Ok, ""),
+      wire::CreateGuidResultDirect(fbb, &b, wire::Code::NotFound, "does not exist")};
+  fbb.Finish(wire::CreateGuidsReplyDirect(fbb, &results));
+  return Encode(proto::ReplyType(type), fbb);
+}
+
+fb::Offset<wire::ObjectInfo> Info(fb::FlatBufferBuilder& fbb, uint64_t n, bool metadata) {
+  auto frames = Frames();
+  Bytes md = {9, 8, 7};
+  wire::Guid g = G(n);
+  return wire::CreateObjectInfoDirect(fbb, &g, "seed object", wire::State::Sealed, 4096 + (1 << 30),
+                                      &frames, 2, true, 1700000000000000000, 1700000000000001000,
+                                      4242, 1000, 3, metadata ? &md : nullptr);
+}
+
+Bytes StatReply() {
+  fb::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateStatReply(fbb, Info(fbb, 1, true)));
+  return Encode(proto::ReplyType(MsgType::kStat), fbb);
+}
+
+Bytes ListReply() {
+  fb::FlatBufferBuilder fbb;
+  std::vector<fb::Offset<wire::ObjectInfo>> infos = {Info(fbb, 1, false), Info(fbb, 2, false)};
+  fbb.Finish(wire::CreateListReplyDirect(fbb, &infos, true));
+  return Encode(proto::ReplyType(MsgType::kList), fbb);
+}
+
+Bytes StatusReply() {
+  fb::FlatBufferBuilder fbb;
+  std::vector<uint64_t> errors(10, 1);
+  fbb.Finish(wire::CreateStatusReplyDirect(fbb, "0.1.0", 4242, 1000, "/tmp/depot.sock", 1 << 30,
+                                           64 << 20, 4096, 1 << 29, 1, 1, 2, 3, 4, 5, 6, false, 7,
+                                           8, 9, 10, &errors, 11));
+  return Encode(proto::ReplyType(MsgType::kStatus), fbb);
+}
+
+Bytes ClientsReply() {
+  fb::FlatBufferBuilder fbb;
+  std::vector<fb::Offset<wire::ClientInfo>> clients = {wire::CreateClientInfoDirect(
+      fbb, 1, 4242, 1000, 1000, "seed", "worker", 2, 8192, 1, 30, 1700000000000000000, true)};
+  fbb.Finish(wire::CreateClientsReplyDirect(fbb, &clients));
+  return Encode(proto::ReplyType(MsgType::kClients), fbb);
+}
+
+Bytes Event() {
+  fb::FlatBufferBuilder fbb;
+  wire::Guid g = G(1);
+  fbb.Finish(wire::CreateEventDirect(fbb, wire::EventKind::Sealed, 1700000000000000000, &g,
+                                     "seed object", 4096, 3, 4242, 1000, 2));
+  return Encode(T(MsgType::kEvent), fbb, 0);
+}
+
+Bytes SegmentsRetired() {
+  fb::FlatBufferBuilder fbb;
+  std::vector<uint32_t> ids = {1, 2};
+  fbb.Finish(wire::CreateSegmentsRetiredDirect(fbb, &ids));
+  return Encode(T(MsgType::kSegmentsRetired), fbb, 0);
+}
+
+Bytes Error() { return proto::EncodeError(7, wire::Code::NotFound, "object does not exist"); }
+
+// fuzz_store's operations (see fuzz_store.cc).
+class Ops {
+ public:
+  Ops& Msg(int slot, const Bytes& m) {
+    out_.push_back(static_cast<uint8_t>(slot));
+    out_.insert(out_.end(), m.begin(), m.end());
+    return *this;
+  }
+  Ops& Greet(int slot) { return Op(slot, 4); }
+  Ops& Close(int slot) { return Op(slot, 5); }
+  Ops& Poll(bool sleep) {
+    Op(0, 6);
+    out_.push_back(sleep ? 1 : 0);
+    return *this;
+  }
+  Ops& Stall(int slot) { return Op(slot, 7); }
+  const Bytes& bytes() const { return out_; }
+
+ private:
+  Ops& Op(int slot, int kind) {
+    out_.push_back(static_cast<uint8_t>(slot + 3 * kind));
+    return *this;
+  }
+  Bytes out_;
+};
+
+void Write(const std::filesystem::path& dir, const std::string& name, const Bytes& bytes) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / name, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+}
+
+void WriteFrameCorpus(const std::filesystem::path& dir) {
+  CreateArgs full{{4096, 0, 100}, 1, "tensor", {1, 2, 3}, true, false};
+  CreateArgs small{{16, 8}, 2, "", {}, false, true};
+  std::vector<std::pair<std::string, Bytes>> messages = {
+      {"hello", Hello()},
+      {"create", Create(full)},
+      {"create-inline", Create(small)},
+      {"seal", GuidMessage(MsgType::kSeal, 1)},
+      {"abort", GuidMessage(MsgType::kAbort, 1)},
+      {"get", Get({1, 2, 3}, 100)},
+      {"release", Release({1, 2})},
+      {"delete", Guids(MsgType::kDelete, {1, 2})},
+      {"contains", Guids(MsgType::kContains, {1})},
+      {"list", List(1, 10)},
+      {"stat", GuidMessage(MsgType::kStat, 1)},
+      {"status", Empty(T(MsgType::kStatus))},
+      {"ping", Empty(T(MsgType::kPing))},
+      {"clients", Empty(T(MsgType::kClients))},
+      {"subscribe", Empty(T(MsgType::kSubscribe))},
+      {"hello-reply", HelloReply()},
+      {"create-reply", CreateReply()},
+      {"seal-reply", Empty(proto::ReplyType(MsgType::kSeal))},
+      {"get-reply", GetReply()},
+      {"delete-reply", GuidsReply(MsgType::kDelete)},
+      {"contains-reply", GuidsReply(MsgType::kContains)},
+      {"list-reply", ListReply()},
+      {"stat-reply", StatReply()},
+      {"status-reply", StatusReply()},
+      {"ping-reply", Empty(proto::ReplyType(MsgType::kPing))},
+      {"clients-reply", ClientsReply()},
+      {"event", Event()},
+      {"segments-retired", SegmentsRetired()},
+      {"error", Error()},
+  };
+  Bytes stream;
+  for (const auto& [name, m] : messages) {
+    Write(dir, name, m);
+    stream.insert(stream.end(), m.begin(), m.end());
+  }
+  Write(dir, "stream-of-all", stream);
+}
+
+void WriteStoreCorpus(const std::filesystem::path& dir) {
+  // One object through its whole life, and every inspection request.
+  CreateArgs two{{4096, 100}, 1, "two frames", {1, 2, 3}, false, false};
+  Write(dir, "lifecycle",
+        Ops()
+            .Msg(0, Hello())
+            .Msg(0, Create(two))
+            .Msg(0, GuidMessage(MsgType::kSeal, 1))
+            .Msg(0, Get({1}, 0))
+            .Msg(0, GuidMessage(MsgType::kStat, 1))
+            .Msg(0, Guids(MsgType::kContains, {1, 2}))
+            .Msg(0, List(std::nullopt, 0))
+            .Msg(0, List(1, 5))
+            .Msg(0, Empty(T(MsgType::kStatus)))
+            .Msg(0, Empty(T(MsgType::kPing)))
+            .Msg(0, Empty(T(MsgType::kClients)))
+            .Msg(0, Release({1}))
+            .Msg(0, Guids(MsgType::kDelete, {1}))
+            .bytes());
+
+  // Small objects in the request, a multi-get with a missing GUID, release after delete.
+  CreateArgs inline_a{{64, 0, 8}, 2, "inline", {}, false, true};
+  CreateArgs inline_b{{1000}, 3, "", {7}, true, true};
+  Write(dir, "inline",
+        Ops()
+            .Greet(0)
+            .Msg(0, Create(inline_a))
+            .Msg(0, Create(inline_b))
+            .Msg(0, Get({2, 3, 4}, 0))
+            .Msg(0, Guids(MsgType::kDelete, {2}))
+            .Msg(0, Release({1, 2}))
+            .Msg(0, Get({3}, 0))
+            .bytes());
+
+  // Gets parked before their objects exist, woken by a seal, timed out, or orphaned by a close.
+  Write(dir, "parked-gets",
+        Ops()
+            .Greet(0)
+            .Greet(1)
+            .Greet(2)
+            .Msg(1, Get({5}, -1))
+            .Msg(1, Get({5, 6}, 1))
+            .Msg(2, Get({6}, 1000))
+            .Msg(0, Create(Args({4096}, 5)))
+            .Msg(1, Get({5}, 50))
+            .Msg(0, GuidMessage(MsgType::kSeal, 5))
+            .Poll(true)
+            .Msg(0, Create(Args({128}, 6)))
+            .Close(2)
+            .Msg(0, GuidMessage(MsgType::kSeal, 6))
+            .Poll(false)
+            .bytes());
+
+  // A creator that disconnects: its object is aborted, the get waiting for it times out.
+  Write(dir, "creator-closes",
+        Ops()
+            .Greet(0)
+            .Greet(1)
+            .Msg(0, Create(Args({300 << 10}, 7)))
+            .Msg(1, Get({7}, 1))
+            .Msg(1, GuidMessage(MsgType::kSeal, 7))
+            .Msg(1, GuidMessage(MsgType::kAbort, 7))
+            .Close(0)
+            .Poll(true)
+            .Msg(1, GuidMessage(MsgType::kStat, 7))
+            .bytes());
+
+  // Events to a subscriber, one that stops reading and falls behind, then reads again.
+  Write(dir, "events",
+        Ops()
+            .Greet(2)
+            .Msg(2, Empty(T(MsgType::kSubscribe)))
+            .Greet(0)
+            .Msg(0, Create(Args({512}, 8, "evt", {}, false, true)))
+            .Stall(2)
+            .Msg(0, Create(Args({512}, 9, "", {}, false, false)))
+            .Msg(0, GuidMessage(MsgType::kAbort, 9))
+            .Stall(2)
+            .Msg(0, Guids(MsgType::kDelete, {8}))
+            .Close(0)
+            .bytes());
+
+  // Evictable objects fill the pool (a dedicated segment too); a create that needs room evicts.
+  Ops evict;
+  evict.Greet(0);
+  for (uint64_t i = 0; i < 6; ++i) {
+    evict.Msg(0, Create(Args({i == 0 ? (300u << 10) : (240u << 10)}, 20 + i, "", {}, true, false)));
+    evict.Msg(0, GuidMessage(MsgType::kSeal, 20 + i));
+  }
+  evict.Msg(0, Create(Args({1u << 20}, 30)))
+      .Msg(0, Create(Args({1u << 20}, 31)))
+      .Msg(0, Empty(T(MsgType::kStatus)))
+      .Msg(0, Create(Args({3u << 20}, 32)));
+  Write(dir, "eviction", evict.bytes());
+
+  // Requests the store refuses, each answered with an error while the session stays open.
+  Write(dir, "refused",
+        Ops()
+            .Greet(0)
+            .Msg(0, Create(Args({}, 10)))
+            .Msg(0, Create(Args({1, 2, 3, 4, 5, 6, 7, 8, 9}, 10)))
+            .Msg(0, Create(Args({16}, 10, "", Bytes(2000, 1))))
+            .Msg(0, Create(Args({16}, 10, std::string(300, 'n'))))
+            .Msg(0, Create(Args({16}, 0)))
+            .Msg(0, GuidMessage(MsgType::kSeal, 11))
+            .Msg(0, Create(Args({16}, 11)))
+            .Msg(0, Create(Args({16}, 11)))
+            .Msg(0, GuidMessage(MsgType::kSeal, 11))
+            .Msg(0, GuidMessage(MsgType::kSeal, 11))
+            .Msg(0, Get({}, 0))
+            .Msg(0, Get({11}, -5))
+            .Msg(0, Guids(MsgType::kDelete, {12}))
+            .Msg(0, GuidMessage(MsgType::kStat, 12))
+            .Greet(1)
+            .Msg(1, GuidMessage(MsgType::kAbort, 11))
+            .bytes());
+
+  // Protocol errors close the session: no hello first, a second hello, a reply type.
+  Write(dir, "protocol-errors",
+        Ops()
+            .Msg(0, Empty(T(MsgType::kPing)))
+            .Greet(1)
+            .Greet(1)
+            .Greet(2)
+            .Msg(2, Empty(proto::ReplyType(MsgType::kPing)))
+            .Greet(0)
+            .Msg(0, Empty(T(MsgType::kPing)))
+            .bytes());
+}
+
+}  // namespace
+}  // namespace depot::fuzz
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR (fuzz/corpus)\n", argv[0]);
+    return 2;
+  }
+  std::filesystem::path root(argv[1]);
+  depot::fuzz::WriteFrameCorpus(root / "fuzz_frame");
+  depot::fuzz::WriteStoreCorpus(root / "fuzz_store");
+  return 0;
+}
