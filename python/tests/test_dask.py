@@ -9,6 +9,7 @@ import gc
 import os
 import pickle
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -167,25 +168,30 @@ def test_recipients_on_another_daemon_fall_back():
     assert header["serializer"] == "dask"
 
 
-def test_cleanup_after_workers_exit(daemon):
-    """Transfers no receiver took are deleted when their worker closes, and the workers'
-    connections go with them."""
+def test_preload_setting_and_cleanup_after_workers_exit(daemon):
+    """The one setting `distributed.worker.preload: [depot.dask]` enables transfers; transfers
+    no receiver took are deleted when their worker closes, and its connections go with it."""
+    os.environ["DEPOT_SOCKET"] = daemon.socket
     observer = depot.Client(daemon.socket)
     clients_before = observer.status()["clients"]
 
     def orphan():
         from distributed.protocol.serialize import serialize
+        assert distributed.get_worker().rpc.deserializers[0] == depot.dask.FAMILY
         recipient = {"depot-node": depot.dask.node_identity()}
         header, _ = serialize(np.ones(2 * MIB), serializers=("depot",),
                               context={"recipient": recipient})
         return header["guid"]
 
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0", silence_logs=40) as cluster, \
-            distributed.Client(cluster) as c:
-        c.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket))
+    with dask.config.set({"distributed.worker.preload": ["depot.dask"]}):
+        cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                           dashboard_address=":0", silence_logs=40)
+    with cluster, distributed.Client(cluster) as c:
         guid = c.submit(orphan, pure=False).result()
         assert observer.contains(guid)
     assert not observer.contains(guid)
     assert not transfer_objects(observer)
+    deadline = time.monotonic() + 5  # the daemon notices closed connections on its own time
+    while observer.status()["clients"] > clients_before and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert observer.status()["clients"] <= clients_before
