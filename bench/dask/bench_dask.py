@@ -20,7 +20,7 @@ plugin) or, for the broadcast, depot.dask.put. The two alternate round by round,
 rotating; figures are medians, with the range of rounds in brackets, ratios divide medians.
 Prints markdown.
 
-Usage: bench_dask.py [--quick] [--depotd PATH] [--workers 2,4]
+Usage: bench_dask.py [--quick] [--prefault] [--depotd PATH] [--workers 2,4]
 Needs PYTHONPATH to hold the built package (BUILD_DIR/python); the daemon is $DEPOTD or --depotd.
 """
 
@@ -88,11 +88,12 @@ def get_read_and_measure(ref):
 
 
 class Daemon:
-    def __init__(self, path, capacity):
+    def __init__(self, path, capacity, prefault):
         self.dir = tempfile.mkdtemp(prefix="depot-dask-bench-")
         self.socket = os.path.join(self.dir, "depot.sock")
         self.log = open(os.path.join(self.dir, "depotd.log"), "wb")
-        self.process = subprocess.Popen([path, "--socket", self.socket, "--capacity", capacity],
+        args = [path, "--socket", self.socket, "--capacity", capacity]
+        self.process = subprocess.Popen(args + (["--prefault"] if prefault else []),
                                         stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while True:
@@ -271,6 +272,8 @@ def main():
     parser.add_argument("--depotd", default=os.environ.get("DEPOTD"), help="the daemon to run")
     parser.add_argument("--workers", default="2,4", help="cluster sizes, comma separated")
     parser.add_argument("--capacity", default="6GiB", help="the daemon's pool")
+    parser.add_argument("--prefault", action="store_true",
+                        help="reserve and touch the daemon's whole pool at start-up")
     parser.add_argument("--note", default="", help="a line for the header")
     args = parser.parse_args()
     if not args.depotd:
@@ -281,7 +284,7 @@ def main():
     broadcast_size = 256 * MIB if args.quick else GIB
     rechunk_n = 4096 if args.quick else 16384
 
-    daemon = Daemon(args.depotd, args.capacity)
+    daemon = Daemon(args.depotd, args.capacity, args.prefault)
     os.environ["DEPOT_SOCKET"] = daemon.socket
     depot.dask.configure(daemon.socket)
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -318,8 +321,10 @@ def main():
     print(f"- load average (1, 5, 15 min) at start: {load}")
     print(f"- Python {platform.python_version()}, numpy {np.__version__}, dask "
           f"{dask.__version__}, distributed {distributed.__version__}")
-    print(f"- depotd with a {args.capacity} pool created on demand (segments of 64 MiB; larger "
-          "objects get their own); transfers through depot from 1 MiB per frame")
+    pool = ("prefaulted at start-up (--prefault: one segment, reserved and kept)" if args.prefault
+            else "created on demand (segments of 64 MiB; larger objects get their own)")
+    print(f"- depotd with a {args.capacity} pool {pool}; transfers through depot from 1 MiB per "
+          "frame")
     print(f"- method: {rounds} rounds, Dask's TCP path and depot alternating (the order "
           "rotating); median with the range of the rounds; ratio = Dask / depot (above 1: depot "
           "is faster or smaller)")

@@ -179,7 +179,13 @@ py::list FramesOf(const depot::Object& object) {
 // context manager it seals on a clean exit and aborts when the block raises.
 class PyDraft {
  public:
-  explicit PyDraft(depot::Draft draft) : draft_(std::make_shared<depot::Draft>(std::move(draft))) {}
+  // The last holder (this Draft or a view of a frame) destroys the depot::Draft, which aborts
+  // it when still open: a round trip, made without the GIL.
+  explicit PyDraft(depot::Draft draft)
+      : draft_(new depot::Draft(std::move(draft)), [](depot::Draft* d) {
+          py::gil_scoped_release release;
+          delete d;
+        }) {}
 
   std::string guid() const { return draft_->guid().ToString(); }
 
