@@ -1,0 +1,616 @@
+// Soak test: client processes hammer one real depotd with a random mix of put, get, multi-get,
+// delete and create-then-abort, while the test kills some of them with SIGKILL at random points
+// and starts others in their place. Every object carries an XXH3-64 checksum of its bytes in its
+// metadata, and every reader checks it. At the end: no checksum mismatch, every non-evictable
+// object that was sealed and not deleted is still there, and once everything is deleted the
+// pool has no byte in use and the daemon's own memory is back near where it started.
+//
+// Bounded by default (30 s; 10 s in sanitizer builds). To run longer by hand:
+//   DEPOT_STRESS_SECONDS=1800 DEPOT_STRESS_CLIENTS=8 build/tests/stress_test
+// DEPOT_STRESS_SEED makes the test's own choices (kills, each child's seed) repeatable.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "depot/client.h"
+#include "tests/daemon_fixture.h"
+
+namespace depot::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+#ifdef DEPOT_STRESS_SANITIZED
+constexpr int kDefaultSeconds = 10;
+#else
+constexpr int kDefaultSeconds = 30;
+#endif
+constexpr int kDefaultClients = 4;
+constexpr int kMaxOwned = 24;  // live non-evictable objects per child; older ones are deleted
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+// The daemon's own memory: anonymous resident pages (pool pages it maps are shared, not counted).
+uint64_t RssAnon(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+  }
+  return 0;
+}
+
+uint64_t Checksum(const Object& o) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (size_t i = 0; i < o.frame_count(); ++i) {
+    XXH3_64bits_update(st, o.frame(i).data(), o.frame(i).size());
+  }
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+// The checksum an object's metadata records; nullopt when the metadata is not one.
+std::optional<uint64_t> Recorded(const Object& o) {
+  if (o.metadata().size() != sizeof(uint64_t)) return std::nullopt;
+  uint64_t h;
+  std::memcpy(&h, o.metadata().data(), sizeof h);
+  return h;
+}
+
+// What the parent knows of an object a child made. Lines from the children move it along:
+//   C child guid evictable         about to create it (it may exist once the child dies)
+//   S child guid evictable hash    sealed
+//   A child guid                   aborted, or found gone
+//   d child guid                   about to delete it
+//   D child guid                   deleted
+//   M child guid                   a checksum mismatch
+//   E child text                   an unexpected error
+//   X child counts...              operations since its last X line
+enum class Known { kCreating, kSealed, kDeleting };
+struct Record {
+  int owner = 0;
+  Known state = Known::kCreating;
+  bool evictable = false;
+  uint64_t hash = 0;
+};
+
+struct Totals {
+  uint64_t puts = 0, gets = 0, multi_gets = 0, deletes = 0, aborts = 0, verified = 0,
+           store_full = 0, lists = 0;
+  void Add(const Totals& o) {
+    puts += o.puts, gets += o.gets, multi_gets += o.multi_gets, deletes += o.deletes;
+    aborts += o.aborts, verified += o.verified, store_full += o.store_full, lists += o.lists;
+  }
+};
+
+// What a new child takes over from one that was killed.
+struct Inherited {
+  Guid guid;
+  Known state;
+  bool evictable;
+};
+
+// One client process. It reports every step that changes what exists to the parent through
+// `out` (each line one write, smaller than PIPE_BUF, so lines from several children never mix)
+// and stops at `deadline`.
+class Child {
+ public:
+  Child(int id, int out, uint64_t seed, Clock::time_point deadline)
+      : id_(id), out_(out), rng_(seed), deadline_(deadline) {}
+
+  int Run(const std::string& socket, const std::vector<Inherited>& inherited) {
+    auto c = Client::Connect({socket, "stress-" + std::to_string(id_)});
+    if (!c.ok()) {
+      Say("E " + c.status().ToString());
+      return 1;
+    }
+    client_.emplace(std::move(*c));
+    TakeOver(inherited);
+    for (int steps = 1; Clock::now() < deadline_; ++steps) {
+      Step();
+      if (steps % 256 == 0) Count();
+    }
+    held_.clear();
+    Count();
+    return 0;
+  }
+
+ private:
+  struct Mine {
+    Guid guid;
+    bool evictable;
+  };
+
+  void Say(const std::string& what) {
+    std::string line = what.substr(0, 1) + " " + std::to_string(id_) + what.substr(1) + "\n";
+    ssize_t n = ::write(out_, line.data(), line.size());
+    (void)n;
+  }
+  void Say(char kind, const Guid& g, const std::string& rest = "") {
+    Say(std::string(1, kind) + " " + g.ToString() + rest);
+  }
+  // Reports the operations since the last report (a killed child's last few are not counted).
+  void Count() {
+    std::ostringstream x;
+    x << "X " << t_.puts << ' ' << t_.gets << ' ' << t_.multi_gets << ' ' << t_.deletes << ' '
+      << t_.aborts << ' ' << t_.verified << ' ' << t_.store_full << ' ' << t_.lists;
+    Say(x.str());
+    t_ = Totals{};
+  }
+
+  void Unexpected(const std::string& what, const Status& st) {
+    Say("E " + what + ": " + st.ToString());
+  }
+
+  uint64_t Pick(uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng_); }
+
+  // Objects of a dead child: those it was creating may exist (sealed) or not; those it was
+  // deleting are deleted now; the others are this child's from now on.
+  void TakeOver(const std::vector<Inherited>& inherited) {
+    for (const Inherited& in : inherited) {
+      if (in.state == Known::kDeleting) {
+        Status st = client_->Delete(in.guid);
+        if (!st.ok() && !st.IsNotFound()) Unexpected("delete of an inherited object", st);
+        Say('D', in.guid);
+        continue;
+      }
+      if (in.state == Known::kSealed) {
+        mine_.push_back({in.guid, in.evictable});
+        continue;
+      }
+      // The daemon aborts a dead creator's objects when it sees the connection close.
+      auto deadline = Clock::now() + std::chrono::seconds(10);
+      while (true) {
+        auto got = client_->Get(in.guid, kNoWait);
+        if (got.ok()) {
+          Verify(in.guid, *got);
+          Say('S', in.guid,
+              std::string(in.evictable ? " 1 " : " 0 ") +
+                  std::to_string(Recorded(*got).value_or(0)));
+          mine_.push_back({in.guid, in.evictable});
+          break;
+        }
+        if (got.status().IsNotFound()) {
+          Say('A', in.guid);
+          break;
+        }
+        if (Clock::now() > deadline) {
+          Unexpected("an inherited object stays unsealed", got.status());
+          break;
+        }
+        ::usleep(1000);
+      }
+    }
+  }
+
+  void Verify(const Guid& g, const Object& o) {
+    std::optional<uint64_t> want = Recorded(o);
+    if (!want || *want != Checksum(o)) {
+      Say('M', g);
+      return;
+    }
+    ++t_.verified;
+  }
+
+  size_t RandomSize() {
+    uint64_t r = Pick(100);
+    if (r < 70) return 1 + Pick(4096);          // travels inside the request
+    if (r < 95) return 4096 + Pick(252 << 10);  // created, written in place, sealed
+    return (1 << 20) + Pick(5 << 20);           // up to 6 MiB: a dedicated segment
+  }
+
+  void Fill(std::span<std::byte> dst) {
+    uint64_t x = rng_() | 1;
+    size_t i = 0;
+    for (; i + 8 <= dst.size(); i += 8) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      std::memcpy(dst.data() + i, &x, 8);
+    }
+    for (; i < dst.size(); ++i) dst[i] = static_cast<std::byte>(x >> (8 * (i % 8)));
+  }
+
+  // A put, either one round trip (Put) or create, write in place and seal; sometimes abandoned
+  // instead (create-then-abort).
+  void Put(bool abort) {
+    int frames = 1 + static_cast<int>(Pick(3));
+    std::vector<uint64_t> sizes;
+    for (int i = 0; i < frames; ++i) sizes.push_back(i > 0 && Pick(4) == 0 ? 0 : RandomSize());
+    bool evictable = Pick(2) == 0;
+    Guid guid = Guid::Random();
+    Say('C', guid, evictable ? " 1" : " 0");
+
+    std::vector<std::vector<std::byte>> data;
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    for (uint64_t s : sizes) {
+      data.emplace_back(s);
+      Fill(data.back());
+      XXH3_64bits_update(st, data.back().data(), s);
+    }
+    uint64_t hash = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    CreateOptions options;
+    options.guid = guid;
+    options.evictable = evictable;
+    options.metadata = std::as_bytes(std::span(&hash, 1));
+    Status result;
+    if (!abort && Pick(2) == 0) {
+      std::vector<std::span<const std::byte>> spans(data.begin(), data.end());
+      result = client_->Put(spans, options).status();
+    } else {
+      auto draft = client_->Create(sizes, options);
+      result = draft.status();
+      if (draft.ok()) {
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          size_t n = abort ? sizes[i] / 2 : sizes[i];
+          if (n > 0) std::memcpy(draft->frame(i).data(), data[i].data(), n);
+        }
+        result = abort ? draft->Abort() : draft->Seal();
+      }
+    }
+    if (result.IsStoreFull()) {
+      ++t_.store_full;
+      Say('A', guid);
+      return;
+    }
+    if (!result.ok()) {
+      Unexpected("put", result);
+      Say('A', guid);
+      return;
+    }
+    if (abort) {
+      ++t_.aborts;
+      Say('A', guid);
+      return;
+    }
+    ++t_.puts;
+    Say('S', guid, std::string(evictable ? " 1 " : " 0 ") + std::to_string(hash));
+    mine_.push_back({guid, evictable});
+  }
+
+  // Some GUID that exists or existed: mostly this child's, else one from the daemon's list.
+  std::optional<Guid> SomeGuid() {
+    if (!mine_.empty() && Pick(2) == 0) return mine_[Pick(mine_.size())].guid;
+    Guid after{rng_(), rng_()};
+    auto page = client_->List(after, 8);
+    ++t_.lists;
+    if (!page.ok()) {
+      Unexpected("list", page.status());
+      return std::nullopt;
+    }
+    if (page->objects.empty()) return std::nullopt;
+    return page->objects[Pick(page->objects.size())].guid;
+  }
+
+  void Keep(Object o) {
+    held_.push_back(std::move(o));
+    if (held_.size() > 16 || Pick(3) == 0) held_.pop_front();
+  }
+
+  void Get() {
+    std::optional<Guid> g = SomeGuid();
+    if (!g) return;
+    auto got = client_->Get(*g, Pick(10) == 0 ? milliseconds(2) : kNoWait);
+    ++t_.gets;
+    if (got.ok()) {
+      Verify(*g, *got);
+      Keep(std::move(*got));
+    } else if (!got.status().IsNotFound() && !got.status().IsTimeout()) {
+      Unexpected("get", got.status());
+    }
+  }
+
+  void MultiGet() {
+    std::vector<Guid> guids;
+    size_t n = 2 + Pick(7);
+    for (size_t i = 0; i < n; ++i) {
+      if (auto g = SomeGuid()) guids.push_back(*g);
+    }
+    if (Pick(4) == 0) guids.push_back(Guid::Random());  // never created: waits, then times out
+    if (guids.empty()) return;
+    auto results = client_->Get(guids, Pick(4) == 0 ? milliseconds(3) : kNoWait);
+    ++t_.multi_gets;
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (results[i].ok()) {
+        Verify(guids[i], *results[i]);
+        Keep(std::move(*results[i]));
+      } else if (!results[i].status().IsNotFound() && !results[i].status().IsTimeout()) {
+        Unexpected("multi-get", results[i].status());
+      }
+    }
+  }
+
+  void Delete() {
+    if (mine_.empty()) return;
+    size_t i = Pick(mine_.size());
+    Mine m = mine_[i];
+    mine_.erase(mine_.begin() + static_cast<long>(i));
+    Say('d', m.guid);
+    Status st = client_->Delete(m.guid);
+    ++t_.deletes;
+    // An evictable object may have been evicted already.
+    if (!st.ok() && !(st.IsNotFound() && m.evictable)) Unexpected("delete", st);
+    Say('D', m.guid);
+  }
+
+  void Step() {
+    size_t owned =
+        std::count_if(mine_.begin(), mine_.end(), [](const Mine& m) { return !m.evictable; });
+    if (owned > kMaxOwned || mine_.size() > 4 * kMaxOwned) return Delete();
+    uint64_t r = Pick(100);
+    if (r < 30) return Put(false);
+    if (r < 55) return Get();
+    if (r < 70) return MultiGet();
+    if (r < 88) return Delete();
+    if (r < 95) return Put(true);
+    held_.clear();
+  }
+
+  int id_;
+  int out_;
+  std::mt19937_64 rng_;
+  Clock::time_point deadline_;
+  std::optional<Client> client_;
+  std::vector<Mine> mine_;
+  std::deque<Object> held_;
+  Totals t_;
+};
+
+TEST_CASE("soak: client processes put, get, delete and die at random; nothing is lost or leaked",
+          "[stress]") {
+  const int seconds = EnvInt("DEPOT_STRESS_SECONDS", kDefaultSeconds);
+  const int clients = std::max(1, EnvInt("DEPOT_STRESS_CLIENTS", kDefaultClients));
+  uint64_t seed = static_cast<uint64_t>(EnvInt("DEPOT_STRESS_SEED", 0));
+  if (seed == 0) seed = Guid::Random().lo & 0x7fffffff;
+  std::mt19937_64 rng(seed);
+  INFO("DEPOT_STRESS_SEED=" << seed << " DEPOT_STRESS_SECONDS=" << seconds
+                            << " DEPOT_STRESS_CLIENTS=" << clients);
+
+  // Small enough that evictable objects are evicted to make room.
+  Daemon daemon({"--capacity", "64MiB", "--segment-size", "4MiB"});
+  uint64_t rss_start = RssAnon(daemon.pid());
+
+  int pipe_fds[2];
+  REQUIRE(::pipe2(pipe_fds, O_CLOEXEC) == 0);
+  ::fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
+
+  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+  std::map<Guid, Record> known;
+  std::map<pid_t, int> running;  // pid -> child id
+  int next_id = 0;
+  auto spawn = [&](std::vector<Inherited> inherited) {
+    int id = next_id++;
+    uint64_t child_seed = rng();
+    pid_t pid = Spawn([&, id, child_seed, inherited] {
+      ::close(pipe_fds[0]);
+      return Child(id, pipe_fds[1], child_seed, deadline).Run(daemon.socket(), inherited);
+    });
+    running[pid] = id;
+    return id;
+  };
+
+  Totals totals;
+  uint64_t mismatches = 0, kills = 0, clean_exits = 0, abnormal_exits = 0;
+  std::vector<std::string> errors;
+  std::string partial;
+  auto handle = [&](const std::string& line) {
+    std::istringstream in(line);
+    char kind = 0;
+    int child = -1;
+    in >> kind >> child;
+    if (kind == 'E') {
+      if (errors.size() < 20) errors.push_back(line);
+      return;
+    }
+    if (kind == 'M') {
+      ++mismatches;
+      if (errors.size() < 20) errors.push_back("checksum mismatch: " + line);
+      return;
+    }
+    if (kind == 'X') {
+      Totals t;
+      in >> t.puts >> t.gets >> t.multi_gets >> t.deletes >> t.aborts >> t.verified >>
+          t.store_full >> t.lists;
+      totals.Add(t);
+      return;
+    }
+    std::string text;
+    in >> text;
+    std::optional<Guid> g = Guid::Parse(text);
+    if (!g) {
+      errors.push_back("unreadable line: " + line);
+      return;
+    }
+    Record& r = known[*g];
+    r.owner = child;
+    switch (kind) {
+      case 'C': {
+        int e = 0;
+        in >> e;
+        r.state = Known::kCreating;
+        r.evictable = e != 0;
+        break;
+      }
+      case 'S': {
+        int e = 0;
+        in >> e >> r.hash;
+        r.state = Known::kSealed;
+        r.evictable = e != 0;
+        break;
+      }
+      case 'd':
+        r.state = Known::kDeleting;
+        break;
+      case 'A':
+      case 'D':
+        known.erase(*g);
+        break;
+      default:
+        errors.push_back("unreadable line: " + line);
+    }
+  };
+  auto drain = [&](int timeout_ms) {
+    pollfd p{pipe_fds[0], POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return;
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(pipe_fds[0], buf, sizeof buf)) > 0) {
+      partial.append(buf, static_cast<size_t>(n));
+      size_t pos;
+      while ((pos = partial.find('\n')) != std::string::npos) {
+        handle(partial.substr(0, pos));
+        partial.erase(0, pos + 1);
+      }
+    }
+  };
+  // Everything a dead child's lines say it owned goes to the child that replaces it.
+  auto inherit = [&](int dead, int heir) {
+    std::vector<Inherited> out;
+    for (auto& [guid, r] : known) {
+      if (r.owner != dead) continue;
+      out.push_back({guid, r.state, r.evictable});
+      r.owner = heir;
+    }
+    return out;
+  };
+
+  for (int i = 0; i < clients; ++i) spawn({});
+  std::uniform_int_distribution<int> kill_gap_ms(50, 1000);
+  auto next_kill = Clock::now() + milliseconds(kill_gap_ms(rng));
+  while (Clock::now() < deadline) {
+    drain(10);
+    if (Clock::now() < next_kill || Clock::now() + milliseconds(300) > deadline) continue;
+    next_kill = Clock::now() + milliseconds(kill_gap_ms(rng));
+    auto victim = running.begin();
+    std::advance(victim, static_cast<long>(rng() % running.size()));
+    auto [pid, id] = *victim;
+    ::kill(pid, SIGKILL);
+    Wait(pid);
+    running.erase(victim);
+    ++kills;
+    drain(0);  // every line it wrote is in the pipe now
+    // The heir's id is known before it starts: next_id.
+    spawn(inherit(id, next_id));
+  }
+  for (auto& [pid, id] : running) {
+    int status = Wait(pid);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      ++clean_exits;
+    } else {
+      ++abnormal_exits;
+    }
+  }
+  drain(0);
+  ::close(pipe_fds[1]);
+  drain(0);
+  ::close(pipe_fds[0]);
+
+  // Check everything from here, in this thread: the children only counted.
+  Client client = daemon.Connect();
+  uint64_t checked = 0, missing = 0, wrong = 0;
+  std::vector<std::string> missing_examples;
+  for (const auto& [guid, r] : known) {
+    if (r.evictable || r.state != Known::kSealed) continue;
+    ++checked;
+    auto got = client.Get(guid, kNoWait);
+    if (!got.ok()) {
+      ++missing;
+      if (missing_examples.size() < 5)
+        missing_examples.push_back(guid.ToString() + ": " + got.status().ToString());
+      continue;
+    }
+    if (Checksum(*got) != r.hash || Recorded(*got) != r.hash) ++wrong;
+  }
+
+  // Delete everything there is, then the pool must be empty.
+  uint64_t deleted_at_end = 0;
+  for (auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
+    auto page = client.List(std::nullopt, 1000);
+    REQUIRE(page.ok());
+    if (page->objects.empty()) break;
+    std::vector<Guid> guids;
+    for (const auto& o : page->objects) guids.push_back(o.guid);
+    for (const Status& st : client.Delete(guids)) {
+      // Objects still being created are those of a killed creator whose close the daemon has
+      // not handled yet; they go by themselves.
+      if (st.ok()) ++deleted_at_end;
+    }
+    ::usleep(1000);
+  }
+  StoreStatus end;
+  bool drained = WaitFor([&] {
+    auto s = client.GetStatus();
+    if (!s.ok()) return false;
+    end = *s;
+    return end.used == 0 && end.objects_sealed == 0 && end.objects_creating == 0 &&
+           end.objects_deleted == 0;
+  });
+  uint64_t rss_end = RssAnon(daemon.pid());
+
+  INFO("children: " << next_id << " started, " << kills << " killed, " << clean_exits
+                    << " exited cleanly, " << abnormal_exits << " otherwise");
+  INFO("operations: " << totals.puts << " puts, " << totals.gets << " gets, " << totals.multi_gets
+                      << " multi-gets, " << totals.deletes << " deletes, " << totals.aborts
+                      << " aborted creates, " << totals.lists << " lists, " << totals.verified
+                      << " checksums verified, " << totals.store_full << " store full");
+  INFO("non-evictable survivors checked: " << checked
+                                           << "; deleted at the end: " << deleted_at_end);
+  INFO("pool at the end: " << end.used << " bytes used, " << end.objects_sealed << " sealed, "
+                           << end.objects_creating << " creating, " << end.objects_deleted
+                           << " deleted objects");
+  INFO("daemon RssAnon: " << rss_start / 1024 << " KiB at start, " << rss_end / 1024
+                          << " KiB at the end");
+  for (const auto& e : errors) INFO(e);
+  for (const auto& m : missing_examples) INFO("missing: " << m);
+  // Printed always, for the record of a long run.
+  WARN("soak: " << seconds << " s, " << clients << " clients, " << next_id << " children (" << kills
+                << " killed), " << totals.puts << " puts, " << totals.gets << " gets, "
+                << totals.multi_gets << " multi-gets, " << totals.deletes << " deletes, "
+                << totals.aborts << " aborts, " << totals.verified << " checksums verified, "
+                << totals.store_full << " store full, " << end.evictions << " evictions, "
+                << checked << " survivors checked, RssAnon " << rss_start / 1024 << " -> "
+                << rss_end / 1024 << " KiB");
+
+  CHECK(errors.empty());
+  CHECK(mismatches == 0);
+  CHECK(abnormal_exits == 0);
+  CHECK(clean_exits == static_cast<uint64_t>(clients));
+  CHECK(totals.verified > 0);
+  CHECK((kills > 0 || seconds < 3));
+  CHECK(missing == 0);
+  CHECK(wrong == 0);
+  CHECK(drained);
+#ifdef DEPOT_STRESS_SANITIZED
+  constexpr uint64_t kSlack = 64ull << 20;  // the sanitizers keep freed memory in quarantine
+#else
+  constexpr uint64_t kSlack = 16ull << 20;
+#endif
+  CHECK(rss_end <= rss_start + kSlack);
+}
+
+}  // namespace
+}  // namespace depot::test
