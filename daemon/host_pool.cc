@@ -25,7 +25,10 @@ uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
 HostPool::HostPool(HostPoolOptions options, RetireFn on_retire)
-    : options_(std::move(options)), on_retire_(std::move(on_retire)) {}
+    : options_(std::move(options)),
+      on_retire_(std::move(on_retire)),
+      own_budget_{options_.capacity, 0},
+      budget_(options_.budget ? options_.budget : &own_budget_) {}
 
 Result<std::unique_ptr<HostPool>> HostPool::Create(HostPoolOptions options, RetireFn on_retire) {
   if (options.capacity < kPage) {
@@ -34,8 +37,7 @@ Result<std::unique_ptr<HostPool>> HostPool::Create(HostPoolOptions options, Reti
   if (options.segment_size < kPage) {
     return Status::InvalidArgument(fmt::format("segment size {} is too small", options.segment_size));
   }
-  // Whole pages everywhere, so that every segment's allocator spans its whole segment.
-  options.capacity = options.capacity / kPage * kPage;
+  options.capacity = UsableCapacity(options.capacity);
   options.segment_size = RoundUp(options.segment_size, kPage);
   std::unique_ptr<HostPool> pool(new HostPool(std::move(options), std::move(on_retire)));
   if (pool->options_.prefault) {
@@ -47,6 +49,7 @@ Result<std::unique_ptr<HostPool>> HostPool::Create(HostPoolOptions options, Reti
 }
 
 HostPool::~HostPool() {
+  budget_->reserved -= reserved_;
   for (auto& [id, seg] : segments_) {
     Unmap(seg);
     bip::shared_memory_object::remove(seg.name.c_str());
@@ -97,6 +100,7 @@ Result<HostPool::Segment*> HostPool::AddSegment(uint64_t size, bool dedicated) {
         kShmDir));
   }
   reserved_ += size;
+  budget_->reserved += size;
   auto [it, inserted] = segments_.emplace(
       id, Segment{id, std::move(name), std::move(shm), size, dedicated, Allocator(size)});
   return &it->second;
@@ -119,7 +123,7 @@ Result<Location> HostPool::Allocate(uint64_t size) {
   if (options_.prefault) return full("no free block is large enough");
 
   bool dedicated = size > options_.segment_size;
-  uint64_t left = options_.capacity - reserved_;
+  uint64_t left = budget_->capacity - budget_->reserved;
   uint64_t seg_size = dedicated ? RoundUp(size, kPage) : std::min(options_.segment_size, left);
   if (seg_size > left || seg_size < size) return full("no free block is large enough");
   auto seg = AddSegment(seg_size, dedicated);
@@ -150,6 +154,7 @@ void HostPool::Free(const Location& location) {
 void HostPool::Retire(std::map<uint32_t, Segment>::iterator it) {
   uint32_t id = it->first;
   reserved_ -= it->second.size;
+  budget_->reserved -= it->second.size;
   Unmap(it->second);
   bip::shared_memory_object::remove(it->second.name.c_str());
   segments_.erase(it);
@@ -172,7 +177,9 @@ HostPoolStats HostPool::stats() const {
     s.largest_block = std::max(s.largest_block, seg.allocator.largest_free());
     if (!seg.dedicated) s.largest_free = std::max(s.largest_free, seg.allocator.largest_free());
   }
-  if (!options_.prefault) s.largest_free = std::max(s.largest_free, options_.capacity - reserved_);
+  if (!options_.prefault) {
+    s.largest_free = std::max(s.largest_free, budget_->capacity - budget_->reserved);
+  }
   return s;
 }
 
@@ -193,6 +200,8 @@ int HostPool::RemoveStale(const std::string& prefix) {
   ::closedir(dir);
   return removed;
 }
+
+uint64_t HostPool::UsableCapacity(uint64_t capacity) { return capacity / kPage * kPage; }
 
 uint64_t HostPool::ShmAvailable() {
   struct statvfs st {};

@@ -29,11 +29,18 @@ struct Location {
   uint64_t size = 0;  // bytes asked for; the block may be larger (alignment)
 };
 
+// A capacity that several pools share (one per namespace): each segment is reserved against it.
+struct PoolBudget {
+  uint64_t capacity = 0;
+  uint64_t reserved = 0;
+};
+
 struct HostPoolOptions {
   uint64_t capacity = 0;
   uint64_t segment_size = 64ull << 20;
   bool prefault = false;        // reserve the whole capacity at start-up and keep it
   std::string name_prefix;      // segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7"
+  PoolBudget* budget = nullptr;  // shared with other pools (outlives this one); null: its own
 };
 
 struct HostPoolStats {
@@ -66,7 +73,7 @@ class HostPool {
   // hold it.
   static Result<std::unique_ptr<HostPool>> Create(HostPoolOptions options, RetireFn on_retire);
 
-  // Removes every segment this pool created.
+  // Removes every segment this pool created, and gives their bytes back to the budget.
   ~HostPool();
 
   HostPool(const HostPool&) = delete;
@@ -102,6 +109,9 @@ class HostPool {
   // Free bytes of the filesystem behind POSIX shared memory (/dev/shm).
   static uint64_t ShmAvailable();
 
+  // What a pool of `capacity` bytes can use: whole pages, so every segment's allocator spans it.
+  static uint64_t UsableCapacity(uint64_t capacity);
+
  private:
   HostPool(HostPoolOptions options, RetireFn on_retire);
   Result<Segment*> AddSegment(uint64_t size, bool dedicated);
@@ -112,7 +122,9 @@ class HostPool {
   RetireFn on_retire_;
   std::map<uint32_t, Segment> segments_;
   uint32_t next_id_ = 1;
-  uint64_t reserved_ = 0;
+  uint64_t reserved_ = 0;  // by this pool
+  PoolBudget own_budget_;
+  PoolBudget* budget_;
 };
 
 }  // namespace depot

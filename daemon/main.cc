@@ -2,6 +2,7 @@
 // the store, tells systemd it is ready and serves until SIGINT or SIGTERM. Everything else lives in
 // the daemon library so that tests run the same code.
 #include <grp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -126,6 +127,12 @@ int Run(const DaemonOptions& opts) {
   so.max_metadata = opts.max_metadata;
   so.eviction = opts.eviction;
   so.hugepages = opts.hugepages;
+  so.access = {opts.allow_users, opts.allow_groups, ::geteuid(), ::getegid()};
+  so.per_user_namespaces = opts.per_user_namespaces;
+  so.user_quota = {opts.user_quota_bytes, opts.user_quota_objects};
+  so.client_quota = {opts.client_quota_bytes, opts.client_quota_objects};
+  so.max_pending = opts.max_pending;
+  so.handshake_timeout = std::chrono::milliseconds(opts.handshake_timeout_ms);
   auto store = Store::Create(io, so);
   if (!store.ok()) {
     spdlog::critical("cannot create the host pool: {}", store.status().message());
@@ -138,6 +145,9 @@ int Run(const DaemonOptions& opts) {
   if (!server.ok()) {
     spdlog::critical("{}", server.status().message());
     return 1;
+  }
+  if (struct stat sock {}; ::stat(socket_path.c_str(), &sock) == 0) {
+    (*store)->SetSocketGroup(sock.st_gid);
   }
   spdlog::info("depotd {} serving {} (pid {}): host pool {}{}, segments of {}, /dev/shm free {}",
                DEPOT_VERSION, socket_path, ::getpid(), FormatBytes(opts.capacity),

@@ -69,11 +69,13 @@ Result<StoredObject*> ObjectTable::FindCreating(SessionId session, const Guid& g
   return &o;
 }
 
-Status ObjectTable::Seal(SessionId session, const Guid& guid) {
+Status ObjectTable::Seal(SessionId session, const Guid& guid, std::optional<uint64_t> checksum) {
   auto found = FindCreating(session, guid);
   if (!found.ok()) return found.status();
   StoredObject& o = **found;
   o.state = ObjectState::kSealed;
+  o.has_checksum = checksum.has_value();
+  o.checksum = checksum.value_or(0);
   o.sealed_ns = clock_();
   sessions_[session].creating.erase(o.id);
   --counts_.creating;

@@ -20,6 +20,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <string>
@@ -63,6 +64,7 @@ class StoredObject {
   int64_t created_ns = 0;  // wall clock, for people
   int64_t sealed_ns = 0;
   SessionId creator = 0;
+  uint64_t checksum = 0;  // XXH3-64 of the bytes, recorded at seal when has_checksum
   std::list<ObjectId>::iterator lru_pos;
   int32_t creator_pid = 0;
   uint32_t creator_uid = 0;
@@ -71,6 +73,7 @@ class StoredObject {
   bool deleted = false;  // gone from the index, waiting for its last reference
   bool evictable = false;
   bool in_lru = false;
+  bool has_checksum = false;
 
  private:
   Location first_frame_{};
@@ -126,9 +129,10 @@ class ObjectTable {
   // Adds an object in state Creating, owned by `creator`. AlreadyExists when the GUID is taken.
   Result<const StoredObject*> Create(NewObject o);
 
-  // Creating -> Sealed. Only the creator may seal. NotFound for an unknown GUID, InvalidArgument
-  // when already sealed, PermissionDenied for another session.
-  Status Seal(SessionId session, const Guid& guid);
+  // Creating -> Sealed, recording the checksum of its bytes when the creator gives one. Only the
+  // creator may seal. NotFound for an unknown GUID, InvalidArgument when already sealed,
+  // PermissionDenied for another session.
+  Status Seal(SessionId session, const Guid& guid, std::optional<uint64_t> checksum = {});
 
   // Creating -> freed. Same errors as Seal.
   Status Abort(SessionId session, const Guid& guid);

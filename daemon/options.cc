@@ -1,5 +1,7 @@
 #include "daemon/options.h"
 
+#include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <functional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/units.h"
 #include "proto/wire.h"
@@ -62,7 +65,59 @@ std::string SetUint(uint32_t& out, const std::string& v, uint32_t min, uint32_t 
   return "";
 }
 
+std::string Trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(b, e - b + 1));
+}
+
 std::string OnOff(bool b) { return b ? "on" : "off"; }
+
+// A size limit, where 0 means none.
+std::string SetLimit(uint64_t& out, const std::string& v, uint64_t physical) {
+  if (v == "0") {
+    out = 0;
+    return "";
+  }
+  return SetSize(out, v, physical, 1, uint64_t{1} << 50);
+}
+
+std::string SetCount(uint64_t& out, const std::string& v) {
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size()) return "expected a whole number (0: no limit)";
+  out = n;
+  return "";
+}
+
+// A list of users (or groups) separated by commas, each a name or a number. `lookup` finds the
+// number for a name (getpwnam / getgrnam).
+template <typename Id, typename Lookup>
+std::string SetIds(std::vector<Id>& out, const std::string& v, const char* what, Lookup lookup) {
+  out.clear();
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t comma = std::min(v.find(',', start), v.size());
+    std::string item = Trim(std::string_view(v).substr(start, comma - start));
+    start = comma + 1;
+    if (item.empty()) continue;
+    Id id{};
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
+    if (ec != std::errc() || end != item.data() + item.size()) {
+      std::optional<Id> found = lookup(item.c_str());
+      if (!found) return fmt::format("no {} named `{}` on this system", what, item);
+      id = *found;
+    }
+    out.push_back(id);
+  }
+  return "";
+}
+
+template <typename Id>
+std::string JoinIds(const std::vector<Id>& ids) {
+  return fmt::format("{}", fmt::join(ids, ","));
+}
 
 const std::vector<Key>& Keys() {
   using O = DaemonOptions;
@@ -151,6 +206,49 @@ const std::vector<Key>& Keys() {
          return "";
        },
        [](const O& o) { return o.devices; }},
+      {{"allow_users", "", "users who may connect besides root and the daemon's own user: names or uids, separated by commas"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetIds(o.allow_users, v, "user", [](const char* name) -> std::optional<uid_t> {
+           const passwd* pw = ::getpwnam(name);
+           return pw ? std::optional<uid_t>(pw->pw_uid) : std::nullopt;
+         });
+       },
+       [](const O& o) { return JoinIds(o.allow_users); }},
+      {{"allow_groups", "", "groups whose members may connect (names or gids); with both lists empty, the socket's group"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetIds(o.allow_groups, v, "group", [](const char* name) -> std::optional<gid_t> {
+           const group* gr = ::getgrnam(name);
+           return gr ? std::optional<gid_t>(gr->gr_gid) : std::nullopt;
+         });
+       },
+       [](const O& o) { return JoinIds(o.allow_groups); }},
+      {{"namespaces", "shared", "shared: one namespace for all users; per_user: each uid has its own objects and segments"},
+       [](O& o, const std::string& v, uint64_t) -> std::string {
+         if (v != "shared" && v != "per_user") return "expected shared or per_user";
+         o.per_user_namespaces = v == "per_user";
+         return "";
+       },
+       [](const O& o) -> std::string { return o.per_user_namespaces ? "per_user" : "shared"; }},
+      {{"user_quota_bytes", "0", "bytes of objects one user may have (0: no limit)"},
+       [](O& o, const std::string& v, uint64_t phys) { return SetLimit(o.user_quota_bytes, v, phys); },
+       [](const O& o) { return std::to_string(o.user_quota_bytes); }},
+      {{"user_quota_objects", "0", "objects one user may have (0: no limit)"},
+       [](O& o, const std::string& v, uint64_t) { return SetCount(o.user_quota_objects, v); },
+       [](const O& o) { return std::to_string(o.user_quota_objects); }},
+      {{"client_quota_bytes", "0", "bytes of objects one connection may have created (0: no limit)"},
+       [](O& o, const std::string& v, uint64_t phys) { return SetLimit(o.client_quota_bytes, v, phys); },
+       [](const O& o) { return std::to_string(o.client_quota_bytes); }},
+      {{"client_quota_objects", "0", "objects one connection may have created (0: no limit)"},
+       [](O& o, const std::string& v, uint64_t) { return SetCount(o.client_quota_objects, v); },
+       [](const O& o) { return std::to_string(o.client_quota_objects); }},
+      {{"max_pending", "1024", "gets one connection may have waiting, and replies queued before its requests are left unread"},
+       [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_pending, v, 1, 1 << 20); },
+       [](const O& o) { return std::to_string(o.max_pending); }},
+      {{"handshake_timeout_ms", "10000", "a connection that does not say hello this soon is closed"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetUint(o.handshake_timeout_ms, v, 1, 3600 * 1000);
+       },
+       [](const O& o) { return std::to_string(o.handshake_timeout_ms); }},
   };
   return keys;
 }
@@ -166,13 +264,6 @@ const Key* FindKey(std::string_view name) {
     if (name == k.doc.name) return &k;
   }
   return nullptr;
-}
-
-std::string Trim(std::string_view s) {
-  size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string_view::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r");
-  return std::string(s.substr(b, e - b + 1));
 }
 
 // Applies every `key = value` line of a config file.

@@ -32,6 +32,15 @@ struct DaemonOptions {
   std::string device_capacity = "90%";  // per GPU, for device pools
   uint64_t device_chunk_size = 1ull << 30;
   std::string devices = "all";          // "all", "none", or GPU UUIDs separated by commas
+  std::vector<uid_t> allow_users;       // resolved from names or numbers
+  std::vector<gid_t> allow_groups;
+  bool per_user_namespaces = false;
+  uint64_t user_quota_bytes = 0;  // 0: no limit
+  uint64_t user_quota_objects = 0;
+  uint64_t client_quota_bytes = 0;
+  uint64_t client_quota_objects = 0;
+  uint32_t max_pending = 1024;
+  uint32_t handshake_timeout_ms = 10000;
 
   // What to do rather than serve.
   std::string config_path;

@@ -12,20 +12,48 @@ namespace depot {
 
 namespace {
 constexpr size_t kReadChunk = 64 << 10;
+// Messages one session handles before the loop serves the others.
+constexpr int kMessagesPerTurn = 64;
+
+std::vector<gid_t> PeerGroups(int fd) {
+  std::vector<gid_t> groups(64);
+  for (int tries = 0; tries < 2; ++tries) {
+    socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) == 0) {
+      groups.resize(len / sizeof(gid_t));
+      return groups;
+    }
+    if (errno != ERANGE) break;
+    groups.resize(len / sizeof(gid_t));
+  }
+  return {};
 }
+}  // namespace
 
 Session::Session(Socket socket, Store& store, std::function<void(Session*)> on_closed)
-    : socket_(std::move(socket)), store_(store), on_closed_(std::move(on_closed)), in_(kReadChunk) {}
+    : socket_(std::move(socket)),
+      store_(store),
+      on_closed_(std::move(on_closed)),
+      in_(kReadChunk),
+      handshake_(socket_.get_executor()) {}
 
 void Session::Start() {
+  int fd = socket_.native_handle();
   ucred cred{};
   socklen_t len = sizeof cred;
-  if (::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-    creds_ = {cred.pid, cred.uid, cred.gid};
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    creds_ = {cred.pid, cred.uid, cred.gid, PeerGroups(fd)};
   }
   boost::system::error_code ec;
   socket_.non_blocking(true, ec);
   id_ = store_.Open(this, creds_);
+  handshake_.expires_after(store_.options().handshake_timeout);
+  handshake_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+    if (e || self->closed_ || self->failing_ || self->greeted_) return;
+    self->Fail(Status::Timeout(fmt::format("no hello within {} ms of connecting",
+                                           self->store_.options().handshake_timeout.count())),
+               0);
+  });
   Read();
 }
 
@@ -51,35 +79,54 @@ void Session::Read() {
           return;
         }
         self->in_end_ += n;
-        self->Parse();
-        self->Read();
+        self->Serve();
       });
 }
 
-void Session::Parse() {
-  while (!closed_ && !failing_ && in_end_ - in_begin_ >= sizeof(proto::Header)) {
-    proto::Header h;
-    std::memcpy(&h, in_.data() + in_begin_, sizeof h);
-    if (std::string err = proto::CheckHeader(h, store_.options().max_message_size); !err.empty()) {
-      store_.NoteProtocolError();
-      return Fail(Status::ProtocolError(err), h.request_id);
-    }
-    size_t total = sizeof h + h.length;
-    if (in_end_ - in_begin_ < total) {
-      if (in_.size() - in_begin_ < total) in_.resize(in_begin_ + total + kReadChunk);
-      return;
-    }
-    std::span<const uint8_t> body(in_.data() + in_begin_ + sizeof h, h.length);
-    if ((h.type & proto::kReplyBit) || !proto::VerifyBody(h.type, body)) {
-      store_.NoteProtocolError();
-      return Fail(Status::ProtocolError(fmt::format("malformed {} message: the body does not verify",
-                                                    proto::TypeName(h.type))),
-                  h.request_id);
-    }
-    Status st = store_.Handle(id_, h, body);
-    in_begin_ += total;
-    if (!st.ok()) return Fail(st, h.request_id);
+void Session::Serve() {
+  if (closed_ || failing_) return;
+  int budget = kMessagesPerTurn;
+  while (budget > 0 && !Throttled() && ParseOne()) --budget;
+  if (closed_ || failing_) return;
+  if (Throttled()) {
+    paused_ = true;  // Flush serves again once the replies drain
+  } else if (budget == 0) {
+    boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Serve(); });
+  } else {
+    Read();
   }
+}
+
+bool Session::ParseOne() {
+  if (in_end_ - in_begin_ < sizeof(proto::Header)) return false;
+  proto::Header h;
+  std::memcpy(&h, in_.data() + in_begin_, sizeof h);
+  if (std::string err = proto::CheckHeader(h, store_.options().max_message_size); !err.empty()) {
+    store_.NoteProtocolError();
+    Fail(Status::ProtocolError(err), h.request_id);
+    return false;
+  }
+  size_t total = sizeof h + h.length;
+  if (in_end_ - in_begin_ < total) {
+    if (in_.size() - in_begin_ < total) in_.resize(in_begin_ + total + kReadChunk);
+    return false;
+  }
+  std::span<const uint8_t> body(in_.data() + in_begin_ + sizeof h, h.length);
+  if ((h.type & proto::kReplyBit) || !proto::VerifyBody(h.type, body)) {
+    store_.NoteProtocolError();
+    Fail(Status::ProtocolError(fmt::format("malformed {} message: the body does not verify",
+                                           proto::TypeName(h.type))),
+         h.request_id);
+    return false;
+  }
+  Status st = store_.Handle(id_, h, body);
+  in_begin_ += total;
+  if (!st.ok()) {
+    Fail(st, h.request_id);
+    return false;
+  }
+  greeted_ = true;  // the store answers nothing before hello
+  return true;
 }
 
 void Session::Fail(const Status& status, uint64_t request_id) {
@@ -127,6 +174,10 @@ void Session::Flush() {
     m.bytes_sent += static_cast<size_t>(n);
     m.fds_sent += nfds;
     if (m.bytes_sent == m.bytes.size() && m.fds_sent == m.fds.size()) out_.pop_front();
+    if (paused_ && !Throttled()) {
+      paused_ = false;
+      boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Serve(); });
+    }
   }
   if (failing_) boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
 }
@@ -134,6 +185,7 @@ void Session::Flush() {
 void Session::Close() {
   if (closed_) return;
   closed_ = true;
+  handshake_.cancel();
   store_.Close(id_);
   spdlog::info("client disconnected: session {} pid {} uid {}", id_, creds_.pid, creds_.uid);
   boost::system::error_code ec;

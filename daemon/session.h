@@ -2,6 +2,11 @@
 // each body before the Store sees it, and writes replies (with their fds) without ever blocking
 // the loop. A connection that sends a malformed message gets one error reply and is closed; no
 // other session notices.
+//
+// Fair service: a session handles a bounded number of messages per loop turn and then lets the
+// others run; it stops reading requests while too many of its replies wait to be written (a
+// client that sends without reading only fills its own socket); and a connection that does not
+// say hello within the handshake timeout is closed.
 #ifndef DEPOT_DAEMON_SESSION_H_
 #define DEPOT_DAEMON_SESSION_H_
 
@@ -11,6 +16,7 @@
 #include <vector>
 
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "daemon/store.h"
 
@@ -43,7 +49,12 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   };
 
   void Read();
-  void Parse();
+  // Handles buffered messages, up to a turn's worth; then reads more, or comes back next turn.
+  void Serve();
+  // Handles the next buffered message. False when none is complete (or the session failed).
+  bool ParseOne();
+  // Too many replies wait to be written: requests are left unread until they drain.
+  bool Throttled() const { return out_.size() >= store_.options().max_pending; }
   void Fail(const Status& status, uint64_t request_id);
   void Flush();
 
@@ -55,10 +66,13 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool failing_ = false;       // an error reply is queued; close once it is written
   bool write_waiting_ = false;
+  bool paused_ = false;        // Serve stopped because Throttled()
+  bool greeted_ = false;       // hello was answered
   std::vector<uint8_t> in_;    // bytes read, from in_begin_ to in_end_
   size_t in_begin_ = 0;
   size_t in_end_ = 0;
   std::deque<Outbound> out_;
+  boost::asio::steady_timer handshake_;
 };
 
 }  // namespace depot

@@ -61,34 +61,123 @@ fb::Offset<wire::ObjectInfo> BuildInfo(fb::FlatBufferBuilder& fbb, const StoredO
   b.add_creator_uid(o.creator_uid);
   b.add_metadata_size(static_cast<uint32_t>(o.metadata().size()));
   if (with_metadata) b.add_metadata(metadata);
+  if (o.has_checksum) b.add_checksum(o.checksum);
   return b.Finish();
 }
 
 }  // namespace
 
 Store::Store(boost::asio::io_context& io, StoreOptions options)
-    : io_(io),
-      options_(std::move(options)),
-      table_([this](const StoredObject& o) { FreeFrames(o.frames()); }, WallClockNs),
-      started_(std::chrono::steady_clock::now()) {
+    : io_(io), options_(std::move(options)), started_(std::chrono::steady_clock::now()) {
+  budget_.capacity = HostPool::UsableCapacity(options_.pool.capacity);
+  options_.pool.budget = &budget_;
   Guid seed = Guid::Random();
   std::seed_seq seq{seed.hi, seed.lo, static_cast<uint64_t>(::getpid())};
   guid_bits_.seed(seq);
 }
 
 Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options) {
+  if (options.per_user_namespaces && options.pool.prefault) {
+    return Status::InvalidArgument(
+        "prefault reserves the whole capacity for one namespace; it cannot be combined with "
+        "namespaces = per_user");
+  }
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
-  store->table_.set_observer([s = store.get()](TableEvent e, const StoredObject& o) {
+  if (!store->options_.per_user_namespaces) {
+    // The one shared namespace exists from the start (prefaulted when asked).
+    auto ns = store->NamespaceFor(0);
+    if (!ns.ok()) return ns.status();
+  }
+  return store;
+}
+
+Result<Store::Namespace*> Store::NamespaceFor(uid_t uid) {
+  uint32_t key = options_.per_user_namespaces ? static_cast<uint32_t>(uid) : kShared;
+  if (auto it = namespaces_.find(key); it != namespaces_.end()) return it->second.get();
+  auto ns = std::make_unique<Namespace>();
+  Namespace* raw = ns.get();
+  raw->key = key;
+  HostPoolOptions po = options_.pool;
+  if (key != kShared) po.name_prefix += fmt::format("u{}-", key);
+  auto pool = HostPool::Create(po, [this, raw](uint32_t id) { OnSegmentRetired(*raw, id); });
+  if (!pool.ok()) return pool.status();
+  raw->pool = std::move(*pool);
+  raw->table = std::make_unique<ObjectTable>(
+      [this, raw](const StoredObject& o) { OnFreed(*raw, o); }, WallClockNs);
+  raw->table->set_observer([this, raw](TableEvent e, const StoredObject& o) {
     static constexpr wire::EventKind kKinds[] = {
         wire::EventKind::Created, wire::EventKind::Sealed,  wire::EventKind::Aborted,
         wire::EventKind::Deleted, wire::EventKind::Evicted, wire::EventKind::Freed};
-    s->Emit(kKinds[static_cast<int>(e)], &o, s->current_);
+    Emit(kKinds[static_cast<int>(e)], &o, current_, raw);
   });
-  auto pool = HostPool::Create(store->options_.pool,
-                               [s = store.get()](uint32_t id) { s->OnSegmentRetired(id); });
-  if (!pool.ok()) return pool.status();
-  store->pool_ = std::move(*pool);
-  return store;
+  if (key != kShared) spdlog::info("namespace of uid {} created", key);
+  namespaces_.emplace(key, std::move(ns));
+  return raw;
+}
+
+void Store::MaybeDropNamespace(Namespace* ns) {
+  const ObjectCounts& c = ns->table->counts();
+  if (ns->key == kShared || ns->sessions > 0 || c.creating + c.sealed + c.deleted > 0) return;
+  spdlog::info("namespace of uid {} is empty; its segments are given back", ns->key);
+  namespaces_.erase(ns->key);
+}
+
+std::string Store::Refusal(const PeerCredentials& c) const {
+  const AccessOptions& a = options_.access;
+  auto has = [](const auto& list, auto id) {
+    return std::find(list.begin(), list.end(), id) != list.end();
+  };
+  auto member = [&](gid_t g) { return c.gid == g || has(c.groups, g); };
+  if (c.uid == 0 || c.uid == a.daemon_uid || has(a.users, c.uid)) return "";
+  if (a.users.empty() && a.groups.empty()) {
+    if (member(a.socket_gid)) return "";
+    return fmt::format(
+        "uid {} may not use this depotd: it admits root, its own user (uid {}) and the members "
+        "of the socket's group (gid {}); see allow_users and allow_groups in its config",
+        c.uid, a.daemon_uid, a.socket_gid);
+  }
+  for (gid_t g : a.groups) {
+    if (member(g)) return "";
+  }
+  return fmt::format(
+      "uid {} may not use this depotd: it is not in allow_users and none of its groups is in "
+      "allow_groups",
+      c.uid);
+}
+
+Status Store::CheckQuota(const SessionState& st, uint64_t bytes) const {
+  auto check = [&](const Quota& q, const Usage& u, const std::string& who,
+                   std::string_view key) -> Status {
+    if (q.objects != 0 && u.objects + 1 > q.objects) {
+      return Status::QuotaExceeded(fmt::format("{} has {} objects, its limit ({}_objects)", who,
+                                               u.objects, key));
+    }
+    if (q.bytes != 0 && u.bytes + bytes > q.bytes) {
+      return Status::QuotaExceeded(fmt::format(
+          "{} has {} in objects; {} more would pass its limit of {} ({}_bytes)", who,
+          FormatBytes(u.bytes), FormatBytes(bytes), FormatBytes(q.bytes), key));
+    }
+    return Status::OK();
+  };
+  auto it = user_usage_.find(st.creds.uid);
+  Status user = check(options_.user_quota, it == user_usage_.end() ? Usage{} : it->second,
+                      fmt::format("uid {}", st.creds.uid), "user_quota");
+  if (!user.ok()) return user;
+  return check(options_.client_quota, st.created, "this connection", "client_quota");
+}
+
+void Store::OnFreed(Namespace& ns, const StoredObject& o) {
+  FreeFrames(ns, o.frames());
+  uint64_t bytes = o.size();
+  auto forget = [bytes](Usage& u) {
+    u.bytes -= std::min(u.bytes, bytes);
+    u.objects -= std::min<uint64_t>(u.objects, 1);
+  };
+  if (auto it = user_usage_.find(o.creator_uid); it != user_usage_.end()) {
+    forget(it->second);
+    if (it->second.objects == 0) user_usage_.erase(it);
+  }
+  if (auto it = sessions_.find(o.creator); it != sessions_.end()) forget(it->second.created);
 }
 
 SessionId Store::Open(Peer* peer, PeerCredentials creds) {
@@ -103,18 +192,25 @@ SessionId Store::Open(Peer* peer, PeerCredentials creds) {
 }
 
 void Store::Close(SessionId session) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
   std::vector<uint64_t> parked;
   for (const auto& [wait_id, w] : waits_) {
     if (w.session == session) parked.push_back(wait_id);
   }
   for (uint64_t wait_id : parked) TakeWait(wait_id);
+  Namespace* ns = it->second.ns;
+  if (ns == nullptr) {  // never greeted
+    sessions_.erase(it);
+    return;
+  }
   current_ = session;
-  table_.DropSession(session);
+  ns->table->DropSession(session);
   current_ = 0;
-  auto it = sessions_.find(session);
-  bool greeted = it != sessions_.end() && it->second.greeted;
-  if (greeted) Emit(wire::EventKind::ClientDisconnected, nullptr, session);
+  Emit(wire::EventKind::ClientDisconnected, nullptr, session, ns);
   sessions_.erase(session);
+  --ns->sessions;
+  MaybeDropNamespace(ns);
 }
 
 Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_t> body) {
@@ -129,7 +225,15 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
   ++requests_;
   ++it->second.requests;
   current_ = s;  // events caused by this request name its session
-  Status st = Dispatch(s, it->second, h, body);
+  Status st;
+  try {
+    st = Dispatch(s, it->second, h, body);
+  } catch (const std::bad_alloc&) {
+    // The daemon's own memory (metadata, replies) ran out: this request fails, the rest go on.
+    spdlog::error("out of memory answering {} from session {}", proto::TypeName(h.type), s);
+    ReplyError(s, h.request_id,
+               Status::Unavailable("depotd ran out of memory while answering this request"));
+  }
   current_ = 0;
   return st;
 }
@@ -210,11 +314,19 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
         fmt::format("client speaks protocol version {}, this depotd speaks version {}",
                     req.version(), proto::kProtocolVersion));
   }
+  if (std::string why = Refusal(st.creds); !why.empty()) {
+    spdlog::warn("refused pid {}: {}", st.creds.pid, why);
+    return Status::PermissionDenied(why);
+  }
+  auto ns = NamespaceFor(st.creds.uid);
+  if (!ns.ok()) return Status::Unavailable(ns.status().message());
+  st.ns = *ns;
+  ++st.ns->sessions;
   st.greeted = true;
   if (req.client_name()) st.name = req.client_name()->str();
   std::ifstream comm(fmt::format("/proc/{}/comm", st.creds.pid));
   std::getline(comm, st.process);
-  Emit(wire::EventKind::ClientConnected, nullptr, s);
+  Emit(wire::EventKind::ClientConnected, nullptr, s, st.ns);
   spdlog::info("client connected: session {} pid {} uid {} gid {}{}{}", s, st.creds.pid,
                st.creds.uid, st.creds.gid, req.client_name() ? " name " : "",
                req.client_name() ? req.client_name()->str() : "");
@@ -227,7 +339,8 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   return Status::OK();
 }
 
-Result<std::vector<Location>> Store::AllocateFrames(std::span<const uint64_t> sizes) {
+Result<std::vector<Location>> Store::AllocateFrames(Namespace& ns,
+                                                   std::span<const uint64_t> sizes) {
   while (true) {
     std::vector<Location> frames;
     Status failed;
@@ -236,7 +349,7 @@ Result<std::vector<Location>> Store::AllocateFrames(std::span<const uint64_t> si
         frames.push_back(Location{});
         continue;
       }
-      auto loc = pool_->Allocate(size);
+      auto loc = ns.pool->Allocate(size);
       if (!loc.ok()) {
         failed = loc.status();
         break;
@@ -244,21 +357,22 @@ Result<std::vector<Location>> Store::AllocateFrames(std::span<const uint64_t> si
       frames.push_back(*loc);
     }
     if (failed.ok()) return frames;
-    FreeFrames(frames);
-    if (!failed.IsStoreFull() || !options_.eviction || !table_.EvictLru()) return failed;
+    FreeFrames(ns, frames);
+    if (!failed.IsStoreFull() || !options_.eviction || !ns.table->EvictLru()) return failed;
   }
 }
 
-void Store::FreeFrames(std::span<const Location> frames) {
+void Store::FreeFrames(Namespace& ns, std::span<const Location> frames) {
   for (const Location& f : frames) {
-    if (f.size > 0) pool_->Free(f);
+    if (f.size > 0) ns.pool->Free(f);
   }
 }
 
-Status Store::WriteInline(const std::vector<Location>& frames, std::span<const uint8_t> data) {
+Status Store::WriteInline(Namespace& ns, const std::vector<Location>& frames,
+                          std::span<const uint8_t> data) {
   for (const Location& f : frames) {
     if (f.size == 0) continue;
-    auto base = pool_->Map(f.segment);
+    auto base = ns.pool->Map(f.segment);
     if (!base.ok()) return base.status();
     std::memcpy(*base + f.offset, data.data(), f.size);
     data = data.subspan(f.size);
@@ -268,6 +382,7 @@ Status Store::WriteInline(const std::vector<Location>& frames, std::span<const u
 
 void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   SessionState& st = sessions_.at(s);
+  Namespace& ns = *st.ns;
   size_t nframes = req.frame_sizes() ? req.frame_sizes()->size() : 0;
   size_t metadata_size = req.metadata() ? req.metadata()->size() : 0;
   size_t name_size = req.name() ? req.name()->size() : 0;
@@ -286,10 +401,10 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   std::vector<uint64_t> sizes(req.frame_sizes()->begin(), req.frame_sizes()->end());
   uint64_t total = 0;
   for (uint64_t size : sizes) {
-    if (size > pool_->options().capacity) {
+    if (size > budget_.capacity) {
       return ReplyError(s, id, Status::StoreFull(fmt::format(
                                    "a frame of {} is larger than the store's capacity of {}",
-                                   FormatBytes(size), FormatBytes(pool_->options().capacity))));
+                                   FormatBytes(size), FormatBytes(budget_.capacity))));
     }
     total += size;
   }
@@ -302,20 +417,24 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   if (req.seal() && !inline_data) return invalid("seal on create needs the inline data");
   Guid guid = req.guid() ? FromWire(*req.guid()) : Guid::FromRandomBits(guid_bits_(), guid_bits_());
   if (guid.is_nil()) return invalid("the nil GUID cannot name an object");
-  if (table_.Find(guid) != nullptr) {
+  if (ns.table->Find(guid) != nullptr) {
     return ReplyError(s, id, Status::AlreadyExists(fmt::format("object {} already exists",
                                                                guid.ToString())));
   }
+  if (Status q = CheckQuota(st, total); !q.ok()) {
+    spdlog::warn("create for pid {} uid {}: {}", st.creds.pid, st.creds.uid, q.message());
+    return ReplyError(s, id, q);
+  }
 
-  auto frames = AllocateFrames(sizes);
+  auto frames = AllocateFrames(ns, sizes);
   if (!frames.ok()) {
     spdlog::warn("create for pid {}: {}", st.creds.pid, frames.status().message());
     return ReplyError(s, id, frames.status());
   }
   if (inline_data) {
-    Status w = WriteInline(*frames, {req.inline_data()->data(), req.inline_data()->size()});
+    Status w = WriteInline(ns, *frames, {req.inline_data()->data(), req.inline_data()->size()});
     if (!w.ok()) {
-      FreeFrames(*frames);
+      FreeFrames(ns, *frames);
       spdlog::error("{}", w.message());
       return ReplyError(s, id, w);
     }
@@ -329,20 +448,27 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   n.creator = s;
   n.creator_pid = st.creds.pid;
   n.creator_uid = st.creds.uid;
-  auto created = table_.Create(std::move(n));
+  auto created = ns.table->Create(std::move(n));
   // The GUID was checked above and nothing ran since: Create cannot fail here.
   const StoredObject* obj = *created;
+  Usage& user = user_usage_[st.creds.uid];
+  for (Usage* u : {&user, &st.created}) {
+    u->bytes += total;
+    ++u->objects;
+  }
 
   fb::FlatBufferBuilder fbb;
   std::vector<uint32_t> ids;
   std::vector<proto::UniqueFd> fds;
   if (inline_data) {
-    table_.Seal(s, guid);
-    WakeWaiters(guid);
-  } else {
-    CollectSegments(st, obj->frames(), ids, fds);
+    std::optional<uint64_t> checksum = req.checksum();
+    ns.table->Seal(s, guid, checksum);
+    WakeWaiters(ns, guid);
+  } else if (Status c = CollectSegments(st, obj->frames(), ids, fds); !c.ok()) {
+    ns.table->Abort(s, guid);
+    return ReplyError(s, id, c);
   }
-  auto segments = SegmentInfos(fbb, ids);
+  auto segments = SegmentInfos(fbb, *ns.pool, ids);
   auto locations = Frames(fbb, obj->frames());
   wire::Guid g = ToWire(guid);
   fbb.Finish(wire::CreateCreateReply(fbb, &g, locations, segments));
@@ -352,9 +478,11 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
 void Store::OnSealOrAbort(SessionId s, uint64_t id, bool seal, const wire::GuidRequest& req) {
   if (!req.guid()) return ReplyError(s, id, Status::InvalidArgument("no GUID given"));
   Guid guid = FromWire(*req.guid());
-  Status st = seal ? table_.Seal(s, guid) : table_.Abort(s, guid);
+  Namespace& ns = *sessions_.at(s).ns;
+  std::optional<uint64_t> checksum = req.checksum();
+  Status st = seal ? ns.table->Seal(s, guid, checksum) : ns.table->Abort(s, guid);
   if (!st.ok()) return ReplyError(s, id, st);
-  if (seal) WakeWaiters(guid);
+  if (seal) WakeWaiters(ns, guid);
   fb::FlatBufferBuilder fbb(64);
   fbb.Finish(wire::CreateEmptyReply(fbb));
   Reply(s, id, proto::ReplyType(seal ? MsgType::kSeal : MsgType::kAbort), fbb);
@@ -377,21 +505,35 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
     return ReplyError(s, id, Status::InvalidArgument(fmt::format(
                                  "timeout {} ms is invalid (0: poll, -1: forever)", timeout)));
   }
+  SessionState& st = sessions_.at(s);
+  ObjectTable& table = *st.ns->table;
   uint64_t wait_id = next_wait_++;
   GetWait w{s, id, {}, std::vector<const StoredObject*>(n), std::vector<Status>(n), 0, nullptr};
   for (size_t i = 0; i < n; ++i) {
     Guid g = FromWire(*req.guids()->Get(i));
     w.guids.push_back(g);
-    auto got = table_.Acquire(s, g);
+    auto got = table.Acquire(s, g);
     if (got.ok()) {
       w.acquired[i] = *got;
     } else if (timeout == 0) {
       w.errors[i] = got.status();
     } else {
       ++w.missing;
-      waiting_on_.emplace(g, wait_id);
     }
   }
+  if (w.missing > 0 && st.waiting >= options_.max_pending) {
+    for (const StoredObject* o : w.acquired) {
+      if (o != nullptr) table.Release(s, o->id);
+    }
+    return ReplyError(s, id, Status::QuotaExceeded(fmt::format(
+                                 "this connection already has {} gets waiting, its limit "
+                                 "(max_pending)",
+                                 st.waiting)));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (w.acquired[i] == nullptr && w.errors[i].ok()) waiting_on_.emplace(w.guids[i], wait_id);
+  }
+  ++st.waiting;
   auto& parked = waits_.emplace(wait_id, std::move(w)).first->second;
   if (parked.missing == 0) return FinishGet(wait_id);
   // A timer counts nanoseconds in 64 bits: a longer wait (over about 35 years) waits forever.
@@ -404,18 +546,26 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
   }
 }
 
-void Store::WakeWaiters(const Guid& guid) {
+void Store::WakeWaiters(Namespace& ns, const Guid& guid) {
+  // Waiters in other namespaces wait for another object of the same GUID.
   auto [b, e] = waiting_on_.equal_range(guid);
   std::vector<uint64_t> ids;
-  for (auto it = b; it != e; ++it) ids.push_back(it->second);
-  waiting_on_.erase(b, e);
+  for (auto it = b; it != e;) {
+    auto w = waits_.find(it->second);
+    if (w != waits_.end() && sessions_.at(w->second.session).ns != &ns) {
+      ++it;
+      continue;
+    }
+    ids.push_back(it->second);
+    it = waiting_on_.erase(it);
+  }
   for (uint64_t wait_id : ids) {
     auto it = waits_.find(wait_id);
     if (it == waits_.end()) continue;
     GetWait& w = it->second;
     for (size_t i = 0; i < w.guids.size(); ++i) {
       if (w.guids[i] != guid || w.acquired[i] != nullptr) continue;
-      auto got = table_.Acquire(w.session, guid);
+      auto got = ns.table->Acquire(w.session, guid);
       if (!got.ok()) continue;
       w.acquired[i] = *got;
       --w.missing;
@@ -429,6 +579,7 @@ std::optional<Store::GetWait> Store::TakeWait(uint64_t wait_id) {
   if (it == waits_.end()) return std::nullopt;
   GetWait w = std::move(it->second);
   waits_.erase(it);
+  if (auto s = sessions_.find(w.session); s != sessions_.end()) --s->second.waiting;
   for (const Guid& g : w.guids) {
     auto [b, e] = waiting_on_.equal_range(g);
     for (auto x = b; x != e;) x = (x->second == wait_id) ? waiting_on_.erase(x) : std::next(x);
@@ -442,6 +593,7 @@ void Store::FinishGet(uint64_t wait_id) {
   GetWait& w = *taken;
   auto sit = sessions_.find(w.session);
   if (sit == sessions_.end()) return;
+  SessionState& st = sit->second;
 
   fb::FlatBufferBuilder fbb(1024);
   std::vector<fb::Offset<wire::GetResult>> results;
@@ -451,53 +603,72 @@ void Store::FinishGet(uint64_t wait_id) {
     wire::Guid g = ToWire(w.guids[i]);
     const StoredObject* o = w.acquired[i];
     if (o == nullptr) {
-      Status st = w.errors[i];
-      if (st.ok()) {
-        st = Status::Timeout(fmt::format("object {} was not {} before the timeout",
-                                         w.guids[i].ToString(),
-                                         table_.Find(w.guids[i]) ? "sealed" : "created"));
+      Status err = w.errors[i];
+      if (err.ok()) {
+        err = Status::Timeout(fmt::format("object {} was not {} before the timeout",
+                                          w.guids[i].ToString(),
+                                          st.ns->table->Find(w.guids[i]) ? "sealed" : "created"));
       }
-      auto msg = fbb.CreateString(st.message());
-      results.push_back(wire::CreateGetResult(fbb, &g, ToWire(st.code()), msg));
+      auto msg = fbb.CreateString(err.message());
+      results.push_back(wire::CreateGetResult(fbb, &g, ToWire(err.code()), msg));
       continue;
     }
-    CollectSegments(sit->second, o->frames(), ids, fds);
+    if (Status c = CollectSegments(st, o->frames(), ids, fds); !c.ok()) {
+      // Nothing is handed over: give back every reference this get took.
+      for (const StoredObject* held : w.acquired) {
+        if (held != nullptr) st.ns->table->Release(w.session, held->id);
+      }
+      return ReplyError(w.session, w.request_id, c);
+    }
     auto frames = Frames(fbb, o->frames());
     auto metadata = fbb.CreateVector(o->metadata().data(), o->metadata().size());
-    results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, frames, metadata));
+    std::optional<uint64_t> checksum;
+    if (o->has_checksum) checksum = o->checksum;
+    results.push_back(
+        wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, frames, metadata, checksum));
   }
   auto results_vec = fbb.CreateVector(results);
-  auto segments = SegmentInfos(fbb, ids);
+  auto segments = SegmentInfos(fbb, *st.ns->pool, ids);
   fbb.Finish(wire::CreateGetReply(fbb, results_vec, segments));
   Reply(w.session, w.request_id, proto::ReplyType(MsgType::kGet), fbb, std::move(fds));
 }
 
-void Store::CollectSegments(SessionState& st, std::span<const Location> frames,
-                            std::vector<uint32_t>& ids, std::vector<proto::UniqueFd>& fds) {
+Status Store::CollectSegments(SessionState& st, std::span<const Location> frames,
+                              std::vector<uint32_t>& ids, std::vector<proto::UniqueFd>& fds) {
   for (const Location& f : frames) {
     if (f.size == 0) continue;
-    const HostPool::Segment* seg = pool_->segment(f.segment);
+    const HostPool::Segment* seg = st.ns->pool->segment(f.segment);
     bool needed = seg->dedicated ? std::find(ids.begin(), ids.end(), f.segment) == ids.end()
-                                 : st.sent_segments.insert(f.segment).second;
+                                 : !st.sent_segments.contains(f.segment);
     if (!needed) continue;
+    proto::UniqueFd fd(::fcntl(seg->fd(), F_DUPFD_CLOEXEC, 0));
+    if (!fd.valid()) {
+      // The caller sends nothing, so the peer still lacks every segment of this reply.
+      for (uint32_t sent : ids) st.sent_segments.erase(sent);
+      std::string why = fmt::format("depotd cannot pass a segment: {}", std::strerror(errno));
+      spdlog::error("{} (raise LimitNOFILE / RLIMIT_NOFILE)", why);
+      return Status::Unavailable(why);
+    }
+    if (!seg->dedicated) st.sent_segments.insert(f.segment);
     ids.push_back(f.segment);
-    fds.emplace_back(::fcntl(seg->fd(), F_DUPFD_CLOEXEC, 0));
+    fds.push_back(std::move(fd));
   }
+  return Status::OK();
 }
 
 fb::Offset<fb::Vector<fb::Offset<wire::SegmentInfo>>> Store::SegmentInfos(
-    fb::FlatBufferBuilder& fbb, const std::vector<uint32_t>& ids) {
+    fb::FlatBufferBuilder& fbb, const HostPool& pool, const std::vector<uint32_t>& ids) {
   std::vector<fb::Offset<wire::SegmentInfo>> infos;
   for (uint32_t id : ids) {
-    const HostPool::Segment* seg = pool_->segment(id);
+    const HostPool::Segment* seg = pool.segment(id);
     infos.push_back(wire::CreateSegmentInfo(fbb, id, seg->size, seg->dedicated));
   }
   return fbb.CreateVector(infos);
 }
 
-void Store::OnSegmentRetired(uint32_t segment) {
+void Store::OnSegmentRetired(const Namespace& ns, uint32_t segment) {
   for (auto& [id, st] : sessions_) {
-    if (st.sent_segments.erase(segment) == 0) continue;
+    if (st.ns != &ns || st.sent_segments.erase(segment) == 0) continue;
     fb::FlatBufferBuilder fbb(64);
     std::vector<uint32_t> ids{segment};
     fbb.Finish(wire::CreateSegmentsRetired(fbb, fbb.CreateVector(ids)));
@@ -507,18 +678,20 @@ void Store::OnSegmentRetired(uint32_t segment) {
 
 void Store::OnRelease(SessionId s, const wire::ReleaseRequest& req) {
   if (!req.handles()) return;
+  ObjectTable& table = *sessions_.at(s).ns->table;
   for (uint64_t handle : *req.handles()) {
-    Status st = table_.Release(s, handle);
+    Status st = table.Release(s, handle);
     if (!st.ok()) spdlog::debug("release from session {}: {}", s, st.message());
   }
 }
 
 void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
   if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
+  ObjectTable& table = *sessions_.at(s).ns->table;
   fb::FlatBufferBuilder fbb(256);
   std::vector<fb::Offset<wire::GuidResult>> results;
   for (const wire::Guid* g : *req.guids()) {
-    Status st = table_.Delete(FromWire(*g));
+    Status st = table.Delete(FromWire(*g));
     auto msg = fbb.CreateString(st.message());
     results.push_back(wire::CreateGuidResult(fbb, g, ToWire(st.code()), msg));
   }
@@ -530,8 +703,9 @@ void Store::OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req) 
   if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
   fb::FlatBufferBuilder fbb(256);
   std::vector<fb::Offset<wire::GuidResult>> results;
+  const ObjectTable& table = *sessions_.at(s).ns->table;
   for (const wire::Guid* g : *req.guids()) {
-    const StoredObject* o = table_.Find(FromWire(*g));
+    const StoredObject* o = table.Find(FromWire(*g));
     wire::Code code = o && o->state == ObjectState::kSealed ? wire::Code::Ok : wire::Code::NotFound;
     auto msg = fbb.CreateString(!o ? "does not exist" : code == wire::Code::Ok ? "" : "not sealed yet");
     results.push_back(wire::CreateGuidResult(fbb, g, code, msg));
@@ -544,7 +718,7 @@ void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
   size_t limit = req.limit() == 0 ? 1000 : std::min(req.limit(), proto::kMaxListLimit);
   std::optional<Guid> after;
   if (req.after()) after = FromWire(*req.after());
-  auto objects = table_.List(after, limit + 1);
+  auto objects = sessions_.at(s).ns->table->List(after, limit + 1);
   bool more = objects.size() > limit;
   if (more) objects.pop_back();
   fb::FlatBufferBuilder fbb(256 * objects.size() + 64);
@@ -557,7 +731,7 @@ void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
 void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
   if (!req.guid()) return ReplyError(s, id, Status::InvalidArgument("no GUID given"));
   Guid guid = FromWire(*req.guid());
-  const StoredObject* o = table_.Find(guid);
+  const StoredObject* o = sessions_.at(s).ns->table->Find(guid);
   if (!o) return ReplyError(s, id, Status::NotFound(fmt::format("object {} does not exist", guid.ToString())));
   fb::FlatBufferBuilder fbb(512 + o->metadata().size());
   fbb.Finish(wire::CreateStatReply(fbb, BuildInfo(fbb, *o, true)));
@@ -565,12 +739,32 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
 }
 
 void Store::OnStatus(SessionId s, uint64_t id) {
-  HostPoolStats ps = pool_->stats();
-  const ObjectCounts& c = table_.counts();
-  fb::FlatBufferBuilder fbb(512);
+  // Totals over every namespace.
+  HostPoolStats ps;
+  ObjectCounts c;
+  for (const auto& [key, ns] : namespaces_) {
+    HostPoolStats p = ns->pool->stats();
+    ps.reserved += p.reserved;
+    ps.used += p.used;
+    ps.largest_free = std::max(ps.largest_free, p.largest_free);
+    ps.free_in_segments += p.free_in_segments;
+    ps.largest_block = std::max(ps.largest_block, p.largest_block);
+    ps.segments += p.segments;
+    const ObjectCounts& n = ns->table->counts();
+    c.creating += n.creating;
+    c.sealed += n.sealed;
+    c.deleted += n.deleted;
+    c.evictions += n.evictions;
+    c.evicted_bytes += n.evicted_bytes;
+  }
+  if (namespaces_.empty()) ps.largest_free = budget_.capacity - budget_.reserved;
+  fb::FlatBufferBuilder fbb(512 + 32 * user_usage_.size());
+  std::vector<wire::UserUsage> users;
   auto version = fbb.CreateString(options_.version);
   auto socket = fbb.CreateString(options_.socket_path);
   auto errors = fbb.CreateVector(errors_.data(), static_cast<size_t>(wire::Code::MAX) + 1);
+  for (const auto& [uid, u] : user_usage_) users.emplace_back(uid, u.objects, u.bytes);
+  auto users_vec = fbb.CreateVectorOfStructs(users);
   auto uptime = std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::steady_clock::now() - started_).count();
   wire::StatusReplyBuilder b(fbb);
@@ -578,7 +772,7 @@ void Store::OnStatus(SessionId s, uint64_t id) {
   b.add_daemon_pid(::getpid());
   b.add_uptime_ms(static_cast<uint64_t>(uptime));
   b.add_socket_path(socket);
-  b.add_capacity(ps.capacity);
+  b.add_capacity(budget_.capacity);
   b.add_reserved(ps.reserved);
   b.add_used(ps.used);
   b.add_largest_free(ps.largest_free);
@@ -589,13 +783,20 @@ void Store::OnStatus(SessionId s, uint64_t id) {
   b.add_clients(static_cast<uint32_t>(sessions_.size()));
   b.add_evictions(c.evictions);
   b.add_evicted_bytes(c.evicted_bytes);
-  b.add_prefault(pool_->options().prefault);
+  b.add_prefault(options_.pool.prefault);
   b.add_gets_waiting(static_cast<uint32_t>(waits_.size()));
   b.add_free_in_segments(ps.free_in_segments);
   b.add_largest_free_block(ps.largest_block);
   b.add_requests(requests_);
   b.add_errors(errors);
   b.add_connections(connections_);
+  b.add_users(users_vec);
+  b.add_user_quota_bytes(options_.user_quota.bytes);
+  b.add_user_quota_objects(options_.user_quota.objects);
+  b.add_client_quota_bytes(options_.client_quota.bytes);
+  b.add_client_quota_objects(options_.client_quota.objects);
+  b.add_per_user_namespaces(options_.per_user_namespaces);
+  b.add_namespaces(static_cast<uint32_t>(namespaces_.size()));
   fbb.Finish(b.Finish());
   Reply(s, id, proto::ReplyType(MsgType::kStatus), fbb);
 }
@@ -612,24 +813,26 @@ void Store::OnClients(SessionId s, uint64_t id) {
   std::vector<fb::Offset<wire::ClientInfo>> infos;
   for (const auto& [sid, st] : sessions_) {
     if (!st.greeted) continue;
-    Holdings h = table_.HoldingsOf(sid);
+    Holdings h = st.ns->table->HoldingsOf(sid);
     auto name = fbb.CreateString(st.name);
     auto process = fbb.CreateString(st.process);
-    infos.push_back(wire::CreateClientInfo(fbb, sid, st.creds.pid, st.creds.uid, st.creds.gid,
-                                           name, process, h.references, h.bytes, h.creating,
-                                           st.requests, st.connected_ns, st.subscribed));
+    infos.push_back(wire::CreateClientInfo(
+        fbb, sid, st.creds.pid, st.creds.uid, st.creds.gid, name, process, h.references, h.bytes,
+        h.creating, st.requests, st.connected_ns, st.subscribed, st.created.objects,
+        st.created.bytes));
   }
   fbb.Finish(wire::CreateClientsReply(fbb, fbb.CreateVector(infos)));
   Reply(s, id, proto::ReplyType(MsgType::kClients), fbb);
 }
 
-void Store::Emit(wire::EventKind kind, const StoredObject* object, SessionId cause) {
+void Store::Emit(wire::EventKind kind, const StoredObject* object, SessionId cause,
+                 const Namespace* ns) {
   // A subscriber that stops reading must not make the daemon hold events without bound: past
   // this many unwritten messages, events are counted as dropped and reported with the next one.
   constexpr size_t kMaxBacklog = 4096;
   auto cause_it = sessions_.find(cause);
   for (auto& [sid, st] : sessions_) {
-    if (!st.subscribed) continue;
+    if (!st.subscribed || st.ns != ns) continue;
     if (st.peer->Backlog() >= kMaxBacklog) {
       ++st.events_dropped;
       continue;

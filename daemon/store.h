@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <array>
+#include <map>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -46,6 +47,22 @@ struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups (SO_PEERGROUPS)
+};
+
+// Who may connect. Root and the daemon's own user always may; so may the users listed and the
+// members of the groups listed. With both lists empty, the members of the socket's group may.
+struct AccessOptions {
+  std::vector<uid_t> users;
+  std::vector<gid_t> groups;
+  uid_t daemon_uid = 0;
+  gid_t socket_gid = 0;
+};
+
+// Limits on what one user, or one connection, may have created and not yet freed: 0 is no limit.
+struct Quota {
+  uint64_t bytes = 0;
+  uint64_t objects = 0;
 };
 
 struct StoreOptions {
@@ -57,6 +74,15 @@ struct StoreOptions {
   uint32_t max_metadata = proto::kMaxMetadataSize;
   bool eviction = true;   // evict LRU evictable objects when full
   bool hugepages = false;  // clients ask for huge pages on their mappings
+  AccessOptions access;
+  // Each user gets a namespace of its own (objects and segments); otherwise all share one.
+  bool per_user_namespaces = false;
+  Quota user_quota;
+  Quota client_quota;
+  // Gets a connection may have waiting, and replies queued for it before its requests are no
+  // longer read.
+  uint32_t max_pending = 1024;
+  std::chrono::milliseconds handshake_timeout{10000};
 };
 
 class Store {
@@ -79,12 +105,27 @@ class Store {
   // A session broke the protocol before its request reached Handle (counted in status).
   void NoteProtocolError() { ++errors_[static_cast<size_t>(Status::Code::kProtocolError)]; }
 
+  // The socket's group is known once the socket exists (systemd may have made it).
+  void SetSocketGroup(gid_t gid) { options_.access.socket_gid = gid; }
+
   size_t sessions() const { return sessions_.size(); }
-  const HostPool& pool() const { return *pool_; }
   const StoreOptions& options() const { return options_; }
-  const ObjectTable& table() const { return table_; }
 
  private:
+  // Objects and the shared memory they live in: one for everybody, or one per user.
+  struct Namespace {
+    uint32_t key;  // the owner's uid, or kShared
+    std::unique_ptr<HostPool> pool;
+    std::unique_ptr<ObjectTable> table;
+    size_t sessions = 0;
+  };
+  static constexpr uint32_t kShared = UINT32_MAX;
+
+  struct Usage {
+    uint64_t bytes = 0;
+    uint64_t objects = 0;
+  };
+
   struct SessionState {
     Peer* peer = nullptr;
     PeerCredentials creds;
@@ -96,6 +137,9 @@ class Store {
     bool subscribed = false;
     uint64_t events_dropped = 0;  // since the last event delivered
     std::unordered_set<uint32_t> sent_segments;  // shared segments whose fd this peer has
+    Namespace* ns = nullptr;  // set at hello
+    Usage created;            // objects it created that are not freed yet
+    size_t waiting = 0;       // its parked gets
   };
 
   struct GetWait {
@@ -109,6 +153,16 @@ class Store {
   };
 
   Store(boost::asio::io_context& io, StoreOptions options);
+
+  // The namespace for a user, made on first use.
+  Result<Namespace*> NamespaceFor(uid_t uid);
+  // Forgets a per-user namespace left without sessions or objects (its segments go back).
+  void MaybeDropNamespace(Namespace* ns);
+  // Why this peer may not connect, or "" when it may.
+  std::string Refusal(const PeerCredentials& creds) const;
+  // QuotaExceeded naming the limit when creating `bytes` more would pass one, else OK.
+  Status CheckQuota(const SessionState& st, uint64_t bytes) const;
+  void OnFreed(Namespace& ns, const StoredObject& o);
 
   void Reply(SessionId session, uint64_t request_id, uint16_t type,
              flatbuffers::FlatBufferBuilder& fbb, std::vector<proto::UniqueFd> fds = {});
@@ -131,15 +185,17 @@ class Store {
   void OnEmpty(SessionId s, uint64_t id, proto::MsgType type);  // ping, subscribe
 
   // Sends an event to every subscribed session. `object` is null for client events.
-  void Emit(wire::EventKind kind, const StoredObject* object, SessionId cause);
+  void Emit(wire::EventKind kind, const StoredObject* object, SessionId cause,
+            const Namespace* ns);
 
   // Allocates every frame, evicting least recently used objects while that helps.
-  Result<std::vector<Location>> AllocateFrames(std::span<const uint64_t> sizes);
-  void FreeFrames(std::span<const Location> frames);
-  Status WriteInline(const std::vector<Location>& frames, std::span<const uint8_t> data);
+  Result<std::vector<Location>> AllocateFrames(Namespace& ns, std::span<const uint64_t> sizes);
+  static void FreeFrames(Namespace& ns, std::span<const Location> frames);
+  static Status WriteInline(Namespace& ns, const std::vector<Location>& frames,
+                            std::span<const uint8_t> data);
 
   // Seal and its consequence: parked gets waiting for the GUID are answered or advanced.
-  void WakeWaiters(const Guid& guid);
+  void WakeWaiters(Namespace& ns, const Guid& guid);
   // Answers a parked get with what it has (Timeout for the rest) and forgets it.
   void FinishGet(uint64_t wait_id);
   // Removes a parked get and its index entries; nullopt when it is already gone.
@@ -147,16 +203,18 @@ class Store {
   static Status CheckGuidCount(const flatbuffers::Vector<const wire::Guid*>* guids);
 
   // Builds the segment list for a reply naming `frames`, with the fds the peer does not have.
-  void CollectSegments(SessionState& st, std::span<const Location> frames,
-                       std::vector<uint32_t>& ids, std::vector<proto::UniqueFd>& fds);
+  // Unavailable when the daemon is out of file descriptors.
+  Status CollectSegments(SessionState& st, std::span<const Location> frames,
+                         std::vector<uint32_t>& ids, std::vector<proto::UniqueFd>& fds);
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::SegmentInfo>>> SegmentInfos(
-      flatbuffers::FlatBufferBuilder& fbb, const std::vector<uint32_t>& ids);
-  void OnSegmentRetired(uint32_t segment);
+      flatbuffers::FlatBufferBuilder& fbb, const HostPool& pool, const std::vector<uint32_t>& ids);
+  void OnSegmentRetired(const Namespace& ns, uint32_t segment);
 
   boost::asio::io_context& io_;
   StoreOptions options_;
-  std::unique_ptr<HostPool> pool_;
-  ObjectTable table_;
+  PoolBudget budget_;  // the capacity, shared by every namespace's pool
+  std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
+  std::unordered_map<uid_t, Usage> user_usage_;
   std::chrono::steady_clock::time_point started_;
   SessionId next_session_ = 1;
   std::unordered_map<SessionId, SessionState> sessions_;

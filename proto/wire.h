@@ -85,7 +85,10 @@ static_assert(static_cast<int>(wire::Code::PermissionDenied) ==
               static_cast<int>(Status::Code::kPermissionDenied));
 static_assert(static_cast<int>(wire::Code::Unavailable) ==
               static_cast<int>(Status::Code::kUnavailable));
-static_assert(wire::Code::MAX == wire::Code::Unavailable, "a new code needs a Status code");
+static_assert(static_cast<int>(wire::Code::QuotaExceeded) ==
+              static_cast<int>(Status::Code::kQuotaExceeded));
+static_assert(static_cast<int>(wire::Code::DataLoss) == static_cast<int>(Status::Code::kDataLoss));
+static_assert(wire::Code::MAX == wire::Code::DataLoss, "a new code needs a Status code");
 
 inline wire::Code ToWire(Status::Code c) { return static_cast<wire::Code>(c); }
 inline Status ToStatus(wire::Code c, const flatbuffers::String* message) {

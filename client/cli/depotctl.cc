@@ -29,11 +29,14 @@ Commands:
   ls [--state S] [--name GLOB] [--sort size|age|name] [--limit N]
                               objects, one per line (S: creating or sealed)
   stat GUID                   everything the daemon knows about one object
-  put FILE|- [--name NAME] [--evictable] [--metadata TEXT]
+  put FILE|- [--name NAME] [--evictable] [--metadata TEXT] [--checksum]
                               stores a file (or stdin) as one object; prints its GUID
+                              (--checksum: records XXH3-64 of its bytes at seal)
   get GUID [-o FILE|-]        writes the object's bytes (every frame, in order)
   cat GUID                    writes the object's bytes to stdout
   rm GUID...                  deletes objects
+  verify GUID...              hashes the bytes again (here, without copying) and compares
+                              them with the checksum recorded at seal; exit 1 on a mismatch
   watch [--count N]           prints events as they happen, until Ctrl-C (or N events)
   clients                     connected clients and what they hold
   ping [--count N]            round-trip latency over N pings (default 10)
@@ -133,6 +136,7 @@ std::string InfoJson(const depot::ObjectInfo& o, bool with_metadata) {
       o.guid.ToString(), Json(o.name), StateName(o.state), o.size, frames, o.refcount,
       o.evictable, o.created_unix_ns, o.sealed_unix_ns, o.creator_pid, o.creator_uid,
       o.metadata_size);
+  if (o.checksum) out += fmt::format(",\"checksum\":\"{:016x}\"", *o.checksum);
   if (with_metadata) {
     std::string hex;
     for (std::byte b : o.metadata) hex += fmt::format("{:02x}", static_cast<unsigned>(b));
@@ -153,6 +157,11 @@ int Status(depot::Client& c, bool json) {
     errors_text += fmt::format("{}{} {}", errors_text.empty() ? "" : ", ", name, s->errors[code]);
     errors_total += s->errors[code];
   }
+  std::string users_json;
+  for (const auto& u : s->users) {
+    users_json += fmt::format("{}{{\"uid\":{},\"objects\":{},\"bytes\":{}}}",
+                              users_json.empty() ? "" : ",", u.uid, u.objects, u.bytes);
+  }
   if (json) {
     fmt::print(
         "{{\"daemon_version\":{},\"daemon_pid\":{},\"uptime_ms\":{},\"socket\":{},"
@@ -162,12 +171,17 @@ int Status(depot::Client& c, bool json) {
         "\"device_pools\":{{\"available\":false,\"reason\":\"built without CUDA support\"}},"
         "\"objects\":{{\"creating\":{},\"sealed\":{},\"deleted\":{}}},"
         "\"clients\":{},\"connections\":{},\"gets_waiting\":{},\"evictions\":{},"
-        "\"evicted_bytes\":{},\"requests\":{},\"errors\":{{{}}}}}\n",
+        "\"evicted_bytes\":{},\"requests\":{},\"errors\":{{{}}},"
+        "\"namespaces\":{{\"per_user\":{},\"count\":{}}},"
+        "\"quotas\":{{\"user_bytes\":{},\"user_objects\":{},\"client_bytes\":{},"
+        "\"client_objects\":{}}},\"users\":[{}]}}\n",
         Json(s->daemon_version), s->daemon_pid, s->uptime_ms, Json(s->socket_path), s->capacity,
         s->reserved, s->used, s->capacity - s->used, s->largest_free, s->largest_free_block,
         s->fragmentation(), s->segments, s->prefault, s->objects_creating, s->objects_sealed,
         s->objects_deleted, s->clients, s->connections, s->gets_waiting, s->evictions,
-        s->evicted_bytes, s->requests, errors_json);
+        s->evicted_bytes, s->requests, errors_json, s->per_user_namespaces, s->namespaces,
+        s->user_quota_bytes, s->user_quota_objects, s->client_quota_bytes,
+        s->client_quota_objects, users_json);
     return kOk;
   }
   using depot::FormatBytes;
@@ -186,6 +200,23 @@ int Status(depot::Client& c, bool json) {
   fmt::print("evictions     {} ({})\n", s->evictions, FormatBytes(s->evicted_bytes));
   fmt::print("requests      {} answered, {} errors{}\n", s->requests, errors_total,
              errors_text.empty() ? "" : " (" + errors_text + ")");
+  fmt::print("namespaces    {}\n", s->per_user_namespaces
+                                       ? fmt::format("one per user ({} now)", s->namespaces)
+                                       : std::string("one, shared by every user"));
+  auto limit = [](uint64_t bytes, uint64_t objects) {
+    if (bytes == 0 && objects == 0) return std::string("none");
+    return fmt::format("{}, {}", bytes ? FormatBytes(bytes) : "any size",
+                       objects ? fmt::format("{} objects", objects) : "any number of objects");
+  };
+  fmt::print("quotas        per user: {}; per connection: {}\n",
+             limit(s->user_quota_bytes, s->user_quota_objects),
+             limit(s->client_quota_bytes, s->client_quota_objects));
+  for (const auto& u : s->users) {
+    fmt::print("  uid {:<8}  {} objects, {}{}\n", u.uid, u.objects, FormatBytes(u.bytes),
+               s->user_quota_bytes ? fmt::format(" ({:.0f}% of its quota)",
+                                                 100.0 * u.bytes / s->user_quota_bytes)
+                                   : "");
+  }
   return kOk;
 }
 
@@ -286,6 +317,7 @@ int Stat(depot::Client& c, bool json, const std::string& arg) {
              o->refcount, o->evictable ? "yes" : "no", o->creator_pid, o->creator_uid,
              Age(o->created_unix_ns));
   if (o->sealed_unix_ns != 0) fmt::print("sealed:    {} ago\n", Age(o->sealed_unix_ns));
+  if (o->checksum) fmt::print("checksum:  xxh3 {:016x}\n", *o->checksum);
   for (size_t i = 0; i < o->frames.size(); ++i) {
     const auto& f = o->frames[i];
     fmt::print("frame {}:   {} on {}, segment {} offset {}\n", i, depot::FormatBytes(f.size),
@@ -368,6 +400,32 @@ int Get(depot::Client& c, const std::string& cmd, const std::string& arg, const 
   return kOk;
 }
 
+// Each object is mapped and hashed in this process: the daemon never reads object bytes.
+int Verify(depot::Client& c, bool json, const std::vector<std::string>& args) {
+  int rc = kOk;
+  for (const auto& a : args) {
+    auto guid = ParseGuid(a);
+    if (!guid) return kUsageError;
+    auto obj = c.Get(*guid, depot::kNoWait);
+    if (!obj.ok()) {
+      rc = std::max(rc, Fail(obj.status(), "verify " + a));
+      continue;
+    }
+    depot::Status st = obj->Verify();
+    if (json) {
+      fmt::print("{{\"guid\":\"{}\",\"ok\":{},\"checksum\":{},\"message\":{}}}\n", a, st.ok(),
+                 obj->checksum() ? fmt::format("\"{:016x}\"", *obj->checksum()) : "null",
+                 Json(st.message()));
+    } else if (st.ok()) {
+      fmt::print("{}: OK (xxh3 {:016x}, {})\n", a, *obj->checksum(), depot::FormatBytes(obj->size()));
+    } else {
+      fmt::print("{}: {}\n", a, st.ToString());
+    }
+    if (!st.ok()) rc = kError;
+  }
+  return rc;
+}
+
 int Rm(depot::Client& c, const std::vector<std::string>& args) {
   std::vector<depot::Guid> guids;
   for (const auto& a : args) {
@@ -427,20 +485,23 @@ int Clients(depot::Client& c, bool json) {
       const auto& k = (*clients)[i];
       fmt::print("{}\n{{\"session\":{},\"pid\":{},\"uid\":{},\"gid\":{},\"name\":{},\"process\":{},"
                  "\"references\":{},\"bytes_held\":{},\"creating\":{},\"requests\":{},"
-                 "\"connected_unix_ns\":{},\"subscribed\":{}}}",
+                 "\"connected_unix_ns\":{},\"subscribed\":{},\"created_objects\":{},"
+                 "\"created_bytes\":{}}}",
                  i ? "," : "", k.session_id, k.pid, k.uid, k.gid, Json(k.name), Json(k.process),
                  k.references, k.bytes_held, k.creating, k.requests, k.connected_unix_ns,
-                 k.subscribed);
+                 k.subscribed, k.created_objects, k.created_bytes);
     }
     fmt::print("{}]\n", clients->empty() ? "" : "\n");
     return kOk;
   }
-  fmt::print("{:>7}  {:>7}  {:>5}  {:<15}  {:<12}  {:>4}  {:>10}  {:>8}  {:>4}  {}\n", "SESSION",
-             "PID", "UID", "PROCESS", "NAME", "REFS", "HELD", "REQUESTS", "AGE", "");
+  fmt::print("{:>7}  {:>7}  {:>5}  {:<15}  {:<12}  {:>4}  {:>10}  {:>7}  {:>10}  {:>8}  {:>4}  {}\n",
+             "SESSION", "PID", "UID", "PROCESS", "NAME", "REFS", "HELD", "CREATED", "BYTES",
+             "REQUESTS", "AGE", "");
   for (const auto& k : *clients) {
-    fmt::print("{:>7}  {:>7}  {:>5}  {:<15}  {:<12}  {:>4}  {:>10}  {:>8}  {:>4}  {}\n",
+    fmt::print("{:>7}  {:>7}  {:>5}  {:<15}  {:<12}  {:>4}  {:>10}  {:>7}  {:>10}  {:>8}  {:>4}  {}\n",
                k.session_id, k.pid, k.uid, k.process, k.name, k.references,
-               depot::FormatBytes(k.bytes_held), k.requests, Age(k.connected_unix_ns),
+               depot::FormatBytes(k.bytes_held), k.created_objects,
+               depot::FormatBytes(k.created_bytes), k.requests, Age(k.connected_unix_ns),
                k.subscribed ? "watching" : (k.creating ? fmt::format("creating {}", k.creating) : ""));
   }
   return kOk;
@@ -494,6 +555,8 @@ int main(int argc, char** argv) {
       json = true;
     } else if (a == "--evictable") {
       create.evictable = true;
+    } else if (a == "--checksum") {
+      create.checksum = true;
     } else if (a == "--socket" || a == "-o" || a == "--output" || a == "--name" ||
                a == "--metadata" || a == "--limit" || a == "--count" || a == "-n" ||
                a == "--state" || a == "--sort") {
@@ -528,7 +591,7 @@ int main(int argc, char** argv) {
   static const std::map<std::string, std::pair<size_t, size_t>> kArity = {
       {"status", {0, 0}}, {"ls", {0, 0}},  {"stat", {1, 1}},    {"put", {1, 1}},
       {"get", {1, 1}},    {"cat", {1, 1}}, {"rm", {1, SIZE_MAX}}, {"watch", {0, 0}},
-      {"clients", {0, 0}}, {"ping", {0, 0}}};
+      {"clients", {0, 0}}, {"ping", {0, 0}}, {"verify", {1, SIZE_MAX}}};
   auto arity = kArity.find(cmd);
   if (arity == kArity.end()) return Usage(fmt::format("unknown command '{}'", cmd));
   if (args.size() < arity->second.first || args.size() > arity->second.second) {
@@ -548,6 +611,7 @@ int main(int argc, char** argv) {
   if (cmd == "get") return Get(*client, cmd, args[0], out);
   if (cmd == "cat") return Get(*client, cmd, args[0], "-");
   if (cmd == "rm") return Rm(*client, args);
+  if (cmd == "verify") return Verify(*client, json, args);
   if (cmd == "watch") return Watch(*client, json, count.value_or(UINT64_MAX));
   if (cmd == "clients") return Clients(*client, json);
   if (cmd == "ping") return Ping(*client, json, count.value_or(10));

@@ -8,6 +8,9 @@
 #include <cstring>
 
 #include <fmt/format.h>
+// Header-only: the hash is compiled in, so libdepot needs no libxxhash at run time.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "client/src/connection.h"
 #include "common/socket_path.h"
@@ -22,6 +25,15 @@ using proto::ToWire;
 namespace fb = flatbuffers;
 
 Guid FromWire(const wire::Guid* g) { return g ? proto::FromWire(*g) : Guid{}; }
+
+// XXH3-64 over the frames' bytes in order, as if they were one buffer.
+template <typename Frames>
+uint64_t Checksum(const Frames& frames) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (const auto& f : frames) XXH3_64bits_update(&state, f.data(), f.size());
+  return XXH3_64bits_digest(&state);
+}
 
 // Requests without arguments (status, ping, clients, subscribe) carry an empty table.
 Result<internal::Message> CallWithoutArguments(Connection& conn, MsgType type) {
@@ -54,6 +66,7 @@ ObjectInfo FromWire(const wire::ObjectInfo& w) {
   o.creator_pid = w.creator_pid();
   o.creator_uid = w.creator_uid();
   o.metadata_size = w.metadata_size();
+  if (w.checksum()) o.checksum = *w.checksum();
   if (w.metadata()) {
     auto* m = reinterpret_cast<const std::byte*>(w.metadata()->data());
     o.metadata.assign(m, m + w.metadata()->size());
@@ -94,6 +107,7 @@ fb::Offset<wire::CreateRequest> BuildCreate(fb::FlatBufferBuilder& fbb,
   if (!inline_frames.empty()) {
     b.add_inline_data(data);
     b.add_seal(true);
+    if (o.checksum) b.add_checksum(Checksum(inline_frames));
   }
   return b.Finish();
 }
@@ -107,6 +121,21 @@ size_t Object::frame_count() const { return h_->frames.size(); }
 std::span<const std::byte> Object::frame(size_t i) const { return h_->frames.at(i); }
 std::span<const std::byte> Object::metadata() const { return h_->metadata; }
 uint64_t Object::size() const { return h_->size; }
+std::optional<uint64_t> Object::checksum() const { return h_->checksum; }
+
+Status Object::Verify() const {
+  if (!h_->checksum) {
+    return Status::InvalidArgument(
+        fmt::format("object {} was sealed without a checksum", h_->guid.ToString()));
+  }
+  uint64_t now = Checksum(h_->frames);
+  if (now != *h_->checksum) {
+    return Status::DataLoss(fmt::format("object {}: its bytes hash to {:016x}, not the {:016x} "
+                                        "recorded at seal",
+                                        h_->guid.ToString(), now, *h_->checksum));
+  }
+  return Status::OK();
+}
 
 Status Object::Populate() const {
   static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
@@ -130,7 +159,8 @@ Draft::Draft(std::shared_ptr<Connection> conn, Guid guid, std::vector<std::span<
 
 Draft::Draft(Draft&& o) noexcept
     : conn_(std::move(o.conn_)), guid_(o.guid_), frames_(std::move(o.frames_)),
-      segment_uses_(std::move(o.segment_uses_)), open_(std::exchange(o.open_, false)) {}
+      segment_uses_(std::move(o.segment_uses_)), open_(std::exchange(o.open_, false)),
+      checksum_(o.checksum_) {}
 
 Draft& Draft::operator=(Draft&& o) noexcept {
   if (this != &o) {
@@ -140,6 +170,7 @@ Draft& Draft::operator=(Draft&& o) noexcept {
     frames_ = std::move(o.frames_);
     segment_uses_ = std::move(o.segment_uses_);
     open_ = std::exchange(o.open_, false);
+    checksum_ = o.checksum_;
   }
   return *this;
 }
@@ -159,7 +190,9 @@ Status Draft::Finish(bool seal) {
   open_ = false;
   fb::FlatBufferBuilder fbb(64);
   wire::Guid g = ToWire(guid_);
-  fbb.Finish(wire::CreateGuidRequest(fbb, &g));
+  fb::Optional<uint64_t> checksum;
+  if (seal && checksum_) checksum = Checksum(frames_);
+  fbb.Finish(wire::CreateGuidRequest(fbb, &g, checksum));
   auto reply = conn_->Call(seal ? MsgType::kSeal : MsgType::kAbort, fbb);
   frames_.clear();
   conn_->DropUses(segment_uses_);
@@ -222,7 +255,9 @@ Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOption
   fbb.Finish(BuildCreate(fbb, sizes, options, {}));
   auto reply = conn_->Call(MsgType::kCreate, fbb);
   if (!reply.ok()) return reply.status();
-  return conn_->MakeDraft(*proto::Body<wire::CreateReply>(reply->body), *reply);
+  auto draft = conn_->MakeDraft(*proto::Body<wire::CreateReply>(reply->body), *reply);
+  if (draft.ok()) draft->checksum_ = options.checksum;
+  return draft;
 }
 
 Result<Object> Client::Get(const Guid& guid, std::chrono::milliseconds timeout) {
@@ -352,6 +387,15 @@ Result<StoreStatus> Client::GetStatus() {
   s.requests = r->requests();
   s.connections = r->connections();
   if (r->errors()) s.errors.assign(r->errors()->begin(), r->errors()->end());
+  if (r->users()) {
+    for (const wire::UserUsage* u : *r->users()) s.users.push_back({u->uid(), u->objects(), u->bytes()});
+  }
+  s.user_quota_bytes = r->user_quota_bytes();
+  s.user_quota_objects = r->user_quota_objects();
+  s.client_quota_bytes = r->client_quota_bytes();
+  s.client_quota_objects = r->client_quota_objects();
+  s.per_user_namespaces = r->per_user_namespaces();
+  s.namespaces = r->namespaces();
   return s;
 }
 
@@ -379,6 +423,8 @@ Result<std::vector<ClientInfo>> Client::Clients() {
     i.requests = c->requests();
     i.connected_unix_ns = c->connected_unix_ns();
     i.subscribed = c->subscribed();
+    i.created_objects = c->created_objects();
+    i.created_bytes = c->created_bytes();
     out.push_back(std::move(i));
   }
   return out;

@@ -409,6 +409,7 @@ Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Mes
     auto* m = reinterpret_cast<const std::byte*>(r.metadata()->data());
     h->metadata.assign(m, m + r.metadata()->size());
   }
+  if (r.checksum()) h->checksum = *r.checksum();
   {
     std::lock_guard lk(cache_mu_);
     cache_[h->guid] = CacheEntry{h, h.get()};

@@ -48,6 +48,7 @@ struct Holding {
   uint64_t handle = 0;
   std::vector<std::span<const std::byte>> frames;
   std::vector<std::byte> metadata;
+  std::optional<uint64_t> checksum;
   std::vector<uint32_t> segment_uses;
   uint64_t size = 0;
   ~Holding();

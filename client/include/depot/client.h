@@ -41,6 +41,9 @@ struct CreateOptions {
   std::string name;                     // for people (<= 256 bytes)
   std::optional<Guid> guid;             // propose the GUID; AlreadyExists when taken
   bool evictable = false;               // may be dropped (LRU) when space is short
+  // Record a checksum of the bytes at seal (XXH3-64, computed by this process), so that readers
+  // can check them later: Object::Verify, `depotctl verify`.
+  bool checksum = false;
 };
 
 struct FrameInfo {
@@ -65,6 +68,7 @@ struct ObjectInfo {
   uint32_t creator_uid = 0;
   uint32_t metadata_size = 0;
   std::vector<std::byte> metadata;  // Stat only
+  std::optional<uint64_t> checksum;  // recorded at seal, when the creator asked for one
 };
 
 struct ListPage {
@@ -96,6 +100,20 @@ struct StoreStatus {
   uint64_t connections = 0;         // connections accepted since start
   std::vector<uint64_t> errors;     // error replies since start, indexed by Status::Code
 
+  // What each user has created and not freed yet, against the quotas (0: no limit).
+  struct UserUsage {
+    uint32_t uid = 0;
+    uint64_t objects = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<UserUsage> users;
+  uint64_t user_quota_bytes = 0;
+  uint64_t user_quota_objects = 0;
+  uint64_t client_quota_bytes = 0;
+  uint64_t client_quota_objects = 0;
+  bool per_user_namespaces = false;  // each user has objects and segments of its own
+  uint32_t namespaces = 0;
+
   // 0 when the free space inside the segments is one block, towards 1 as it splinters.
   double fragmentation() const {
     return free_in_segments == 0 ? 0.0
@@ -118,6 +136,8 @@ struct ClientInfo {
   uint64_t requests = 0;
   int64_t connected_unix_ns = 0;
   bool subscribed = false;
+  uint64_t created_objects = 0;  // objects it created that are not freed yet
+  uint64_t created_bytes = 0;
 };
 
 // Something that happened in the store, as a subscriber sees it.

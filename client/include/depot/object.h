@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -35,6 +36,14 @@ class Object {
   // Total bytes over all frames.
   uint64_t size() const;
 
+  // The checksum (XXH3-64 of every frame's bytes, in order) recorded at seal, when the creator
+  // asked for one (CreateOptions::checksum).
+  std::optional<uint64_t> checksum() const;
+
+  // Hashes the bytes again, here and without copying them, and compares with checksum(). OK when
+  // they match; DataLoss when they do not; InvalidArgument when no checksum was recorded.
+  Status Verify() const;
+
   // Fills this process's page tables for every frame in one call per frame
   // (MADV_POPULATE_READ), so that the first read of each page does not fault. Optional: it only
   // moves the cost of first touch to here.
@@ -59,8 +68,9 @@ class Draft {
   size_t frame_count() const { return frames_.size(); }
   std::span<std::byte> frame(size_t i) const { return frames_[i]; }
 
-  // Makes the object visible to every process and wakes those waiting for it. The frames must
-  // not be written afterwards. InvalidArgument when already sealed or aborted.
+  // Makes the object visible to every process and wakes those waiting for it (with the checksum
+  // of its bytes when created with CreateOptions::checksum). The frames must not be written
+  // afterwards. InvalidArgument when already sealed or aborted.
   Status Seal();
 
   // Discards the object and frees its memory. InvalidArgument when already sealed or aborted.
@@ -68,6 +78,7 @@ class Draft {
 
  private:
   friend class internal::Connection;
+  friend class Client;
   Draft(std::shared_ptr<internal::Connection> conn, Guid guid, std::vector<std::span<std::byte>> frames,
         std::vector<uint32_t> segment_uses);
   Status Finish(bool seal);
@@ -77,6 +88,7 @@ class Draft {
   std::vector<std::span<std::byte>> frames_;
   std::vector<uint32_t> segment_uses_;
   bool open_ = true;
+  bool checksum_ = false;  // record one at seal
 };
 
 }  // namespace depot

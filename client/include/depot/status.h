@@ -25,6 +25,8 @@ class Status {
     kDisconnected = 7,
     kPermissionDenied = 8,
     kUnavailable = 9,
+    kQuotaExceeded = 10,  // a per-user or per-connection limit of the daemon's config
+    kDataLoss = 11,       // bytes that no longer match the checksum recorded at seal
   };
 
   Status() = default;  // OK
@@ -40,6 +42,8 @@ class Status {
   static Status Disconnected(std::string m) { return {Code::kDisconnected, std::move(m)}; }
   static Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
   static Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
+  static Status QuotaExceeded(std::string m) { return {Code::kQuotaExceeded, std::move(m)}; }
+  static Status DataLoss(std::string m) { return {Code::kDataLoss, std::move(m)}; }
 
   bool ok() const { return code_ == Code::kOk; }
   bool IsNotFound() const { return code_ == Code::kNotFound; }
@@ -51,6 +55,8 @@ class Status {
   bool IsDisconnected() const { return code_ == Code::kDisconnected; }
   bool IsPermissionDenied() const { return code_ == Code::kPermissionDenied; }
   bool IsUnavailable() const { return code_ == Code::kUnavailable; }
+  bool IsQuotaExceeded() const { return code_ == Code::kQuotaExceeded; }
+  bool IsDataLoss() const { return code_ == Code::kDataLoss; }
 
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
@@ -70,6 +76,8 @@ class Status {
       case Code::kDisconnected: return "Disconnected";
       case Code::kPermissionDenied: return "PermissionDenied";
       case Code::kUnavailable: return "Unavailable";
+      case Code::kQuotaExceeded: return "QuotaExceeded";
+      case Code::kDataLoss: return "DataLoss";
     }
     return "Unknown";
   }
