@@ -29,6 +29,7 @@ import threading
 import weakref
 
 import depot
+from dask.sizeof import sizeof
 from distributed.comm.core import Comm
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.serialize import (deserialize, families,
@@ -185,6 +186,8 @@ def _dumps(x, context=None):
     identity = recipient.get(_HANDSHAKE_KEY)
     if identity is None or identity != node_identity():
         raise NotImplementedError("the recipient does not share this process's depot")
+    if sizeof(x) < _threshold:  # most messages: decline before serializing anything
+        raise NotImplementedError("too small to be worth a trip through depot")
     try:
         header, frames = serialize(x, serializers=("dask", "pickle"), on_error="raise")
     except Exception as e:  # let the next family try, and report its error if it fails too
@@ -196,8 +199,8 @@ def _dumps(x, context=None):
         raise NotImplementedError("no frame large enough to be worth a trip through depot")
     try:
         guid = client().put([ensure_memoryview(frames[i]) for i in moved], name=TRANSFER_NAME)
-    except depot.Error as e:  # the store is full, say: the socket still works
-        raise NotImplementedError(str(e)) from e
+    except (depot.Error, BufferError, ValueError) as e:  # a full store, a strided buffer...:
+        raise NotImplementedError(str(e)) from e        # the socket still works
     moved_set = set(moved)
     _count("sent", sum(nbytes(frames[i]) for i in moved))
     _read_only(header)
@@ -249,10 +252,11 @@ register_serialization_family(FAMILY, _dumps, _loads)
 
 def _announce_identity():
     """Adds this process's depot identity to the handshake of every comm it opens or accepts
-    from now on, so that a sender learns whether its recipient shares its daemon."""
+    from now on, so that a sender learns whether its recipient shares its daemon. False when
+    it already did."""
     original = Comm.handshake_info
     if getattr(original, "_depot", False):
-        return
+        return False
 
     def handshake_info():
         info = original()
@@ -263,6 +267,7 @@ def _announce_identity():
 
     handshake_info._depot = True
     Comm.handshake_info = staticmethod(handshake_info)
+    return True
 
 
 def enable_transfers(worker, threshold=None):
@@ -270,13 +275,13 @@ def enable_transfers(worker, threshold=None):
     configure(threshold=threshold)
     if node_identity() is None:
         raise depot.Unavailable(f"no depot daemon answers at {_socket or 'the default socket'}")
-    _announce_identity()
+    if _announce_identity():
+        worker.rpc.collect()  # idle comms were opened before the handshake carried the identity
     # The families this worker asks its peers to serialize with: depot first, then every other
     # one as before (Dask's default order, then the rest, so that any reply stays readable).
     others = [f for f in ("dask", "pickle") if f in families]
     others += [f for f in families if f not in others and f != FAMILY]
     worker.rpc.deserializers = (FAMILY, *others)
-    worker.rpc.collect()  # idle comms were opened before the handshake carried the identity
     _delete_transfers(lambda pid: not _alive(pid))
 
 
