@@ -151,6 +151,20 @@ void HostPool::Free(const Location& location) {
   Retire(it);
 }
 
+uint64_t HostPool::ReleaseSpares() {
+  if (options_.prefault) return 0;
+  uint64_t released = 0;
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    auto next = std::next(it);
+    if (!it->second.dedicated && it->second.allocator.empty()) {
+      released += it->second.size;
+      Retire(it);
+    }
+    it = next;
+  }
+  return released;
+}
+
 void HostPool::Retire(std::map<uint32_t, Segment>::iterator it) {
   uint32_t id = it->first;
   reserved_ -= it->second.size;

@@ -87,6 +87,10 @@ class HostPool {
   // Returns a block from Allocate. A segment left empty may be given back (see class comment).
   void Free(const Location& location);
 
+  // Gives back the empty shared segments kept as spares (not with prefault), so that another pool
+  // on the same budget can use their bytes. Returns how many bytes went back.
+  uint64_t ReleaseSpares();
+
   // nullptr for an unknown or retired id.
   const Segment* segment(uint32_t id) const;
 

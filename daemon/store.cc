@@ -358,7 +358,13 @@ Result<std::vector<Location>> Store::AllocateFrames(Namespace& ns,
     }
     if (failed.ok()) return frames;
     FreeFrames(ns, frames);
-    if (!failed.IsStoreFull() || !options_.eviction || !ns.table->EvictLru()) return failed;
+    if (!failed.IsStoreFull()) return failed;
+    // Other namespaces' spare segments go before this namespace's evictable objects.
+    uint64_t released = 0;
+    for (auto& [key, other] : namespaces_) {
+      if (other.get() != &ns) released += other->pool->ReleaseSpares();
+    }
+    if (released == 0 && (!options_.eviction || !ns.table->EvictLru())) return failed;
   }
 }
 

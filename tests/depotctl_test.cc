@@ -1,9 +1,13 @@
 // depotctl against a real daemon: what it prints, and its exit codes.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 
 #include <catch2/catch.hpp>
 
+#include "daemon/host_pool.h"
 #include "tests/daemon_fixture.h"
 
 using namespace depot;
@@ -12,6 +16,15 @@ using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 
 namespace {
+
+// Runs depotctl against `d`; stdout and stderr both land in `out`.
+int Ctl(const Daemon& d, std::vector<std::string> args, std::string* out) {
+  args.insert(args.begin(), {DEPOTCTL_PATH, "--socket", d.socket()});
+  std::string err;
+  int rc = Run(args, out, &err);
+  *out += err;
+  return rc;
+}
 
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -228,4 +241,50 @@ TEST_CASE("depotctl status counts requests and errors", "[depotctl]") {
   CHECK_THAT(out, Contains("\"fragmentation\":") && Contains("\"requests\":"));
   REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "status"}, &out) == 0);
   CHECK_THAT(out, Contains("1 errors (InvalidArgument 1)") && Contains("fragmentation 0%"));
+}
+
+TEST_CASE("verify: a checksum recorded at seal catches bytes changed afterwards", "[depotctl]") {
+  Daemon d;
+  Client c = d.Connect();
+  CreateOptions with;
+  with.checksum = true;
+  auto large = c.Put(Pattern(200000, 1), with);  // created, written in place, then sealed
+  auto small = c.Put(Pattern(1000, 2), with);    // sent inline with its seal
+  auto plain = c.Put(Pattern(1000, 3));
+  REQUIRE((large.ok() && small.ok() && plain.ok()));
+  for (const Guid& g : {*large, *small}) {
+    auto obj = c.Get(g);
+    REQUIRE(obj.ok());
+    CHECK(obj->checksum().has_value());
+    CHECK(obj->Verify().ok());
+  }
+  CHECK(c.Get(*plain)->Verify().IsInvalidArgument());
+  std::string out;
+  REQUIRE(Ctl(d, {"verify", large->ToString(), small->ToString()}, &out) == 0);
+  CHECK_THAT(out, Contains(large->ToString() + ": OK (xxh3 "));
+  REQUIRE(Ctl(d, {"stat", large->ToString()}, &out) == 0);
+  CHECK_THAT(out, Contains("checksum:  xxh3 "));
+  CHECK(Ctl(d, {"verify", plain->ToString()}, &out) == 1);
+  CHECK_THAT(out, Contains("sealed without a checksum"));
+
+  // Change one byte behind the store's back, through the segment file (as a stray writer could).
+  auto info = c.Stat(*large);
+  REQUIRE(info.ok());
+  const FrameInfo& f = info->frames.at(0);
+  std::string path = "/dev/shm/" + HostPool::NamePrefix(d.socket()) + std::to_string(f.segment);
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  char b = 0;
+  REQUIRE(::pread(fd, &b, 1, static_cast<off_t>(f.offset + 4321)) == 1);
+  b = static_cast<char>(b ^ 0x01);
+  REQUIRE(::pwrite(fd, &b, 1, static_cast<off_t>(f.offset + 4321)) == 1);
+  ::close(fd);
+  Client fresh = d.Connect();
+  Status st = fresh.Get(*large)->Verify();
+  CHECK(st.IsDataLoss());
+  CHECK_THAT(st.message(), Contains("recorded at seal"));
+  CHECK(Ctl(d, {"verify", large->ToString()}, &out) == 1);
+  CHECK_THAT(out, Contains("DataLoss"));
+  REQUIRE(Ctl(d, {"--json", "verify", small->ToString()}, &out) == 0);
+  CHECK_THAT(out, Contains("\"ok\":true"));
 }

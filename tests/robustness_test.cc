@@ -1,6 +1,9 @@
 // Bad input gets a clear error and harms nobody else: garbage on the socket, wrong versions,
-// oversized or malformed messages, limits, a second daemon, a crashed daemon, a full /dev/shm.
+// oversized or malformed messages, limits, a second daemon, a crashed daemon, a full /dev/shm,
+// a silent or flooding peer, too few file descriptors, clients killed at random points.
 #include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -8,7 +11,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <random>
 #include <set>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -300,4 +306,263 @@ TEST_CASE("a /dev/shm too small for a new segment gives StoreFull and no SIGBUS"
   auto obj = c.Get(*b);
   REQUIRE(obj.ok());
   CHECK(std::memcmp(obj->frame(0).data(), Pattern(6 << 20, 2).data(), 6 << 20) == 0);
+}
+
+TEST_CASE("a peer that connects and never speaks is dropped at the handshake timeout",
+          "[robustness]") {
+  Daemon d({"--capacity", "64MiB", "--handshake-timeout-ms", "300"});
+  Raw silent(d.socket());
+  Client other = d.Connect();  // says hello at once: not affected
+  Status st = silent.ReadFinalError();
+  CHECK(st.IsTimeout());
+  CHECK(st.message().find("no hello within 300 ms") != std::string::npos);
+  CHECK(other.Ping().ok());
+}
+
+namespace {
+
+// Reads /proc/PID/status's VmRSS of another process, in bytes.
+uint64_t RssOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+std::vector<uint8_t> PingMessage(uint64_t id) {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  return proto::Encode(static_cast<uint16_t>(proto::MsgType::kPing), id, fbb);
+}
+
+}  // namespace
+
+TEST_CASE("a client that sends without reading fills only its own socket", "[robustness]") {
+  Daemon d({"--capacity", "64MiB", "--max-pending", "256"});
+  uint64_t rss_before = RssOf(d.pid());
+  int fd = proto::ConnectUnix(d.socket()).release();
+  proto::UniqueFd owner(fd);
+  flatbuffers::FlatBufferBuilder hello;
+  hello.Finish(wire::CreateHelloRequest(hello, proto::kProtocolVersion, hello.CreateString("flood")));
+  auto hello_bytes = proto::Encode(static_cast<uint16_t>(proto::MsgType::kHello), 1, hello);
+  REQUIRE(::send(fd, hello_bytes.data(), hello_bytes.size(), MSG_NOSIGNAL) > 0);
+  // Send pings, never reading, until the daemon stops taking them (a write that waits 300 ms).
+  constexpr uint64_t kCap = 400000;
+  uint64_t sent = 0;
+  std::vector<uint8_t> pending;
+  size_t offset = 0;
+  while (sent < kCap) {
+    if (offset == pending.size()) {
+      pending = PingMessage(sent + 2);
+      offset = 0;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, 300) == 0) break;
+    ssize_t n = ::send(fd, pending.data() + offset, pending.size() - offset, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EAGAIN) continue;
+    REQUIRE(n > 0);
+    offset += static_cast<size_t>(n);
+    if (offset == pending.size()) ++sent;
+  }
+  CHECK(sent < kCap);  // the daemon stopped reading this connection
+  CHECK(RssOf(d.pid()) < rss_before + (32u << 20));  // and did not queue its replies without bound
+  // Others are served meanwhile.
+  Client other = d.Connect();
+  for (int i = 0; i < 20; ++i) {
+    auto id = other.Put(Pattern(100000, i));
+    REQUIRE(id.ok());
+    REQUIRE(other.Get(*id).ok());
+  }
+  // Nothing is lost: every ping fully sent is answered, in order, once the client reads.
+  if (offset != 0) {  // finish the last partial message
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    REQUIRE(::send(fd, pending.data() + offset, pending.size() - offset, MSG_NOSIGNAL) > 0);
+    ++sent;
+  }
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  auto read_exactly = [&](void* p, size_t n) {
+    auto* b = static_cast<uint8_t*>(p);
+    while (n > 0) {
+      ssize_t got = ::recv(fd, b, n, 0);
+      if (got <= 0) return false;
+      b += got;
+      n -= static_cast<size_t>(got);
+    }
+    return true;
+  };
+  proto::Header h;
+  std::vector<uint8_t> body;
+  REQUIRE(read_exactly(&h, sizeof h));  // hello's reply
+  body.resize(h.length);
+  REQUIRE(read_exactly(body.data(), body.size()));
+  uint64_t answered = 0;
+  bool in_order = true;
+  while (answered < sent && read_exactly(&h, sizeof h)) {
+    body.resize(h.length);
+    if (!read_exactly(body.data(), body.size())) break;
+    in_order = in_order && h.type == proto::ReplyType(proto::MsgType::kPing) &&
+               h.request_id == answered + 2;
+    ++answered;
+  }
+  CHECK(answered == sent);
+  CHECK(in_order);
+}
+
+TEST_CASE("gets waiting on one connection are bounded by max_pending", "[robustness]") {
+  Daemon d({"--capacity", "64MiB", "--max-pending", "4"});
+  Raw r(d.socket());
+  r.Hello();
+  for (uint64_t id = 2; id <= 6; ++id) {
+    flatbuffers::FlatBufferBuilder fbb;
+    wire::Guid g = proto::ToWire(Guid::Random());
+    fbb.Finish(wire::CreateGetRequest(fbb, fbb.CreateVectorOfStructs(&g, 1), -1));
+    r.Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kGet), id, fbb));
+  }
+  proto::Header h;
+  std::vector<uint8_t> body;
+  REQUIRE(r.Read(h, body));  // hello's reply
+  REQUIRE(r.Read(h, body));  // the fifth get is refused; the first four wait
+  REQUIRE(h.type == static_cast<uint16_t>(proto::MsgType::kError));
+  CHECK(h.request_id == 6);
+  REQUIRE(proto::VerifyBody(h.type, body));
+  auto* e = proto::Body<wire::ErrorReply>(body);
+  CHECK(static_cast<Status::Code>(e->code()) == Status::Code::kQuotaExceeded);
+  CHECK(e->message()->str().find("max_pending") != std::string::npos);
+  auto st = d.Connect().GetStatus();
+  REQUIRE(st.ok());
+  CHECK(st->gets_waiting == 4);
+}
+
+TEST_CASE("a daemon short of file descriptors answers errors and recovers", "[robustness]") {
+  if (Run({"prlimit", "--nofile=40", "true"}) != 0) Skip("prlimit is not available");
+  std::string dir = TempDir();
+  Daemon d(dir + "/depot.sock", {"--capacity", "256MiB", "--segment-size", "1MiB"},
+           {"prlimit", "--nofile=40"});
+  Client c = d.Connect();
+  // Objects larger than a segment get one each, and each segment holds a descriptor.
+  std::vector<Guid> made;
+  Status failed;
+  for (int i = 0; i < 60 && failed.ok(); ++i) {
+    auto id = c.Put(Pattern(2 << 20, i));
+    if (id.ok()) {
+      made.push_back(*id);
+    } else {
+      failed = id.status();
+    }
+  }
+  REQUIRE(!failed.ok());
+  INFO(failed.ToString());
+  CHECK((failed.IsStoreFull() || failed.IsUnavailable()));
+  CHECK(failed.message().find("Too many open files") != std::string::npos);
+  CHECK(c.Ping().ok());  // alive, and this connection still served
+  // Connections beyond the limit wait in the backlog; the accept loop says why and keeps going.
+  std::vector<proto::UniqueFd> extra;
+  for (int i = 0; i < 20; ++i) extra.push_back(proto::ConnectUnix(d.socket()));
+  CHECK(WaitFor([&] { return d.Log().find("accept on") != std::string::npos; }));
+  extra.clear();
+  // Once descriptors are free again, everything works.
+  for (const Guid& g : made) REQUIRE(c.Delete(std::span<const Guid>(&g, 1))[0].ok());
+  auto id = c.Put(Pattern(2 << 20, 99));
+  REQUIRE(id.ok());
+  REQUIRE(c.Get(*id).ok());
+  CHECK(d.Connect().Ping().ok());
+}
+
+TEST_CASE("start-up with a prefaulted capacity /dev/shm cannot hold fails and says why",
+          "[robustness]") {
+  if (::getuid() != 0) Skip("needs root to mount a small tmpfs over /dev/shm in a mount namespace");
+  if (Run({"unshare", "-m", "true"}) != 0) Skip("unshare -m is not permitted here");
+  std::string err;
+  int rc = Run({"unshare", "-m", "sh", "-c",
+                "mount --make-rprivate / && mount -t tmpfs -o size=16m tmpfs /dev/shm && "
+                "exec \"$0\" \"$@\"",
+                DEPOTD_PATH, "--socket", TempDir() + "/depot.sock", "--capacity", "64MiB",
+                "--prefault"},
+               nullptr, &err);
+  CHECK(rc != 0);
+  CHECK(err.find("/dev/shm") != std::string::npos);
+  CHECK(err.find("64.0 MiB") != std::string::npos);
+}
+
+TEST_CASE("a capacity over free memory starts with a warning and serves", "[robustness]") {
+  Daemon d({"--capacity", "64TiB"});
+  CHECK(d.Log().find("but the capacity is 64.0 TiB") != std::string::npos);
+  Client c = d.Connect();
+  auto id = c.Put(Pattern(1 << 20, 1));
+  REQUIRE(id.ok());
+  CHECK(c.Get(*id).ok());
+}
+
+TEST_CASE("clients killed with SIGKILL at random points leave nothing behind", "[robustness]") {
+  Daemon d({"--capacity", "128MiB", "--segment-size", "8MiB"});
+  std::mt19937 rng(Catch::rngSeed());
+  // Two processes put, read back, verify and delete objects throughout.
+  auto load = [&](uint32_t seed) {
+    return Spawn([&, seed] {
+      Client c = d.Connect();
+      CreateOptions o;
+      o.checksum = true;
+      auto until = std::chrono::steady_clock::now() + 3s;
+      for (uint32_t i = 0; std::chrono::steady_clock::now() < until; ++i) {
+        auto id = c.Put(Pattern(1000 + (i * 7919) % 300000, seed + i), o);
+        if (!id.ok()) return 1;
+        auto obj = c.Get(*id);
+        if (!obj.ok() || !obj->Verify().ok()) return 2;
+        if (!c.Delete(std::span<const Guid>(&*id, 1))[0].ok()) return 3;
+      }
+      return 0;
+    });
+  };
+  std::vector<pid_t> loaders = {load(1), load(1u << 20)};
+  // Victims create, write, seal, get and drop objects in a loop; each is killed at a random
+  // moment of it.
+  for (int round = 0; round < 30; ++round) {
+    pid_t victim = Spawn([&, round] {
+      Client c = d.Connect();
+      std::vector<Object> held;
+      for (uint32_t i = 0;; ++i) {
+        auto draft = c.Create({uint64_t{4096} * (1 + (round + i) % 64)});
+        if (!draft.ok()) return 1;
+        std::memset(draft->frame(0).data(), 0x5a, draft->frame(0).size() / 2);
+        if (i % 3 == 0) continue;  // dropped unsealed: aborted
+        Guid g = draft->guid();
+        if (!draft->Seal().ok()) return 2;
+        auto obj = c.Get(g);
+        if (!obj.ok()) return 3;
+        held.push_back(*obj);
+        if (held.size() > 8) held.erase(held.begin());
+        if (i % 2 == 0) c.Delete(std::span<const Guid>(&g, 1));
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+    ::kill(victim, SIGKILL);
+    Wait(victim);
+  }
+  for (pid_t p : loaders) {
+    int status = Wait(p);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  Client c = d.Connect();
+  // Every victim's creates were aborted and its references dropped.
+  REQUIRE(WaitFor([&] {
+    auto st = c.GetStatus();
+    return st.ok() && st->clients == 1 && st->objects_creating == 0 && st->objects_deleted == 0;
+  }));
+  // Delete what the victims sealed and kept: the pool is empty again.
+  for (;;) {
+    auto page = c.List();
+    REQUIRE(page.ok());
+    if (page->objects.empty()) break;
+    std::vector<Guid> guids;
+    for (const auto& o : page->objects) guids.push_back(o.guid);
+    for (const Status& s : c.Delete(guids)) CHECK(s.ok());
+  }
+  auto st = c.GetStatus();
+  REQUIRE(st.ok());
+  CHECK(st->used == 0);
+  CHECK(st->objects_sealed == 0);
 }
