@@ -169,7 +169,8 @@ const std::vector<Key>& Keys() {
        },
        [](const O& o) { return o.log_level; }},
       {{"max_clients", "1024", "connections served at once; more are refused with Unavailable"},
-       [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_clients, v, 1, 1 << 20); },
+       // At most 65536, so that the clients reply (a few hundred bytes each) fits in a message.
+       [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_clients, v, 1, 1 << 16); },
        [](const O& o) { return std::to_string(o.max_clients); }},
       {{"max_message_size", "64MiB", "largest request accepted; a larger one closes its connection"},
        [](O& o, const std::string& v, uint64_t phys) {

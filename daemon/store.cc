@@ -314,6 +314,10 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
         fmt::format("client speaks protocol version {}, this depotd speaks version {}",
                     req.version(), proto::kProtocolVersion));
   }
+  if (req.client_name() && req.client_name()->size() > proto::kMaxNameSize) {
+    return Status::InvalidArgument(fmt::format("a client name has at most {} bytes, not {}",
+                                               proto::kMaxNameSize, req.client_name()->size()));
+  }
   if (std::string why = Refusal(st.creds); !why.empty()) {
     spdlog::warn("refused pid {}: {}", st.creds.pid, why);
     return Status::PermissionDenied(why);

@@ -566,3 +566,55 @@ TEST_CASE("clients killed with SIGKILL at random points leave nothing behind", "
   CHECK(st->used == 0);
   CHECK(st->objects_sealed == 0);
 }
+
+TEST_CASE("a daemon out of memory for metadata answers Unavailable and keeps serving",
+          "[robustness]") {
+  if (Run({"prlimit", "--as=300000000", "true"}) != 0) Skip("prlimit is not available");
+  if (*DEPOT_SANITIZE != '\0') Skip("sanitizers reserve more address space than the limit");
+  std::string dir = TempDir();
+  // 300 MB of address space: the pool's 64 MiB mapping fits, 16 KiB of metadata per object
+  // runs out after some thousands of objects.
+  Daemon d(dir + "/depot.sock", {"--capacity", "64MiB"}, {"prlimit", "--as=300000000"});
+  Client c = d.Connect();
+  std::vector<std::byte> metadata(16 << 10, std::byte{7});
+  CreateOptions o;
+  o.metadata = metadata;
+  std::vector<Guid> made;
+  Status failed;
+  while (failed.ok() && made.size() < 100000) {
+    auto id = c.Put(Pattern(64, static_cast<uint32_t>(made.size())), o);
+    if (id.ok()) {
+      made.push_back(*id);
+    } else {
+      failed = id.status();
+    }
+  }
+  INFO(failed.ToString() << " after " << made.size() << " objects");
+  REQUIRE(!failed.ok());
+  CHECK(failed.IsUnavailable());
+  CHECK(failed.message().find("out of memory") != std::string::npos);
+  CHECK(c.Ping().ok());
+  CHECK(d.Log().find("out of memory answering create") != std::string::npos);
+  // Deleting frees the daemon's memory for new requests; what was kept is intact.
+  for (size_t i = 1; i < made.size(); i += 1000) {
+    std::span<const Guid> batch(made.data() + i, std::min<size_t>(1000, made.size() - i));
+    for (const Status& s : c.Delete(batch)) CHECK(s.ok());
+  }
+  auto first = c.Get(made.front());
+  REQUIRE(first.ok());
+  CHECK(first->metadata().size() == metadata.size());
+  CHECK(std::memcmp(first->frame(0).data(), Pattern(64, 0).data(), 64) == 0);
+  CHECK(c.Put(Pattern(64, 1), o).ok());
+}
+
+TEST_CASE("a hello with an overlong client name is refused", "[robustness]") {
+  Daemon d({"--capacity", "64MiB"});
+  Raw r(d.socket());
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateHelloRequest(fbb, proto::kProtocolVersion,
+                                      fbb.CreateString(std::string(proto::kMaxNameSize + 1, 'n'))));
+  r.Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kHello), 1, fbb));
+  Status st = r.ReadFinalError();
+  CHECK(st.IsInvalidArgument());
+  CHECK(st.message().find("at most 256 bytes") != std::string::npos);
+}
