@@ -14,14 +14,16 @@ bool Verify(std::span<const uint8_t> body) {
 }
 
 // The verifier checks that a vector's length is aligned, not its elements: a vector of 8-byte
-// scalars or structs may sit 4 bytes off, and reading one is then undefined behaviour.
+// scalars or structs may sit 4 bytes off, and reading one is then undefined behaviour. (An empty
+// one may sit anywhere: builders do not align it.)
 template <typename T>
 constexpr size_t kElementAlign = sizeof(T);
 template <typename T>
 constexpr size_t kElementAlign<const T*> = alignof(T);
 template <typename T>
 bool Aligned(const flatbuffers::Vector<T>* v) {
-  return v == nullptr || reinterpret_cast<uintptr_t>(v->Data()) % kElementAlign<T> == 0;
+  return v == nullptr || v->size() == 0 ||
+         reinterpret_cast<uintptr_t>(v->Data()) % kElementAlign<T> == 0;
 }
 template <typename T, typename F>
 bool AllAligned(const flatbuffers::Vector<flatbuffers::Offset<T>>* v, F field) {
@@ -87,7 +89,8 @@ bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
                                                   Aligned(Root<StatReply>(body)->info()->frames()))
                    : Verify<GuidRequest>(body);
     case MsgType::kStatus:
-      return reply ? Verify<StatusReply>(body) && Aligned(Root<StatusReply>(body)->errors())
+      return reply ? Verify<StatusReply>(body) && Aligned(Root<StatusReply>(body)->errors()) &&
+                         Aligned(Root<StatusReply>(body)->users())
                    : Verify<EmptyReply>(body);
     case MsgType::kPing:
     case MsgType::kSubscribe:
