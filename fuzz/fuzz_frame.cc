@@ -34,6 +34,17 @@ class Sink {
     Add(g->hi());
     Add(g->lo());
   }
+  template <typename T>
+  void Add(const flatbuffers::Optional<T>& v) {
+    Add(v.has_value());
+    if (v) Add(*v);
+  }
+  void Add(const wire::UserUsage* u) {
+    if (u == nullptr) return;
+    Add(u->uid());
+    Add(u->objects());
+    Add(u->bytes());
+  }
   void Add(const wire::FrameLocation* f) {
     if (f == nullptr) return;
     Add(f->offset());
@@ -83,6 +94,7 @@ class Sink {
     Add(t->evictable());
     Add(t->inline_data());
     Add(t->seal());
+    Add(t->checksum());
   }
   void Add(const wire::CreateReply* t) {
     if (t == nullptr) return;
@@ -91,7 +103,9 @@ class Sink {
     Add(t->segments());
   }
   void Add(const wire::GuidRequest* t) {
-    if (t != nullptr) Add(t->guid());
+    if (t == nullptr) return;
+    Add(t->guid());
+    Add(t->checksum());
   }
   void Add(const wire::EmptyReply*) {}
   void Add(const wire::GetRequest* t) {
@@ -107,6 +121,7 @@ class Sink {
     Add(t->handle());
     Add(t->frames());
     Add(t->metadata());
+    Add(t->checksum());
   }
   void Add(const wire::GetReply* t) {
     if (t == nullptr) return;
@@ -143,6 +158,7 @@ class Sink {
     Add(t->creator_uid());
     Add(t->metadata_size());
     Add(t->metadata());
+    Add(t->checksum());
   }
   void Add(const wire::StatReply* t) {
     if (t != nullptr) Add(t->info());
@@ -181,6 +197,13 @@ class Sink {
     Add(t->requests());
     Add(t->errors());
     Add(t->connections());
+    Add(t->users());
+    Add(t->user_quota_bytes());
+    Add(t->user_quota_objects());
+    Add(t->client_quota_bytes());
+    Add(t->client_quota_objects());
+    Add(t->per_user_namespaces());
+    Add(t->namespaces());
   }
   void Add(const wire::ClientInfo* t) {
     if (t == nullptr) return;
@@ -196,6 +219,8 @@ class Sink {
     Add(t->requests());
     Add(t->connected_unix_ns());
     Add(t->subscribed());
+    Add(t->created_objects());
+    Add(t->created_bytes());
   }
   void Add(const wire::ClientsReply* t) {
     if (t != nullptr) Add(t->clients());

@@ -48,12 +48,14 @@ struct CreateArgs {
   Bytes metadata;
   bool evictable = false;
   bool inline_data = false;  // the frames' bytes in the message, sealed at once
+  std::optional<uint64_t> checksum;
 };
 
 CreateArgs Args(std::vector<uint64_t> sizes, std::optional<uint64_t> guid, std::string name = "",
-                Bytes metadata = {}, bool evictable = false, bool inline_data = false) {
-  return CreateArgs{std::move(sizes),    guid,      std::move(name),
-                    std::move(metadata), evictable, inline_data};
+                Bytes metadata = {}, bool evictable = false, bool inline_data = false,
+                std::optional<uint64_t> checksum = std::nullopt) {
+  return CreateArgs{std::move(sizes), guid,        std::move(name), std::move(metadata),
+                    evictable,        inline_data, checksum};
 }
 
 Bytes Create(const CreateArgs& a) {
@@ -66,17 +68,33 @@ Bytes Create(const CreateArgs& a) {
     data.resize(total);
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7);
   }
-  fbb.Finish(wire::CreateCreateRequestDirect(
-      fbb, &a.sizes, a.metadata.empty() ? nullptr : &a.metadata,
-      a.name.empty() ? nullptr : a.name.c_str(), a.guid ? &g : nullptr, a.evictable,
-      a.inline_data ? &data : nullptr, a.inline_data));
+  // Fields are set by name throughout, so that a field added to a table changes no other.
+  auto sizes = fbb.CreateVector(a.sizes);
+  auto metadata = a.metadata.empty() ? 0 : fbb.CreateVector(a.metadata);
+  auto name = a.name.empty() ? 0 : fbb.CreateString(a.name);
+  auto inline_data = a.inline_data ? fbb.CreateVector(data) : 0;
+  wire::CreateRequestBuilder b(fbb);
+  b.add_frame_sizes(sizes);
+  if (!a.metadata.empty()) b.add_metadata(metadata);
+  if (!a.name.empty()) b.add_name(name);
+  if (a.guid) b.add_guid(&g);
+  b.add_evictable(a.evictable);
+  if (a.inline_data) {
+    b.add_inline_data(inline_data);
+    b.add_seal(true);
+  }
+  if (a.checksum) b.add_checksum(*a.checksum);
+  fbb.Finish(b.Finish());
   return Encode(T(MsgType::kCreate), fbb);
 }
 
-Bytes GuidMessage(MsgType type, uint64_t guid) {
+Bytes GuidMessage(MsgType type, uint64_t guid, std::optional<uint64_t> checksum = std::nullopt) {
   fb::FlatBufferBuilder fbb;
   wire::Guid g = G(guid);
-  fbb.Finish(wire::CreateGuidRequest(fbb, &g));
+  wire::GuidRequestBuilder b(fbb);
+  b.add_guid(&g);
+  if (checksum) b.add_checksum(*checksum);
+  fbb.Finish(b.Finish());
   return Encode(T(type), fbb);
 }
 
@@ -119,8 +137,16 @@ Bytes Empty(uint16_t type) {
 
 Bytes HelloReply() {
   fb::FlatBufferBuilder fbb;
-  fbb.Finish(wire::CreateHelloReplyDirect(fbb, proto::kProtocolVersion, "0.1.0", 3, 4242,
-                                          proto::kMaxMessageSize, proto::kMaxInlineSize, false));
+  auto version = fbb.CreateString("0.1.0");
+  wire::HelloReplyBuilder b(fbb);
+  b.add_version(proto::kProtocolVersion);
+  b.add_daemon_version(version);
+  b.add_session_id(3);
+  b.add_daemon_pid(4242);
+  b.add_max_message_size(proto::kMaxMessageSize);
+  b.add_max_inline_size(proto::kMaxInlineSize);
+  b.add_hugepages(true);
+  fbb.Finish(b.Finish());
   return Encode(proto::ReplyType(MsgType::kHello), fbb, 1);
 }
 
@@ -145,9 +171,22 @@ Bytes GetReply() {
   auto frames = Frames();
   Bytes metadata = {1, 2, 3, 4, 5};
   wire::Guid a = G(1), b = G(2);
-  std::vector<fb::Offset<wire::GetResult>> results = {
-      wire::CreateGetResultDirect(fbb, &a, wire::Code::Ok, nullptr, 9, &frames, &metadata),
-      wire::CreateGetResultDirect(fbb, &b, wire::Code::Timeout, "not sealed in time")};
+  auto frames_vec = fbb.CreateVectorOfStructs(frames);
+  auto metadata_vec = fbb.CreateVector(metadata);
+  wire::GetResultBuilder ok(fbb);
+  ok.add_guid(&a);
+  ok.add_code(wire::Code::Ok);
+  ok.add_handle(9);
+  ok.add_frames(frames_vec);
+  ok.add_metadata(metadata_vec);
+  ok.add_checksum(0x0123456789abcdefull);
+  std::vector<fb::Offset<wire::GetResult>> results = {ok.Finish()};
+  auto message = fbb.CreateString("not sealed in time");
+  wire::GetResultBuilder timeout(fbb);
+  timeout.add_guid(&b);
+  timeout.add_code(wire::Code::Timeout);
+  timeout.add_message(message);
+  results.push_back(timeout.Finish());
   auto segments = Segments(fbb);
   fbb.Finish(wire::CreateGetReplyDirect(fbb, &results, &segments));
   return Encode(proto::ReplyType(MsgType::kGet), fbb);
@@ -167,9 +206,25 @@ fb::Offset<wire::ObjectInfo> Info(fb::FlatBufferBuilder& fbb, uint64_t n, bool m
   auto frames = Frames();
   Bytes md = {9, 8, 7};
   wire::Guid g = G(n);
-  return wire::CreateObjectInfoDirect(fbb, &g, "seed object", wire::State::Sealed, 4096 + (1 << 30),
-                                      &frames, 2, true, 1700000000000000000, 1700000000000001000,
-                                      4242, 1000, 3, metadata ? &md : nullptr);
+  auto name = fbb.CreateString("seed object");
+  auto frames_vec = fbb.CreateVectorOfStructs(frames);
+  auto md_vec = metadata ? fbb.CreateVector(md) : 0;
+  wire::ObjectInfoBuilder b(fbb);
+  b.add_guid(&g);
+  b.add_name(name);
+  b.add_state(wire::State::Sealed);
+  b.add_size(4096 + (1 << 30));
+  b.add_frames(frames_vec);
+  b.add_refcount(2);
+  b.add_evictable(true);
+  b.add_created_unix_ns(1700000000000000000);
+  b.add_sealed_unix_ns(1700000000000001000);
+  b.add_creator_pid(4242);
+  b.add_creator_uid(1000);
+  b.add_metadata_size(3);
+  if (metadata) b.add_metadata(md_vec);
+  b.add_checksum(0x0123456789abcdefull);
+  return b.Finish();
 }
 
 Bytes StatReply() {
@@ -188,16 +243,65 @@ Bytes ListReply() {
 Bytes StatusReply() {
   fb::FlatBufferBuilder fbb;
   std::vector<uint64_t> errors(10, 1);
-  fbb.Finish(wire::CreateStatusReplyDirect(fbb, "0.1.0", 4242, 1000, "/tmp/depot.sock", 1 << 30,
-                                           64 << 20, 4096, 1 << 29, 1, 1, 2, 3, 4, 5, 6, false, 7,
-                                           8, 9, 10, &errors, 11));
+  std::vector<wire::UserUsage> users = {{1000, 3, 8192}, {1001, 1, 64}};
+  auto version = fbb.CreateString("0.1.0");
+  auto socket = fbb.CreateString("/tmp/depot.sock");
+  auto errors_vec = fbb.CreateVector(errors);
+  auto users_vec = fbb.CreateVectorOfStructs(users);
+  wire::StatusReplyBuilder b(fbb);
+  b.add_daemon_version(version);
+  b.add_daemon_pid(4242);
+  b.add_uptime_ms(1000);
+  b.add_socket_path(socket);
+  b.add_capacity(1 << 30);
+  b.add_reserved(64 << 20);
+  b.add_used(4096);
+  b.add_largest_free(1 << 29);
+  b.add_segments(1);
+  b.add_objects_creating(1);
+  b.add_objects_sealed(2);
+  b.add_objects_deleted(3);
+  b.add_clients(4);
+  b.add_evictions(5);
+  b.add_evicted_bytes(6);
+  b.add_prefault(true);
+  b.add_gets_waiting(7);
+  b.add_free_in_segments(8);
+  b.add_largest_free_block(9);
+  b.add_requests(10);
+  b.add_errors(errors_vec);
+  b.add_connections(11);
+  b.add_users(users_vec);
+  b.add_user_quota_bytes(1 << 20);
+  b.add_user_quota_objects(100);
+  b.add_client_quota_bytes(1 << 19);
+  b.add_client_quota_objects(50);
+  b.add_per_user_namespaces(true);
+  b.add_namespaces(2);
+  fbb.Finish(b.Finish());
   return Encode(proto::ReplyType(MsgType::kStatus), fbb);
 }
 
 Bytes ClientsReply() {
   fb::FlatBufferBuilder fbb;
-  std::vector<fb::Offset<wire::ClientInfo>> clients = {wire::CreateClientInfoDirect(
-      fbb, 1, 4242, 1000, 1000, "seed", "worker", 2, 8192, 1, 30, 1700000000000000000, true)};
+  auto name = fbb.CreateString("seed");
+  auto process = fbb.CreateString("worker");
+  wire::ClientInfoBuilder b(fbb);
+  b.add_session_id(1);
+  b.add_pid(4242);
+  b.add_uid(1000);
+  b.add_gid(1000);
+  b.add_name(name);
+  b.add_process(process);
+  b.add_references(2);
+  b.add_bytes_held(8192);
+  b.add_creating(1);
+  b.add_requests(30);
+  b.add_connected_unix_ns(1700000000000000000);
+  b.add_subscribed(true);
+  b.add_created_objects(3);
+  b.add_created_bytes(12288);
+  std::vector<fb::Offset<wire::ClientInfo>> clients = {b.Finish()};
   fbb.Finish(wire::CreateClientsReplyDirect(fbb, &clients));
   return Encode(proto::ReplyType(MsgType::kClients), fbb);
 }
@@ -205,8 +309,18 @@ Bytes ClientsReply() {
 Bytes Event() {
   fb::FlatBufferBuilder fbb;
   wire::Guid g = G(1);
-  fbb.Finish(wire::CreateEventDirect(fbb, wire::EventKind::Sealed, 1700000000000000000, &g,
-                                     "seed object", 4096, 3, 4242, 1000, 2));
+  auto name = fbb.CreateString("seed object");
+  wire::EventBuilder b(fbb);
+  b.add_kind(wire::EventKind::Sealed);
+  b.add_unix_ns(1700000000000000000);
+  b.add_guid(&g);
+  b.add_name(name);
+  b.add_size(4096);
+  b.add_session_id(3);
+  b.add_pid(4242);
+  b.add_uid(1000);
+  b.add_dropped(2);
+  fbb.Finish(b.Finish());
   return Encode(T(MsgType::kEvent), fbb, 0);
 }
 
@@ -253,13 +367,14 @@ void Write(const std::filesystem::path& dir, const std::string& name, const Byte
 }
 
 void WriteFrameCorpus(const std::filesystem::path& dir) {
-  CreateArgs full{{4096, 0, 100}, 1, "tensor", {1, 2, 3}, true, false};
-  CreateArgs small{{16, 8}, 2, "", {}, false, true};
+  CreateArgs full = Args({4096, 0, 100}, 1, "tensor", {1, 2, 3}, true, false);
+  CreateArgs small = Args({16, 8}, 2, "", {}, false, true, 0x0123456789abcdefull);
   std::vector<std::pair<std::string, Bytes>> messages = {
       {"hello", Hello()},
       {"create", Create(full)},
       {"create-inline", Create(small)},
       {"seal", GuidMessage(MsgType::kSeal, 1)},
+      {"seal-checksum", GuidMessage(MsgType::kSeal, 1, 0x0123456789abcdefull)},
       {"abort", GuidMessage(MsgType::kAbort, 1)},
       {"get", Get({1, 2, 3}, 100)},
       {"release", Release({1, 2})},
@@ -296,12 +411,12 @@ void WriteFrameCorpus(const std::filesystem::path& dir) {
 
 void WriteStoreCorpus(const std::filesystem::path& dir) {
   // One object through its whole life, and every inspection request.
-  CreateArgs two{{4096, 100}, 1, "two frames", {1, 2, 3}, false, false};
+  CreateArgs two = Args({4096, 100}, 1, "two frames", {1, 2, 3}, false, false);
   Write(dir, "lifecycle",
         Ops()
             .Msg(0, Hello())
             .Msg(0, Create(two))
-            .Msg(0, GuidMessage(MsgType::kSeal, 1))
+            .Msg(0, GuidMessage(MsgType::kSeal, 1, 0x0123456789abcdefull))
             .Msg(0, Get({1}, 0))
             .Msg(0, GuidMessage(MsgType::kStat, 1))
             .Msg(0, Guids(MsgType::kContains, {1, 2}))
@@ -315,8 +430,8 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
             .bytes());
 
   // Small objects in the request, a multi-get with a missing GUID, release after delete.
-  CreateArgs inline_a{{64, 0, 8}, 2, "inline", {}, false, true};
-  CreateArgs inline_b{{1000}, 3, "", {7}, true, true};
+  CreateArgs inline_a = Args({64, 0, 8}, 2, "inline", {}, false, true);
+  CreateArgs inline_b = Args({1000}, 3, "", {7}, true, true, 0xfedcba9876543210ull);
   Write(dir, "inline",
         Ops()
             .Greet(0)
