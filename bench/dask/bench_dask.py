@@ -63,9 +63,12 @@ def set_transfers(on, dask_worker):
 
 
 def private_memory():
-    """This process's private resident bytes (USS): shared pages are not counted."""
+    """This process's private resident bytes outside depot's mappings. A page of depot's that
+    only this process has touched yet counts as private to it, so the shared memory is counted
+    once, from the daemon, instead."""
     import psutil
-    return psutil.Process().memory_full_info().uss
+    return sum(m.private_clean + m.private_dirty for m in psutil.Process().memory_maps()
+               if not m.path.startswith("/dev/shm/"))
 
 
 def look(x):
@@ -228,7 +231,7 @@ class Bench:
                  note="Dask: Client.scatter(broadcast=True); depot: depot.dask.put + ref.get()")
         self.row(f"broadcast {fmt_bytes(size)}: memory the data adds on the node", memory,
                  fmt=fmt_bytes,
-                 note="workers' private memory while the tasks hold it, plus depot's")
+                 note="workers' private memory while the tasks hold it, plus depot's pool")
 
     def rechunk(self, n):
         c = self.client
