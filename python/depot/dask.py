@@ -167,12 +167,17 @@ def _delete_quietly(guid, pid):
 def node_identity():
     """Which daemon this process uses: host, boot, daemon pid and socket. Two processes with
     the same identity can pass objects by GUID. None when no daemon answers."""
+    try:
+        return _daemon_identity()
+    except depot.Error:
+        return None
+
+
+def _daemon_identity():
+    """node_identity(), raising the depot.Error that explains why there is none."""
     global _identity
     if _identity is None:
-        try:
-            status = client().status()
-        except depot.Error:
-            return None
+        status = client().status()
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot_id = f.read().strip()
         _identity = f"{socket.gethostname()}/{boot_id}/{status['daemon_pid']}/{status['socket']}"
@@ -273,8 +278,7 @@ def _announce_identity():
 def enable_transfers(worker, threshold=None):
     """Makes the data this worker fetches from workers on its node travel through depot."""
     configure(threshold=threshold)
-    if node_identity() is None:
-        raise depot.Unavailable(f"no depot daemon answers at {_socket or 'the default socket'}")
+    _daemon_identity()  # raises when no daemon answers
     if _announce_identity():
         worker.rpc.collect()  # idle comms were opened before the handshake carried the identity
     # The families this worker asks its peers to serialize with: depot first, then every other
