@@ -1,6 +1,5 @@
-// depotd: reads its configuration, claims the socket (or adopts the one systemd passed), builds
-// the store, tells systemd it is ready and serves until SIGINT or SIGTERM. Everything else lives in
-// the daemon library so that tests run the same code.
+// depotd's main: reads its configuration, claims the socket (or adopts the one systemd passed),
+// builds the store, tells systemd it is ready and serves until SIGINT or SIGTERM.
 #include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,15 +15,15 @@
 #include <spdlog/spdlog.h>
 
 #include "common/units.h"
+#include "daemon/daemon_main.h"
 #include "daemon/host_pool.h"
 #include "daemon/options.h"
 #include "daemon/server.h"
 #include "daemon/store.h"
 #include "daemon/systemd.h"
 
+namespace depot {
 namespace {
-
-using namespace depot;
 
 // Checks what the configuration names on this machine (the socket's group). Returns an error
 // message, or "".
@@ -102,7 +101,7 @@ std::string StatusLine(const std::string& socket_path, const DaemonOptions& o, s
                      clients == 1 ? "" : "s");
 }
 
-int Run(const DaemonOptions& opts) {
+int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   auto claim = ClaimSocket(opts);
   if (!claim.ok()) {
     spdlog::critical("{}", claim.status().message());
@@ -133,6 +132,12 @@ int Run(const DaemonOptions& opts) {
   so.client_quota = {opts.client_quota_bytes, opts.client_quota_objects};
   so.max_pending = opts.max_pending;
   so.handshake_timeout = std::chrono::milliseconds(opts.handshake_timeout_ms);
+  std::unique_ptr<DeviceBackend> backend;
+  if (opts.devices != "none") backend = make_backend(&so.devices_unavailable);
+  so.device_backend = backend.get();
+  so.device_capacity = opts.device_capacity;
+  so.device_chunk_size = opts.device_chunk_size;
+  so.devices = opts.devices;
   auto store = Store::Create(io, so);
   if (!store.ok()) {
     spdlog::critical("cannot create the host pool: {}", store.status().message());
@@ -153,7 +158,7 @@ int Run(const DaemonOptions& opts) {
                DEPOT_VERSION, socket_path, ::getpid(), FormatBytes(opts.capacity),
                opts.prefault ? " (prefaulted)" : "", FormatBytes(opts.segment_size),
                FormatBytes(HostPool::ShmAvailable()));
-  spdlog::info("device pools: unavailable (this depotd is built without CUDA support)");
+  spdlog::info("device pools: {}", (*store)->DeviceSummary());
 
   // Ready once the loop runs: the socket listens and the pool exists (prefaulted when asked),
   // so a client that connects the moment systemd hears READY=1 is served.
@@ -192,7 +197,7 @@ int Run(const DaemonOptions& opts) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int DaemonMain(int argc, char** argv, const DeviceBackendFactory& make_backend) {
   std::vector<std::string> args(argv + 1, argv + argc);
   auto opts = ParseOptions(args, PhysicalMemory(), HostPool::ShmAvailable());
   if (!opts.ok()) {
@@ -224,5 +229,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(opts->log_level));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
-  return Run(*opts);
+  return Run(*opts, make_backend);
 }
+
+}  // namespace depot

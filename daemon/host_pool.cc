@@ -118,7 +118,7 @@ Result<Location> HostPool::Allocate(uint64_t size) {
 
   for (auto& [id, seg] : segments_) {
     if (seg.dedicated) continue;
-    if (auto offset = seg.allocator.Allocate(size)) return Location{id, *offset, size};
+    if (auto offset = seg.allocator.Allocate(size)) return Location{.segment = id, .offset = *offset, .size = size};
   }
   if (options_.prefault) return full("no free block is large enough");
 
@@ -130,7 +130,7 @@ Result<Location> HostPool::Allocate(uint64_t size) {
   if (!seg.ok()) return seg.status();
   // A fresh segment of at least `size` whole pages always has room.
   auto offset = (*seg)->allocator.Allocate(size);
-  return Location{(*seg)->id, *offset, size};
+  return Location{.segment = (*seg)->id, .offset = *offset, .size = size};
 }
 
 void HostPool::Free(const Location& location) {

@@ -24,7 +24,8 @@ namespace depot {
 
 // A frame's place in the host pool.
 struct Location {
-  uint32_t segment = 0;
+  uint32_t segment = 0;  // or device chunk
+  uint32_t pool = 0;     // 0: the host pool; n: device pool n
   uint64_t offset = 0;
   uint64_t size = 0;  // bytes asked for; the block may be larger (alignment)
 };

@@ -21,7 +21,7 @@ using proto::ToWire;
 namespace fb = flatbuffers;
 
 wire::FrameLocation ToWire(const Location& l) {
-  return wire::FrameLocation(l.offset, l.size, l.segment, /*pool=*/0);
+  return wire::FrameLocation(l.offset, l.size, l.segment, l.pool);
 }
 
 fb::Offset<fb::Vector<const wire::FrameLocation*>> Frames(fb::FlatBufferBuilder& fbb,
@@ -83,12 +83,68 @@ Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreO
         "namespaces = per_user");
   }
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
+  if (Status st = store->OpenDevices(); !st.ok()) store->options_.devices_unavailable = st.message();
   if (!store->options_.per_user_namespaces) {
     // The one shared namespace exists from the start (prefaulted when asked).
     auto ns = store->NamespaceFor(0);
     if (!ns.ok()) return ns.status();
   }
   return store;
+}
+
+Status Store::OpenDevices() {
+  if (options_.devices == "none") return Status::Unavailable("devices = none");
+  if (options_.device_backend == nullptr) return Status::Unavailable(options_.devices_unavailable);
+  auto found = options_.device_backend->Devices();
+  if (!found.ok()) return found.status();
+  std::string wanted = "," + options_.devices + ",";
+  for (const DeviceInfo& d : *found) {
+    if (options_.devices != "all" && wanted.find("," + d.uuid + ",") == std::string::npos) continue;
+    auto capacity = ParseSize(options_.device_capacity, d.memory);
+    if (!capacity) {
+      return Status::InvalidArgument(
+          fmt::format("device_capacity {} is not a size", options_.device_capacity));
+    }
+    uint64_t granularity = std::max<uint64_t>(d.granularity, 1);
+    devices_.push_back(d);
+    device_budgets_.push_back({std::min(*capacity, d.memory) / granularity * granularity, 0});
+  }
+  if (devices_.empty()) {
+    return Status::Unavailable(fmt::format("none of the GPUs named in devices ({}) is here",
+                                           options_.devices));
+  }
+  return Status::OK();
+}
+
+std::string Store::DeviceSummary() const {
+  if (devices_.empty()) return fmt::format("unavailable ({})", options_.devices_unavailable);
+  std::string out = fmt::format("{} GPU{} ({})", devices_.size(), devices_.size() == 1 ? "" : "s",
+                                options_.device_backend->kind());
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    out += fmt::format("; pool {}: {} {}, capacity {}", i + 1, devices_[i].uuid, devices_[i].name,
+                       FormatBytes(device_budgets_[i].capacity));
+  }
+  return out;
+}
+
+fb::Offset<fb::Vector<fb::Offset<wire::DevicePoolInfo>>> Store::DevicePools(
+    fb::FlatBufferBuilder& fbb) const {
+  std::vector<fb::Offset<wire::DevicePoolInfo>> infos;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    DevicePool::Stats total;
+    for (const auto& [key, ns] : namespaces_) {
+      DevicePool::Stats s = ns->devices[i]->stats();
+      total.used += s.used;
+      total.chunks += s.chunks;
+    }
+    auto uuid = fbb.CreateString(devices_[i].uuid);
+    auto name = fbb.CreateString(devices_[i].name);
+    auto kind = fbb.CreateString(options_.device_backend->kind());
+    infos.push_back(wire::CreateDevicePoolInfo(
+        fbb, static_cast<uint32_t>(i + 1), uuid, name, kind, device_budgets_[i].capacity,
+        options_.device_chunk_size, device_budgets_[i].reserved, total.used, total.chunks));
+  }
+  return fbb.CreateVector(infos);
 }
 
 Result<Store::Namespace*> Store::NamespaceFor(uid_t uid) {
@@ -99,9 +155,15 @@ Result<Store::Namespace*> Store::NamespaceFor(uid_t uid) {
   raw->key = key;
   HostPoolOptions po = options_.pool;
   if (key != kShared) po.name_prefix += fmt::format("u{}-", key);
-  auto pool = HostPool::Create(po, [this, raw](uint32_t id) { OnSegmentRetired(*raw, id); });
+  auto pool = HostPool::Create(po, [this, raw](uint32_t id) { OnSegmentRetired(*raw, 0, id); });
   if (!pool.ok()) return pool.status();
   raw->pool = std::move(*pool);
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    auto n = static_cast<uint32_t>(i + 1);
+    raw->devices.push_back(std::make_unique<DevicePool>(
+        *options_.device_backend, i, devices_[i], options_.device_chunk_size, &device_budgets_[i],
+        [this, raw, n](uint32_t id) { OnSegmentRetired(*raw, n, id); }));
+  }
   raw->table = std::make_unique<ObjectTable>(
       [this, raw](const StoredObject& o) { OnFreed(*raw, o); }, WallClockNs);
   raw->table->set_observer([this, raw](TableEvent e, const StoredObject& o) {
@@ -336,28 +398,32 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
                req.client_name() ? req.client_name()->str() : "");
   fb::FlatBufferBuilder fbb;
   auto version = fbb.CreateString(options_.version);
+  auto pools = DevicePools(fbb);
+  auto unavailable = fbb.CreateString(options_.devices_unavailable);
   fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
                                     options_.max_message_size, proto::kMaxInlineSize,
-                                    options_.hugepages));
+                                    options_.hugepages, pools, unavailable));
   Reply(s, id, proto::ReplyType(MsgType::kHello), fbb);
   return Status::OK();
 }
 
-Result<std::vector<Location>> Store::AllocateFrames(Namespace& ns,
-                                                   std::span<const uint64_t> sizes) {
+Result<std::vector<Location>> Store::AllocateFrames(Namespace& ns, std::span<const uint64_t> sizes,
+                                                   std::span<const uint32_t> pools) {
   while (true) {
     std::vector<Location> frames;
     Status failed;
-    for (uint64_t size : sizes) {
-      if (size == 0) {
-        frames.push_back(Location{});
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      uint32_t pool = pools.empty() ? 0 : pools[i];
+      if (sizes[i] == 0) {
+        frames.push_back(Location{.pool = pool});
         continue;
       }
-      auto loc = ns.pool->Allocate(size);
+      auto loc = pool == 0 ? ns.pool->Allocate(sizes[i]) : ns.devices[pool - 1]->Allocate(sizes[i]);
       if (!loc.ok()) {
         failed = loc.status();
         break;
       }
+      loc->pool = pool;
       frames.push_back(*loc);
     }
     if (failed.ok()) return frames;
@@ -366,7 +432,9 @@ Result<std::vector<Location>> Store::AllocateFrames(Namespace& ns,
     // Other namespaces' spare segments go before this namespace's evictable objects.
     uint64_t released = 0;
     for (auto& [key, other] : namespaces_) {
-      if (other.get() != &ns) released += other->pool->ReleaseSpares();
+      if (other.get() == &ns) continue;
+      released += other->pool->ReleaseSpares();
+      for (auto& d : other->devices) released += d->ReleaseSpares();
     }
     if (released == 0 && (!options_.eviction || !ns.table->EvictLru())) return failed;
   }
@@ -374,7 +442,12 @@ Result<std::vector<Location>> Store::AllocateFrames(Namespace& ns,
 
 void Store::FreeFrames(Namespace& ns, std::span<const Location> frames) {
   for (const Location& f : frames) {
-    if (f.size > 0) ns.pool->Free(f);
+    if (f.size == 0) continue;
+    if (f.pool == 0) {
+      ns.pool->Free(f);
+    } else {
+      ns.devices[f.pool - 1]->Free(f);
+    }
   }
 }
 
@@ -418,7 +491,24 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
     }
     total += size;
   }
+  std::vector<uint32_t> pools;
+  if (req.frame_pools()) {
+    pools.assign(req.frame_pools()->begin(), req.frame_pools()->end());
+    if (pools.size() != nframes) {
+      return invalid(fmt::format("{} frame pools given for {} frames", pools.size(), nframes));
+    }
+    for (uint32_t p : pools) {
+      if (p == 0 || p <= devices_.size()) continue;
+      if (devices_.empty()) {
+        return ReplyError(s, id, Status::Unavailable(fmt::format(
+                                     "device pools: unavailable ({})", options_.devices_unavailable)));
+      }
+      return invalid(fmt::format("there is no device pool {} (this depotd has {})", p, devices_.size()));
+    }
+  }
+  bool device_frames = std::any_of(pools.begin(), pools.end(), [](uint32_t p) { return p != 0; });
   bool inline_data = req.inline_data() != nullptr;
+  if (inline_data && device_frames) return invalid("device frames cannot travel inside a request");
   if (inline_data && (req.inline_data()->size() != total || !req.seal())) {
     return invalid(fmt::format(
         "inline data of {} bytes must match the frames' {} bytes and come with seal",
@@ -436,7 +526,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
     return ReplyError(s, id, q);
   }
 
-  auto frames = AllocateFrames(ns, sizes);
+  auto frames = AllocateFrames(ns, sizes, pools);
   if (!frames.ok()) {
     spdlog::warn("create for pid {}: {}", st.creds.pid, frames.status().message());
     return ReplyError(s, id, frames.status());
@@ -468,7 +558,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   }
 
   fb::FlatBufferBuilder fbb;
-  std::vector<uint32_t> ids;
+  std::vector<uint64_t> ids;
   std::vector<proto::UniqueFd> fds;
   if (inline_data) {
     std::optional<uint64_t> checksum = req.checksum();
@@ -478,7 +568,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
     ns.table->Abort(s, guid);
     return ReplyError(s, id, c);
   }
-  auto segments = SegmentInfos(fbb, *ns.pool, ids);
+  auto segments = SegmentInfos(fbb, ns, ids);
   auto locations = Frames(fbb, obj->frames());
   wire::Guid g = ToWire(guid);
   fbb.Finish(wire::CreateCreateReply(fbb, &g, locations, segments));
@@ -607,7 +697,7 @@ void Store::FinishGet(uint64_t wait_id) {
 
   fb::FlatBufferBuilder fbb(1024);
   std::vector<fb::Offset<wire::GetResult>> results;
-  std::vector<uint32_t> ids;
+  std::vector<uint64_t> ids;
   std::vector<proto::UniqueFd> fds;
   for (size_t i = 0; i < w.guids.size(); ++i) {
     wire::Guid g = ToWire(w.guids[i]);
@@ -638,50 +728,77 @@ void Store::FinishGet(uint64_t wait_id) {
         wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, frames, metadata, checksum));
   }
   auto results_vec = fbb.CreateVector(results);
-  auto segments = SegmentInfos(fbb, *st.ns->pool, ids);
+  auto segments = SegmentInfos(fbb, *st.ns, ids);
   fbb.Finish(wire::CreateGetReply(fbb, results_vec, segments));
   Reply(w.session, w.request_id, proto::ReplyType(MsgType::kGet), fbb, std::move(fds));
 }
 
+bool Store::SegmentOf(const Namespace& ns, uint32_t pool, uint32_t id, int* fd, uint64_t* size,
+                      bool* dedicated) {
+  if (pool == 0) {
+    const HostPool::Segment* seg = ns.pool->segment(id);
+    if (seg == nullptr) return false;
+    *fd = seg->fd();
+    *size = seg->size;
+    *dedicated = seg->dedicated;
+    return true;
+  }
+  const DevicePool::Chunk* chunk = ns.devices.at(pool - 1)->chunk(id);
+  if (chunk == nullptr) return false;
+  *fd = chunk->memory.fd.get();
+  *size = chunk->memory.size;
+  *dedicated = chunk->dedicated;
+  return true;
+}
+
 Status Store::CollectSegments(SessionState& st, std::span<const Location> frames,
-                              std::vector<uint32_t>& ids, std::vector<proto::UniqueFd>& fds) {
+                              std::vector<uint64_t>& keys, std::vector<proto::UniqueFd>& fds) {
   for (const Location& f : frames) {
     if (f.size == 0) continue;
-    const HostPool::Segment* seg = st.ns->pool->segment(f.segment);
-    bool needed = seg->dedicated ? std::find(ids.begin(), ids.end(), f.segment) == ids.end()
-                                 : !st.sent_segments.contains(f.segment);
+    int seg_fd;
+    uint64_t size;
+    bool dedicated;
+    SegmentOf(*st.ns, f.pool, f.segment, &seg_fd, &size, &dedicated);
+    uint64_t key = SegmentKey(f.pool, f.segment);
+    bool needed = dedicated ? std::find(keys.begin(), keys.end(), key) == keys.end()
+                            : !st.sent_segments.contains(key);
     if (!needed) continue;
-    proto::UniqueFd fd(::fcntl(seg->fd(), F_DUPFD_CLOEXEC, 0));
+    proto::UniqueFd fd(::fcntl(seg_fd, F_DUPFD_CLOEXEC, 0));
     if (!fd.valid()) {
       // The caller sends nothing, so the peer still lacks every segment of this reply.
-      for (uint32_t sent : ids) st.sent_segments.erase(sent);
+      for (uint64_t sent : keys) st.sent_segments.erase(sent);
       std::string why = fmt::format("depotd cannot pass a segment: {}", std::strerror(errno));
       spdlog::error("{} (raise LimitNOFILE / RLIMIT_NOFILE)", why);
       return Status::Unavailable(why);
     }
-    if (!seg->dedicated) st.sent_segments.insert(f.segment);
-    ids.push_back(f.segment);
+    if (!dedicated) st.sent_segments.insert(key);
+    keys.push_back(key);
     fds.push_back(std::move(fd));
   }
   return Status::OK();
 }
 
 fb::Offset<fb::Vector<fb::Offset<wire::SegmentInfo>>> Store::SegmentInfos(
-    fb::FlatBufferBuilder& fbb, const HostPool& pool, const std::vector<uint32_t>& ids) {
+    fb::FlatBufferBuilder& fbb, const Namespace& ns, const std::vector<uint64_t>& keys) {
   std::vector<fb::Offset<wire::SegmentInfo>> infos;
-  for (uint32_t id : ids) {
-    const HostPool::Segment* seg = pool.segment(id);
-    infos.push_back(wire::CreateSegmentInfo(fbb, id, seg->size, seg->dedicated));
+  for (uint64_t key : keys) {
+    auto pool = static_cast<uint32_t>(key >> 32);
+    auto id = static_cast<uint32_t>(key);
+    int fd;
+    uint64_t size;
+    bool dedicated;
+    SegmentOf(ns, pool, id, &fd, &size, &dedicated);
+    infos.push_back(wire::CreateSegmentInfo(fbb, id, size, dedicated, pool));
   }
   return fbb.CreateVector(infos);
 }
 
-void Store::OnSegmentRetired(const Namespace& ns, uint32_t segment) {
+void Store::OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t segment) {
   for (auto& [id, st] : sessions_) {
-    if (st.ns != &ns || st.sent_segments.erase(segment) == 0) continue;
+    if (st.ns != &ns || st.sent_segments.erase(SegmentKey(pool, segment)) == 0) continue;
     fb::FlatBufferBuilder fbb(64);
     std::vector<uint32_t> ids{segment};
-    fbb.Finish(wire::CreateSegmentsRetired(fbb, fbb.CreateVector(ids)));
+    fbb.Finish(wire::CreateSegmentsRetired(fbb, fbb.CreateVector(ids), pool));
     st.peer->Send(proto::Encode(static_cast<uint16_t>(MsgType::kSegmentsRetired), 0, fbb), {});
   }
 }
@@ -775,6 +892,8 @@ void Store::OnStatus(SessionId s, uint64_t id) {
   auto errors = fbb.CreateVector(errors_.data(), static_cast<size_t>(wire::Code::MAX) + 1);
   for (const auto& [uid, u] : user_usage_) users.emplace_back(uid, u.objects, u.bytes);
   auto users_vec = fbb.CreateVectorOfStructs(users);
+  auto device_pools = DevicePools(fbb);
+  auto unavailable = fbb.CreateString(options_.devices_unavailable);
   auto uptime = std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::steady_clock::now() - started_).count();
   wire::StatusReplyBuilder b(fbb);
@@ -807,6 +926,8 @@ void Store::OnStatus(SessionId s, uint64_t id) {
   b.add_client_quota_objects(options_.client_quota.objects);
   b.add_per_user_namespaces(options_.per_user_namespaces);
   b.add_namespaces(static_cast<uint32_t>(namespaces_.size()));
+  b.add_device_pools(device_pools);
+  b.add_devices_unavailable(unavailable);
   fbb.Finish(b.Finish());
   Reply(s, id, proto::ReplyType(MsgType::kStatus), fbb);
 }

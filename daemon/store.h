@@ -26,6 +26,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "daemon/device_backend.h"
+#include "daemon/device_pool.h"
 #include "daemon/host_pool.h"
 #include "daemon/object_table.h"
 #include "proto/fd_passing.h"
@@ -83,6 +85,12 @@ struct StoreOptions {
   // longer read.
   uint32_t max_pending = 1024;
   std::chrono::milliseconds handshake_timeout{10000};
+  // Device pools: null when this build or this machine has none (devices_unavailable says why).
+  DeviceBackend* device_backend = nullptr;
+  std::string devices_unavailable;
+  std::string device_capacity = "90%";  // per GPU: bytes or a % of its memory
+  uint64_t device_chunk_size = 1ull << 30;
+  std::string devices = "all";          // "all", "none", or GPU UUIDs separated by commas
 };
 
 class Store {
@@ -105,6 +113,9 @@ class Store {
   // A session broke the protocol before its request reached Handle (counted in status).
   void NoteProtocolError() { ++errors_[static_cast<size_t>(Status::Code::kProtocolError)]; }
 
+  // "2 GPUs (GPU-..., GPU-...)", or "unavailable (<reason>)".
+  std::string DeviceSummary() const;
+
   // The socket's group is known once the socket exists (systemd may have made it).
   void SetSocketGroup(gid_t gid) { options_.access.socket_gid = gid; }
 
@@ -116,6 +127,7 @@ class Store {
   struct Namespace {
     uint32_t key;  // the owner's uid, or kShared
     std::unique_ptr<HostPool> pool;
+    std::vector<std::unique_ptr<DevicePool>> devices;  // device pool n is devices[n - 1]
     std::unique_ptr<ObjectTable> table;
     size_t sessions = 0;
   };
@@ -136,7 +148,7 @@ class Store {
     uint64_t requests = 0;
     bool subscribed = false;
     uint64_t events_dropped = 0;  // since the last event delivered
-    std::unordered_set<uint32_t> sent_segments;  // shared segments whose fd this peer has
+    std::unordered_set<uint64_t> sent_segments;  // shared segments (SegmentKey) whose fd it has
     Namespace* ns = nullptr;  // set at hello
     Usage created;            // objects it created that are not freed yet
     size_t waiting = 0;       // its parked gets
@@ -153,6 +165,9 @@ class Store {
   };
 
   Store(boost::asio::io_context& io, StoreOptions options);
+
+  // Finds the GPUs to pool (options_.devices) and sizes their budgets; the reason when none.
+  Status OpenDevices();
 
   // The namespace for a user, made on first use.
   Result<Namespace*> NamespaceFor(uid_t uid);
@@ -189,7 +204,8 @@ class Store {
             const Namespace* ns);
 
   // Allocates every frame, evicting least recently used objects while that helps.
-  Result<std::vector<Location>> AllocateFrames(Namespace& ns, std::span<const uint64_t> sizes);
+  Result<std::vector<Location>> AllocateFrames(Namespace& ns, std::span<const uint64_t> sizes,
+                                               std::span<const uint32_t> pools);
   static void FreeFrames(Namespace& ns, std::span<const Location> frames);
   static Status WriteInline(Namespace& ns, const std::vector<Location>& frames,
                             std::span<const uint8_t> data);
@@ -205,14 +221,22 @@ class Store {
   // Builds the segment list for a reply naming `frames`, with the fds the peer does not have.
   // Unavailable when the daemon is out of file descriptors.
   Status CollectSegments(SessionState& st, std::span<const Location> frames,
-                         std::vector<uint32_t>& ids, std::vector<proto::UniqueFd>& fds);
+                         std::vector<uint64_t>& keys, std::vector<proto::UniqueFd>& fds);
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::SegmentInfo>>> SegmentInfos(
-      flatbuffers::FlatBufferBuilder& fbb, const HostPool& pool, const std::vector<uint32_t>& ids);
-  void OnSegmentRetired(const Namespace& ns, uint32_t segment);
+      flatbuffers::FlatBufferBuilder& fbb, const Namespace& ns, const std::vector<uint64_t>& keys);
+  void OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t segment);
+  // A segment or chunk: its fd, size and whether it is dedicated. False for an unknown one.
+  static bool SegmentOf(const Namespace& ns, uint32_t pool, uint32_t id, int* fd, uint64_t* size,
+                        bool* dedicated);
+  static uint64_t SegmentKey(uint32_t pool, uint32_t id) { return uint64_t{pool} << 32 | id; }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::DevicePoolInfo>>> DevicePools(
+      flatbuffers::FlatBufferBuilder& fbb) const;
 
   boost::asio::io_context& io_;
   StoreOptions options_;
   PoolBudget budget_;  // the capacity, shared by every namespace's pool
+  std::vector<DeviceInfo> devices_;           // the GPUs pooled; device pool n is devices_[n - 1]
+  std::vector<PoolBudget> device_budgets_;    // per GPU, shared by every namespace
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
   std::unordered_map<uid_t, Usage> user_usage_;
   std::chrono::steady_clock::time_point started_;

@@ -26,17 +26,19 @@ std::string TempDir() {
 }
 
 Daemon::Daemon(std::vector<std::string> args) : dir_(TempDir()), socket_(dir_ + "/depot.sock") {
-  Launch(std::move(args), {});
+  Launch(std::move(args), {}, "");
 }
 
-Daemon::Daemon(std::string socket, std::vector<std::string> args, std::vector<std::string> wrapper)
+Daemon::Daemon(std::string socket, std::vector<std::string> args, std::vector<std::string> wrapper,
+               std::string binary)
     : dir_(TempDir()), socket_(std::move(socket)) {
-  Launch(std::move(args), std::move(wrapper));
+  Launch(std::move(args), std::move(wrapper), std::move(binary));
 }
 
-void Daemon::Launch(std::vector<std::string> args, std::vector<std::string> wrapper) {
+void Daemon::Launch(std::vector<std::string> args, std::vector<std::string> wrapper,
+                    std::string binary) {
   std::vector<std::string> argv = wrapper;
-  argv.push_back(DEPOTD_PATH);
+  argv.push_back(binary.empty() ? DEPOTD_PATH : binary);
   argv.push_back("--socket");
   argv.push_back(socket_);
   argv.insert(argv.end(), args.begin(), args.end());

@@ -22,8 +22,10 @@ class Daemon {
  public:
   // `args` are passed to depotd after --socket; the default capacity is 256MiB.
   explicit Daemon(std::vector<std::string> args = {"--capacity", "256MiB"});
-  // Starts depotd on the given socket; `wrapper` (e.g. {"unshare", "-m", ...}) runs it.
-  Daemon(std::string socket, std::vector<std::string> args, std::vector<std::string> wrapper = {});
+  // Starts depotd (or `binary`, a daemon built from the same code) on the given socket;
+  // `wrapper` (e.g. {"unshare", "-m", ...}) runs it.
+  Daemon(std::string socket, std::vector<std::string> args, std::vector<std::string> wrapper = {},
+         std::string binary = "");
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
@@ -42,7 +44,7 @@ class Daemon {
   std::string Log() const;
 
  private:
-  void Launch(std::vector<std::string> args, std::vector<std::string> wrapper);
+  void Launch(std::vector<std::string> args, std::vector<std::string> wrapper, std::string binary);
 
   std::string dir_;
   std::string socket_;

@@ -31,7 +31,7 @@ class TableFixture {
     n.guid = guid;
     uint64_t offset = 0;
     for (uint64_t s : sizes) {
-      n.frames.push_back(Location{1, offset, s});
+      n.frames.push_back(Location{.segment = 1, .offset = offset, .size = s});
       offset += 4096;
     }
     n.evictable = evictable;
@@ -375,7 +375,7 @@ TEST_CASE("ObjectTable tells its observer about every transition", "[object_tabl
   auto make = [&](const Guid& g, bool evictable) {
     NewObject n;
     n.guid = g;
-    n.frames = {Location{1, 0, 64}};
+    n.frames = {Location{.segment = 1, .offset = 0, .size = 64}};
     n.evictable = evictable;
     n.creator = 1;
     return (*t.Create(std::move(n)))->id;

@@ -157,6 +157,18 @@ int Status(depot::Client& c, bool json) {
     errors_text += fmt::format("{}{} {}", errors_text.empty() ? "" : ", ", name, s->errors[code]);
     errors_total += s->errors[code];
   }
+  std::string pools_json, pools_text;
+  for (const auto& p : s->device_pools) {
+    pools_json += fmt::format(
+        "{}{{\"pool\":{},\"uuid\":{},\"name\":{},\"kind\":{},\"capacity\":{},\"chunk_size\":{},"
+        "\"reserved\":{},\"used\":{},\"chunks\":{}}}",
+        pools_json.empty() ? "" : ",", p.pool, Json(p.uuid), Json(p.name), Json(p.kind), p.capacity,
+        p.chunk_size, p.reserved, p.used, p.chunks);
+    pools_text += fmt::format("\n  gpu{} {} ({}, {}): {} used of {}, {} in {} chunk{}", p.pool - 1,
+                              p.uuid, p.name, p.kind, depot::FormatBytes(p.used),
+                              depot::FormatBytes(p.capacity), depot::FormatBytes(p.reserved),
+                              p.chunks, p.chunks == 1 ? "" : "s");
+  }
   std::string users_json;
   for (const auto& u : s->users) {
     users_json += fmt::format("{}{{\"uid\":{},\"objects\":{},\"bytes\":{}}}",
@@ -168,7 +180,7 @@ int Status(depot::Client& c, bool json) {
         "\"host_pool\":{{\"capacity\":{},\"reserved\":{},\"used\":{},\"free\":{},"
         "\"largest_free\":{},\"largest_free_block\":{},\"fragmentation\":{:.4f},\"segments\":{},"
         "\"prefault\":{}}},"
-        "\"device_pools\":{{\"available\":false,\"reason\":\"built without CUDA support\"}},"
+        "\"device_pools\":{{\"available\":{},\"reason\":{},\"pools\":[{}]}},"
         "\"objects\":{{\"creating\":{},\"sealed\":{},\"deleted\":{}}},"
         "\"clients\":{},\"connections\":{},\"gets_waiting\":{},\"evictions\":{},"
         "\"evicted_bytes\":{},\"requests\":{},\"errors\":{{{}}},"
@@ -177,7 +189,8 @@ int Status(depot::Client& c, bool json) {
         "\"client_objects\":{}}},\"users\":[{}]}}\n",
         Json(s->daemon_version), s->daemon_pid, s->uptime_ms, Json(s->socket_path), s->capacity,
         s->reserved, s->used, s->capacity - s->used, s->largest_free, s->largest_free_block,
-        s->fragmentation(), s->segments, s->prefault, s->objects_creating, s->objects_sealed,
+        s->fragmentation(), s->segments, s->prefault, !s->device_pools.empty(),
+        Json(s->devices_unavailable), pools_json, s->objects_creating, s->objects_sealed,
         s->objects_deleted, s->clients, s->connections, s->gets_waiting, s->evictions,
         s->evicted_bytes, s->requests, errors_json, s->per_user_namespaces, s->namespaces,
         s->user_quota_bytes, s->user_quota_objects, s->client_quota_bytes,
@@ -192,7 +205,11 @@ int Status(depot::Client& c, bool json) {
              FormatBytes(s->largest_free), 100 * s->fragmentation());
   fmt::print("segments      {} holding {}{}\n", s->segments, FormatBytes(s->reserved),
              s->prefault ? " (prefaulted)" : "");
-  fmt::print("device pools  unavailable (built without CUDA support)\n");
+  if (s->device_pools.empty()) {
+    fmt::print("device pools  unavailable ({})\n", s->devices_unavailable);
+  } else {
+    fmt::print("device pools  {}{}\n", s->device_pools.size(), pools_text);
+  }
   fmt::print("objects       {} sealed, {} being created, {} deleted but still referenced\n",
              s->objects_sealed, s->objects_creating, s->objects_deleted);
   fmt::print("clients       {} connected ({} since start), {} gets waiting\n", s->clients,

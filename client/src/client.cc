@@ -76,9 +76,11 @@ ObjectInfo FromWire(const wire::ObjectInfo& w) {
 
 fb::Offset<wire::CreateRequest> BuildCreate(fb::FlatBufferBuilder& fbb,
                                            std::span<const uint64_t> sizes,
-                                           const CreateOptions& o,
+                                           std::span<const uint32_t> pools, const CreateOptions& o,
                                            std::span<const std::span<const std::byte>> inline_frames) {
   auto frame_sizes = fbb.CreateVector(sizes.data(), sizes.size());
+  fb::Offset<fb::Vector<uint32_t>> frame_pools;
+  if (!pools.empty()) frame_pools = fbb.CreateVector(pools.data(), pools.size());
   auto metadata = fbb.CreateVector(reinterpret_cast<const uint8_t*>(o.metadata.data()),
                                    o.metadata.size());
   fb::Offset<fb::String> name;
@@ -96,6 +98,7 @@ fb::Offset<wire::CreateRequest> BuildCreate(fb::FlatBufferBuilder& fbb,
   }
   wire::CreateRequestBuilder b(fbb);
   b.add_frame_sizes(frame_sizes);
+  if (!pools.empty()) b.add_frame_pools(frame_pools);
   b.add_metadata(metadata);
   if (!o.name.empty()) b.add_name(name);
   wire::Guid g;
@@ -119,6 +122,7 @@ fb::Offset<wire::CreateRequest> BuildCreate(fb::FlatBufferBuilder& fbb,
 const Guid& Object::guid() const { return h_->guid; }
 size_t Object::frame_count() const { return h_->frames.size(); }
 std::span<const std::byte> Object::frame(size_t i) const { return h_->frames.at(i); }
+Place Object::place(size_t i) const { return h_->places.empty() ? Place::Host() : h_->places.at(i); }
 std::span<const std::byte> Object::metadata() const { return h_->metadata; }
 uint64_t Object::size() const { return h_->size; }
 std::optional<uint64_t> Object::checksum() const { return h_->checksum; }
@@ -153,14 +157,14 @@ Status Object::Populate() const {
 // ---- Draft ----
 
 Draft::Draft(std::shared_ptr<Connection> conn, Guid guid, std::vector<std::span<std::byte>> frames,
-             std::vector<uint32_t> segment_uses)
+             std::vector<uint64_t> segment_uses, std::vector<Place> places)
     : conn_(std::move(conn)), guid_(guid), frames_(std::move(frames)),
-      segment_uses_(std::move(segment_uses)) {}
+      segment_uses_(std::move(segment_uses)), places_(std::move(places)) {}
 
 Draft::Draft(Draft&& o) noexcept
     : conn_(std::move(o.conn_)), guid_(o.guid_), frames_(std::move(o.frames_)),
-      segment_uses_(std::move(o.segment_uses_)), open_(std::exchange(o.open_, false)),
-      checksum_(o.checksum_) {}
+      segment_uses_(std::move(o.segment_uses_)), places_(std::move(o.places_)),
+      open_(std::exchange(o.open_, false)), checksum_(o.checksum_) {}
 
 Draft& Draft::operator=(Draft&& o) noexcept {
   if (this != &o) {
@@ -169,6 +173,7 @@ Draft& Draft::operator=(Draft&& o) noexcept {
     guid_ = o.guid_;
     frames_ = std::move(o.frames_);
     segment_uses_ = std::move(o.segment_uses_);
+    places_ = std::move(o.places_);
     open_ = std::exchange(o.open_, false);
     checksum_ = o.checksum_;
   }
@@ -179,13 +184,17 @@ Draft::~Draft() {
   if (open_) Abort();
 }
 
-Status Draft::Seal() { return Finish(true); }
-Status Draft::Abort() { return Finish(false); }
+Status Draft::Seal(void* cuda_stream) { return Finish(true, cuda_stream); }
+Status Draft::Abort() { return Finish(false, nullptr); }
 
-Status Draft::Finish(bool seal) {
+Status Draft::Finish(bool seal, void* cuda_stream) {
   if (!open_) {
     return Status::InvalidArgument(
         fmt::format("object {} was already sealed or aborted", guid_.ToString()));
+  }
+  if (seal) {
+    // Sealing promises the device writes are done; the draft stays open when that fails.
+    if (Status synced = conn_->SyncDevices(places_, cuda_stream); !synced.ok()) return synced;
   }
   open_ = false;
   fb::FlatBufferBuilder fbb(64);
@@ -230,10 +239,10 @@ Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
     sizes.push_back(f.size());
     total += f.size();
   }
-  if (total <= proto::kMaxInlineSize && !frames.empty()) {
+  if (total <= proto::kMaxInlineSize && !frames.empty() && options.places.empty()) {
     // Create, fill and seal in one round trip.
     fb::FlatBufferBuilder fbb(total + 256);
-    fbb.Finish(BuildCreate(fbb, sizes, options, frames));
+    fbb.Finish(BuildCreate(fbb, sizes, {}, options, frames));
     auto reply = conn_->Call(MsgType::kCreate, fbb);
     if (!reply.ok()) return reply.status();
     return FromWire(proto::Body<wire::CreateReply>(reply->body)->guid());
@@ -241,8 +250,9 @@ Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
   auto draft = Create(sizes, options);
   if (!draft.ok()) return draft.status();
   for (size_t i = 0; i < frames.size(); ++i) {
-    std::span<std::byte> dst = draft->frame(i);
-    if (!dst.empty()) std::memcpy(dst.data(), frames[i].data(), dst.size());
+    if (Status copied = conn_->CopyIn(draft->frame(i), frames[i], draft->place(i)); !copied.ok()) {
+      return copied;  // the draft's destruction aborts the object
+    }
   }
   Guid guid = draft->guid();
   Status sealed = draft->Seal();
@@ -251,8 +261,24 @@ Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
 }
 
 Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOptions& options) {
+  std::vector<uint32_t> pools;
+  if (!options.places.empty()) {
+    if (options.places.size() != sizes.size()) {
+      return Status::InvalidArgument(fmt::format("{} places given for {} frames",
+                                                 options.places.size(), sizes.size()));
+    }
+    for (const Place& p : options.places) {
+      auto pool = conn_->PoolOf(p);
+      if (!pool.ok()) return pool.status();
+      if (*pool != 0 && options.checksum) {
+        return Status::InvalidArgument("checksums cover host frames only; this object has a "
+                                       "frame on a GPU");
+      }
+      pools.push_back(*pool);
+    }
+  }
   fb::FlatBufferBuilder fbb(256);
-  fbb.Finish(BuildCreate(fbb, sizes, options, {}));
+  fbb.Finish(BuildCreate(fbb, sizes, pools, options, {}));
   auto reply = conn_->Call(MsgType::kCreate, fbb);
   if (!reply.ok()) return reply.status();
   auto draft = conn_->MakeDraft(*proto::Body<wire::CreateReply>(reply->body), *reply);
@@ -360,6 +386,14 @@ Result<ListPage> Client::List(std::optional<Guid> after, uint32_t limit) {
   return page;
 }
 
+Result<std::vector<DevicePoolInfo>> Client::DevicePools() const {
+  if (conn_->device_pools().empty()) {
+    return Status::Unavailable(
+        fmt::format("device pools: unavailable ({})", conn_->devices_unavailable()));
+  }
+  return conn_->device_pools();
+}
+
 Result<StoreStatus> Client::GetStatus() {
   auto reply = CallWithoutArguments(*conn_, MsgType::kStatus);
   if (!reply.ok()) return reply.status();
@@ -396,6 +430,15 @@ Result<StoreStatus> Client::GetStatus() {
   s.client_quota_objects = r->client_quota_objects();
   s.per_user_namespaces = r->per_user_namespaces();
   s.namespaces = r->namespaces();
+  if (r->devices_unavailable()) s.devices_unavailable = r->devices_unavailable()->str();
+  if (r->device_pools()) {
+    for (const wire::DevicePoolInfo* p : *r->device_pools()) {
+      s.device_pools.push_back({p->pool(), p->uuid() ? p->uuid()->str() : "",
+                                p->name() ? p->name()->str() : "", p->kind() ? p->kind()->str() : "",
+                                p->capacity(), p->chunk_size(), p->reserved(), p->used(),
+                                p->chunks()});
+    }
+  }
   return s;
 }
 

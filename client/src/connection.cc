@@ -12,6 +12,10 @@
 
 #include <fmt/format.h>
 
+#ifdef DEPOT_HAVE_CUDA
+#include "common/cuda_driver.h"
+#endif
+
 namespace depot::internal {
 namespace {
 
@@ -58,7 +62,17 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   fbb.Finish(wire::CreateHelloRequest(fbb, proto::kProtocolVersion, client_name));
   auto reply = conn->Call(proto::MsgType::kHello, fbb);
   if (!reply.ok()) return reply.status();
-  conn->hugepages_ = proto::Body<wire::HelloReply>(reply->body)->hugepages();
+  const auto* hello = proto::Body<wire::HelloReply>(reply->body);
+  conn->hugepages_ = hello->hugepages();
+  if (hello->devices_unavailable()) conn->devices_unavailable_ = hello->devices_unavailable()->str();
+  if (hello->device_pools()) {
+    for (const wire::DevicePoolInfo* p : *hello->device_pools()) {
+      conn->device_pools_.push_back(
+          {p->pool(), p->uuid() ? p->uuid()->str() : "", p->name() ? p->name()->str() : "",
+           p->kind() ? p->kind()->str() : "", p->capacity(), p->chunk_size(), p->reserved(),
+           p->used(), p->chunks()});
+    }
+  }
   return conn;
 }
 
@@ -256,8 +270,9 @@ Status Connection::Dispatch(const proto::Header& h, std::span<const uint8_t> bod
   }
   if (h.type == static_cast<uint16_t>(proto::MsgType::kSegmentsRetired)) {
     std::lock_guard lk(seg_mu_);
-    for (uint32_t id : *proto::Body<wire::SegmentsRetired>(body)->ids()) {
-      auto it = segments_.find(id);
+    const auto* retired = proto::Body<wire::SegmentsRetired>(body);
+    for (uint32_t id : *retired->ids()) {
+      auto it = segments_.find(uint64_t{retired->pool()} << 32 | id);
       if (it == segments_.end()) continue;
       it->second.retired = true;
       if (it->second.uses == 0) {
@@ -281,12 +296,14 @@ Status Connection::Dispatch(const proto::Header& h, std::span<const uint8_t> bod
       if (fds_.empty()) return Status::ProtocolError("depotd named a segment but sent no fd");
       proto::UniqueFd fd = std::move(fds_.front());
       fds_.pop_front();
+      uint64_t key = uint64_t{info->pool()} << 32 | info->id();
       if (info->dedicated()) {
-        msg.dedicated.push_back({info->id(), info->size(), std::move(fd)});
-      } else if (!segments_.contains(info->id())) {
-        Segment& s = segments_[info->id()];
+        msg.dedicated.push_back({info->pool(), info->id(), info->size(), std::move(fd)});
+      } else if (!segments_.contains(key)) {
+        Segment& s = segments_[key];
         s.fd = std::move(fd);
         s.size = info->size();
+        s.pool = info->pool();
       }
     }
   }
@@ -302,17 +319,18 @@ Status Connection::Dispatch(const proto::Header& h, std::span<const uint8_t> bod
 
 Result<std::vector<std::span<std::byte>>> Connection::MapFrames(
     const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable, Message& reply,
-    std::vector<uint32_t>& uses, std::vector<std::span<std::byte>>* unpopulated) {
+    std::vector<uint64_t>& uses, std::vector<std::span<std::byte>>* unpopulated) {
   std::vector<std::span<std::byte>> out;
   if (frames == nullptr) return out;
   std::lock_guard lk(seg_mu_);
   for (auto& d : reply.dedicated) {
     if (!d.fd.valid()) continue;
-    auto [it, inserted] = segments_.try_emplace(d.id);
+    auto [it, inserted] = segments_.try_emplace(uint64_t{d.pool} << 32 | d.id);
     if (inserted) {
       it->second.fd = std::move(d.fd);
       it->second.size = d.size;
       it->second.dedicated = true;
+      it->second.pool = d.pool;
     }
     d.fd.reset();
   }
@@ -322,7 +340,8 @@ Result<std::vector<std::span<std::byte>>> Connection::MapFrames(
       out.emplace_back();
       continue;
     }
-    auto it = segments_.find(f->segment());
+    uint64_t key = uint64_t{f->pool()} << 32 | f->segment();
+    auto it = segments_.find(key);
     if (it == segments_.end() || f->offset() + f->size() > it->second.size ||
         f->offset() + f->size() < f->offset()) {
       failed = Status::ProtocolError(
@@ -333,21 +352,13 @@ Result<std::vector<std::span<std::byte>>> Connection::MapFrames(
     Segment& s = it->second;
     void*& base = writable ? s.rw : s.ro;
     if (base == nullptr) {
-      void* p = ::mmap(nullptr, s.size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
-                       s.fd.get(), 0);
-      if (p == MAP_FAILED) {
-        failed = Status::Unavailable(fmt::format("cannot map segment {} of {} bytes: {}",
-                                                 f->segment(), s.size, std::strerror(errno)));
-        break;
-      }
-      base = p;
-      if (hugepages_) ::madvise(p, s.size, MADV_HUGEPAGE);
+      if (failed = Map(s, writable, &base); !failed.ok()) break;
       if (writable) s.rw_populated.assign((s.size + kPopulateGranule - 1) / kPopulateGranule, false);
     }
     ++s.uses;
-    uses.push_back(f->segment());
+    uses.push_back(key);
     out.emplace_back(static_cast<std::byte*>(base) + f->offset(), f->size());
-    if (writable && unpopulated != nullptr) {
+    if (writable && unpopulated != nullptr && !s.cuda) {
       for (uint64_t g = f->offset() / kPopulateGranule;
            g * kPopulateGranule < f->offset() + f->size(); ++g) {
         if (s.rw_populated[g]) continue;
@@ -360,16 +371,16 @@ Result<std::vector<std::span<std::byte>>> Connection::MapFrames(
   }
   if (!failed.ok()) {
     // Give back what this call took, under the lock we hold.
-    for (uint32_t id : uses) --segments_[id].uses;
+    for (uint64_t key : uses) --segments_[key].uses;
     uses.clear();
     return failed;
   }
   return out;
 }
 
-void Connection::DropUses(const std::vector<uint32_t>& uses) {
+void Connection::DropUses(const std::vector<uint64_t>& uses) {
   std::lock_guard lk(seg_mu_);
-  for (uint32_t id : uses) {
+  for (uint64_t id : uses) {
     auto it = segments_.find(id);
     if (it == segments_.end() || --it->second.uses > 0) continue;
     if (it->second.dedicated || it->second.retired) {
@@ -379,9 +390,162 @@ void Connection::DropUses(const std::vector<uint32_t>& uses) {
   }
 }
 
+Result<uint32_t> Connection::PoolOf(const Place& place) const {
+  if (place.host()) return 0u;
+  for (const DevicePoolInfo& p : device_pools_) {
+    if (p.uuid == place.gpu) return p.pool;
+  }
+  if (device_pools_.empty()) {
+    return Status::Unavailable(fmt::format("device pools: unavailable ({})", devices_unavailable_));
+  }
+  return Status::InvalidArgument(fmt::format("depotd has no device pool on {}", place.gpu));
+}
+
+Place Connection::PlaceOf(uint32_t pool) const {
+  for (const DevicePoolInfo& p : device_pools_) {
+    if (p.pool == pool) return Place::Gpu(p.uuid);
+  }
+  return Place::Host();
+}
+
+namespace {
+bool IsCudaPool(const std::vector<DevicePoolInfo>& pools, uint32_t pool) {
+  for (const DevicePoolInfo& p : pools) {
+    if (p.pool == pool) return p.kind == "cuda";
+  }
+  return false;
+}
+}  // namespace
+
+Status Connection::Map(Segment& s, bool writable, void** base) {
+  if (s.pool != 0 && IsCudaPool(device_pools_, s.pool)) {
+#ifdef DEPOT_HAVE_CUDA
+    auto cu = LoadCudaDriver();
+    if (!cu.ok()) return cu.status();
+    auto device = LocalDevice(s.pool);
+    if (!device.ok()) return device.status();
+    // Chunks are imported per mapping; the mapping keeps the memory alive after the handle goes.
+    CUmemGenericAllocationHandle handle;
+    CUresult r = (*cu)->MemImportFromShareableHandle(
+        &handle, reinterpret_cast<void*>(static_cast<intptr_t>(s.fd.get())),
+        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r != CUDA_SUCCESS) return Status::Unavailable((*cu)->Error(r, "cuMemImportFromShareableHandle"));
+    CUdeviceptr ptr = 0;
+    r = (*cu)->MemAddressReserve(&ptr, s.size, 0, 0, 0);
+    if (r == CUDA_SUCCESS) r = (*cu)->MemMap(ptr, s.size, 0, handle, 0);
+    (*cu)->MemRelease(handle);
+    if (r != CUDA_SUCCESS) {
+      if (ptr != 0) (*cu)->MemAddressFree(ptr, s.size);
+      return Status::Unavailable((*cu)->Error(r, "cuMemMap"));
+    }
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = *device;
+    access.flags = writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
+    if (r = (*cu)->MemSetAccess(ptr, s.size, &access, 1); r != CUDA_SUCCESS) {
+      (*cu)->MemUnmap(ptr, s.size);
+      (*cu)->MemAddressFree(ptr, s.size);
+      return Status::Unavailable((*cu)->Error(r, "cuMemSetAccess"));
+    }
+    s.cuda = true;
+    *base = reinterpret_cast<void*>(ptr);
+    return Status::OK();
+#else
+    return Status::Unavailable("this libdepot is built without CUDA support");
+#endif
+  }
+  // Host segments, and the test stand-in for device chunks (memfd), are plain mappings.
+  void* p = ::mmap(nullptr, s.size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                   s.fd.get(), 0);
+  if (p == MAP_FAILED) {
+    return Status::Unavailable(
+        fmt::format("cannot map a segment of {} bytes: {}", s.size, std::strerror(errno)));
+  }
+  if (hugepages_ && s.pool == 0) ::madvise(p, s.size, MADV_HUGEPAGE);
+  *base = p;
+  return Status::OK();
+}
+
+Result<int> Connection::LocalDevice(uint32_t pool) const {
+#ifdef DEPOT_HAVE_CUDA
+  auto cu = LoadCudaDriver();
+  if (!cu.ok()) return cu.status();
+  Place place = PlaceOf(pool);
+  int count = 0;
+  (*cu)->DeviceGetCount(&count);
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev;
+    CUuuid uuid;
+    if ((*cu)->DeviceGet(&dev, i) != CUDA_SUCCESS || (*cu)->DeviceGetUuid(&uuid, dev) != CUDA_SUCCESS) {
+      continue;
+    }
+    if (FormatGpuUuid(uuid) != place.gpu) continue;
+    // The runtime API works in the primary context: make sure it exists for this device.
+    CUcontext ctx;
+    (*cu)->DevicePrimaryCtxRetain(&ctx, dev);
+    return static_cast<int>(dev);
+  }
+  return Status::Unavailable(fmt::format("{} is not visible to this process (CUDA_VISIBLE_DEVICES?)",
+                                         place.gpu));
+#else
+  (void)pool;
+  return Status::Unavailable("this libdepot is built without CUDA support");
+#endif
+}
+
+Status Connection::CopyIn(std::span<std::byte> dst, std::span<const std::byte> src,
+                          const Place& place) const {
+  if (dst.empty()) return Status::OK();
+  auto pool = PoolOf(place);
+  if (!pool.ok()) return pool.status();
+  if (*pool == 0 || !IsCudaPool(device_pools_, *pool)) {
+    std::memcpy(dst.data(), src.data(), dst.size());
+    return Status::OK();
+  }
+#ifdef DEPOT_HAVE_CUDA
+  auto cu = LoadCudaDriver();
+  if (!cu.ok()) return cu.status();
+  CUresult r = (*cu)->MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst.data()), src.data(), dst.size());
+  if (r != CUDA_SUCCESS) return Status::Unavailable((*cu)->Error(r, "cuMemcpyHtoD"));
+  return Status::OK();
+#else
+  return Status::Unavailable("this libdepot is built without CUDA support");
+#endif
+}
+
+Status Connection::SyncDevices(const std::vector<Place>& places, void* cuda_stream) const {
+  bool cuda = false;
+  for (const Place& p : places) {
+    auto pool = PoolOf(p);
+    cuda = cuda || (pool.ok() && IsCudaPool(device_pools_, *pool));
+  }
+  if (!cuda) return Status::OK();
+#ifdef DEPOT_HAVE_CUDA
+  auto cu = LoadCudaDriver();
+  if (!cu.ok()) return cu.status();
+  CUresult r = (*cu)->StreamSynchronize(static_cast<CUstream>(cuda_stream));
+  if (r != CUDA_SUCCESS) return Status::Unavailable((*cu)->Error(r, "cuStreamSynchronize"));
+  return Status::OK();
+#else
+  (void)cuda_stream;
+  return Status::Unavailable("this libdepot is built without CUDA support");
+#endif
+}
+
 void Connection::Unmap(Segment& s) {
-  if (s.ro) ::munmap(s.ro, s.size);
-  if (s.rw) ::munmap(s.rw, s.size);
+  if (s.cuda) {
+#ifdef DEPOT_HAVE_CUDA
+    auto cu = LoadCudaDriver();
+    for (void* base : {s.ro, s.rw}) {
+      if (base == nullptr || !cu.ok()) continue;
+      (*cu)->MemUnmap(reinterpret_cast<CUdeviceptr>(base), s.size);
+      (*cu)->MemAddressFree(reinterpret_cast<CUdeviceptr>(base), s.size);
+    }
+#endif
+  } else {
+    if (s.ro) ::munmap(s.ro, s.size);
+    if (s.rw) ::munmap(s.rw, s.size);
+  }
   s.ro = s.rw = nullptr;
 }
 
@@ -404,6 +568,12 @@ Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Mes
   for (auto& f : *frames) {
     h->frames.emplace_back(f.data(), f.size());
     h->size += f.size();
+  }
+  for (const wire::FrameLocation* f : *r.frames()) {
+    if (f->pool() == 0) continue;
+    h->places.resize(r.frames()->size());
+    for (size_t i = 0; i < r.frames()->size(); ++i) h->places[i] = PlaceOf(r.frames()->Get(i)->pool());
+    break;
   }
   if (r.metadata()) {
     auto* m = reinterpret_cast<const std::byte*>(r.metadata()->data());
@@ -474,7 +644,7 @@ void Connection::FlushReleases() {
 
 Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg) {
   if (reply.guid() == nullptr) return Status::ProtocolError("depotd sent a create reply without a GUID");
-  std::vector<uint32_t> uses;
+  std::vector<uint64_t> uses;
   std::vector<std::span<std::byte>> unpopulated;
   auto frames = MapFrames(reply.frames(), true, msg, uses, &unpopulated);
   // The caller is about to write every frame: fill the page tables first, in one call per
@@ -488,7 +658,13 @@ Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg
     Call(proto::MsgType::kAbort, fbb);
     return frames.status();
   }
-  return Draft(shared_from_this(), guid, std::move(*frames), std::move(uses));
+  std::vector<Place> places;
+  for (const wire::FrameLocation* f : *reply.frames()) {
+    if (f->pool() == 0) continue;
+    for (const wire::FrameLocation* g : *reply.frames()) places.push_back(PlaceOf(g->pool()));
+    break;
+  }
+  return Draft(shared_from_this(), guid, std::move(*frames), std::move(uses), std::move(places));
 }
 
 }  // namespace depot::internal

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "depot/client.h"
 #include "depot/object.h"
 #include "depot/status.h"
 #include "proto/fd_passing.h"
@@ -33,6 +34,7 @@ struct Message {
   proto::Header header{};
   std::vector<uint8_t> body;
   struct SegmentFd {
+    uint32_t pool;
     uint32_t id;
     uint64_t size;
     proto::UniqueFd fd;
@@ -49,7 +51,8 @@ struct Holding {
   std::vector<std::span<const std::byte>> frames;
   std::vector<std::byte> metadata;
   std::optional<uint64_t> checksum;
-  std::vector<uint32_t> segment_uses;
+  std::vector<Place> places;  // empty: every frame on the host
+  std::vector<uint64_t> segment_uses;
   uint64_t size = 0;
   ~Holding();
 };
@@ -69,8 +72,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // ranges whose page tables this process has not filled yet (see PopulateForWrite).
   Result<std::vector<std::span<std::byte>>> MapFrames(
       const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable, Message& reply,
-      std::vector<uint32_t>& uses, std::vector<std::span<std::byte>>* unpopulated = nullptr);
-  void DropUses(const std::vector<uint32_t>& uses);
+      std::vector<uint64_t>& uses, std::vector<std::span<std::byte>>* unpopulated = nullptr);
+  void DropUses(const std::vector<uint64_t>& uses);
+
+  // The daemon's device pools (from hello), or why it has none.
+  const std::vector<DevicePoolInfo>& device_pools() const { return device_pools_; }
+  const std::string& devices_unavailable() const { return devices_unavailable_; }
+  // The pool number of a place: 0 for the host. Unavailable or InvalidArgument when there is no
+  // pool on that GPU.
+  Result<uint32_t> PoolOf(const Place& place) const;
+  // Where a frame of pool `pool` lives.
+  Place PlaceOf(uint32_t pool) const;
+  // Copies host bytes into a frame of this process's draft at `place`.
+  Status CopyIn(std::span<std::byte> dst, std::span<const std::byte> src, const Place& place) const;
+  // Waits for `cuda_stream` when any of `places` is on a CUDA GPU (see Draft::Seal).
+  Status SyncDevices(const std::vector<Place>& places, void* cuda_stream) const;
 
   // The local object cache: an Object this process already holds, if any.
   std::optional<Object> Cached(const Guid& guid);
@@ -105,6 +121,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Granules of the read-write mapping whose page tables are filled. Filling them once per
     // process in one call is cheaper than a fault per page, and filling them again is not free.
     std::vector<bool> rw_populated;
+    uint32_t pool = 0;       // 0: host; otherwise a device chunk
+    bool cuda = false;       // imported with CUDA VMM: ro and rw are device addresses
   };
   struct CacheEntry {
     std::weak_ptr<Holding> holding;
@@ -120,6 +138,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Status ReadSome(std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   Status Dispatch(const proto::Header& h, std::span<const uint8_t> body);
   void Unmap(Segment& s);
+  // Maps segment `s` (read-write or read-only) into this process: mmap, or for a CUDA chunk
+  // import, reserve, map and set access on the matching local GPU.
+  Status Map(Segment& s, bool writable, void** base);
+  // The local CUDA ordinal of pool `pool`'s GPU (matched by UUID).
+  Result<int> LocalDevice(uint32_t pool) const;
   void Fail(const Status& st);  // with mu_ held
 
   // A dropped Object's release waits here a moment so that it rides with the next request (one
@@ -132,6 +155,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   proto::UniqueFd fd_;
   std::string path_;
   bool hugepages_ = false;  // the daemon asks for huge pages on segment mappings
+  std::vector<DevicePoolInfo> device_pools_;
+  std::string devices_unavailable_;
   std::atomic<uint64_t> next_id_{1};
 
   std::mutex send_mu_;
@@ -150,7 +175,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<proto::UniqueFd> fds_;
 
   std::mutex seg_mu_;
-  std::unordered_map<uint32_t, Segment> segments_;
+  std::unordered_map<uint64_t, Segment> segments_;  // by SegmentKey(pool, id)
 
   std::mutex cache_mu_;
   std::unordered_map<Guid, CacheEntry> cache_;

@@ -42,12 +42,28 @@ struct CreateOptions {
   std::optional<Guid> guid;             // propose the GUID; AlreadyExists when taken
   bool evictable = false;               // may be dropped (LRU) when space is short
   // Record a checksum of the bytes at seal (XXH3-64, computed by this process), so that readers
-  // can check them later: Object::Verify, `depotctl verify`.
+  // can check them later: Object::Verify, `depotctl verify`. Host frames only.
   bool checksum = false;
+  // Where each frame lives; empty: every frame on the host. Frames on GPUs are device memory of
+  // the daemon's device pools (see Client::DevicePools), never copied through the host.
+  std::vector<Place> places;
+};
+
+// One GPU's device pool.
+struct DevicePoolInfo {
+  uint32_t pool = 0;  // as in FrameInfo::pool
+  std::string uuid;
+  std::string name;
+  std::string kind;   // how chunks are shared: "cuda" (a test build may show "memfd-test")
+  uint64_t capacity = 0;
+  uint64_t chunk_size = 0;
+  uint64_t reserved = 0;  // bytes in chunks
+  uint64_t used = 0;      // bytes allocated to frames
+  uint32_t chunks = 0;
 };
 
 struct FrameInfo {
-  uint32_t pool = 0;  // 0: host
+  uint32_t pool = 0;  // 0: host; n: device pool n (DevicePoolInfo::pool)
   uint32_t segment = 0;
   uint64_t offset = 0;
   uint64_t size = 0;
@@ -113,6 +129,8 @@ struct StoreStatus {
   uint64_t client_quota_objects = 0;
   bool per_user_namespaces = false;  // each user has objects and segments of its own
   uint32_t namespaces = 0;
+  std::vector<DevicePoolInfo> device_pools;
+  std::string devices_unavailable;  // why there are no device pools, when there are none
 
   // 0 when the free space inside the segments is one block, towards 1 as it splinters.
   double fragmentation() const {
@@ -219,6 +237,10 @@ class Client {
   Result<ListPage> List(std::optional<Guid> after = std::nullopt, uint32_t limit = 1000);
 
   Result<StoreStatus> GetStatus();
+
+  // The daemon's device pools, as of connecting. Unavailable, with the daemon's reason ("cannot
+  // load libcuda.so.1: ...", "built without CUDA support"), when it has none.
+  Result<std::vector<DevicePoolInfo>> DevicePools() const;
 
   // One round trip that does nothing: the floor under every request.
   Status Ping();

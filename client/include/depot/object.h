@@ -8,12 +8,24 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "depot/guid.h"
 #include "depot/status.h"
 
 namespace depot {
+
+// Where a frame lives: host memory, or the memory of the GPU with this UUID (as
+// Client::DevicePools lists; a UUID, not an ordinal, since CUDA_VISIBLE_DEVICES renumbers).
+struct Place {
+  std::string gpu;  // empty: the host
+
+  static Place Host() { return {}; }
+  static Place Gpu(std::string uuid) { return {std::move(uuid)}; }
+  bool host() const { return gpu.empty(); }
+  bool operator==(const Place&) const = default;
+};
 
 namespace internal {
 class Connection;
@@ -30,14 +42,17 @@ class Object {
  public:
   const Guid& guid() const;
   size_t frame_count() const;
-  // The bytes of frame i (i < frame_count()).
+  // The bytes of frame i (i < frame_count()). For a frame on a GPU (see place) this is a device
+  // address range, mapped into this process's CUDA address space: hand it to kernels or copies,
+  // never read it on the host.
   std::span<const std::byte> frame(size_t i) const;
+  Place place(size_t i) const;
   std::span<const std::byte> metadata() const;
   // Total bytes over all frames.
   uint64_t size() const;
 
   // The checksum (XXH3-64 of every frame's bytes, in order) recorded at seal, when the creator
-  // asked for one (CreateOptions::checksum).
+  // asked for one (CreateOptions::checksum; host frames only).
   std::optional<uint64_t> checksum() const;
 
   // Hashes the bytes again, here and without copying them, and compares with checksum(). OK when
@@ -66,12 +81,17 @@ class Draft {
 
   const Guid& guid() const { return guid_; }
   size_t frame_count() const { return frames_.size(); }
+  // Frame i, writable; on a GPU, a device address range (see Object::frame).
   std::span<std::byte> frame(size_t i) const { return frames_[i]; }
+  Place place(size_t i) const { return places_.empty() ? Place::Host() : places_[i]; }
 
   // Makes the object visible to every process and wakes those waiting for it (with the checksum
   // of its bytes when created with CreateOptions::checksum). The frames must not be written
-  // afterwards. InvalidArgument when already sealed or aborted.
-  Status Seal();
+  // afterwards. With frames on a CUDA GPU, seal first waits for `cuda_stream` (a CUstream; null:
+  // the legacy default stream) to finish, so that the device writes queued on it are done
+  // before anyone can read them; writes queued on other streams are the caller's to finish.
+  // InvalidArgument when already sealed or aborted.
+  Status Seal(void* cuda_stream = nullptr);
 
   // Discards the object and frees its memory. InvalidArgument when already sealed or aborted.
   Status Abort();
@@ -80,13 +100,14 @@ class Draft {
   friend class internal::Connection;
   friend class Client;
   Draft(std::shared_ptr<internal::Connection> conn, Guid guid, std::vector<std::span<std::byte>> frames,
-        std::vector<uint32_t> segment_uses);
-  Status Finish(bool seal);
+        std::vector<uint64_t> segment_uses, std::vector<Place> places);
+  Status Finish(bool seal, void* cuda_stream);
 
   std::shared_ptr<internal::Connection> conn_;
   Guid guid_;
   std::vector<std::span<std::byte>> frames_;
-  std::vector<uint32_t> segment_uses_;
+  std::vector<uint64_t> segment_uses_;
+  std::vector<Place> places_;  // empty: every frame on the host
   bool open_ = true;
   bool checksum_ = false;  // record one at seal
 };

@@ -1,0 +1,100 @@
+#include "common/cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include <fmt/format.h>
+
+namespace depot {
+namespace {
+
+// The toolkit version whose entry points (and PFN_* typedefs) this file asks for.
+constexpr int kApiVersion = 12000;
+
+Result<CudaDriver> Load() {
+  const char* env = std::getenv("DEPOT_LIBCUDA");
+  std::string path = env != nullptr && *env != '\0' ? env : "libcuda.so.1";
+  void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return Status::Unavailable(fmt::format("cannot load {}: {}", path, ::dlerror()));
+  // The handle stays open for the life of the process: the driver cannot be unloaded safely.
+  auto get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(::dlsym(lib, "cuGetProcAddress_v2"));
+  auto init = reinterpret_cast<PFN_cuInit_v2000>(::dlsym(lib, "cuInit"));
+  if (get_proc == nullptr || init == nullptr) {
+    return Status::Unavailable(fmt::format("{} has no cuGetProcAddress_v2 (a driver for CUDA 12 or "
+                                           "newer is needed)",
+                                           path));
+  }
+  if (CUresult r = init(0); r != CUDA_SUCCESS) {
+    return Status::Unavailable(fmt::format("cuInit failed with error {} (no GPU, or the driver "
+                                           "and the kernel module disagree)",
+                                           static_cast<int>(r)));
+  }
+  CudaDriver d{};
+  std::string missing;
+  auto bind = [&](auto& fn, const char* name) {
+    void* p = nullptr;
+    CUdriverProcAddressQueryResult found{};
+    if (get_proc(name, &p, kApiVersion, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||
+        p == nullptr) {
+      missing += fmt::format("{}{}", missing.empty() ? "" : ", ", name);
+      return;
+    }
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+  };
+  bind(d.GetErrorString, "cuGetErrorString");
+  bind(d.DriverGetVersion, "cuDriverGetVersion");
+  bind(d.DeviceGetCount, "cuDeviceGetCount");
+  bind(d.DeviceGet, "cuDeviceGet");
+  bind(d.DeviceGetName, "cuDeviceGetName");
+  bind(d.DeviceGetUuid, "cuDeviceGetUuid");
+  bind(d.DeviceTotalMem, "cuDeviceTotalMem");
+  bind(d.DeviceGetAttribute, "cuDeviceGetAttribute");
+  bind(d.DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  bind(d.CtxSetCurrent, "cuCtxSetCurrent");
+  bind(d.MemGetAllocationGranularity, "cuMemGetAllocationGranularity");
+  bind(d.MemCreate, "cuMemCreate");
+  bind(d.MemRelease, "cuMemRelease");
+  bind(d.MemExportToShareableHandle, "cuMemExportToShareableHandle");
+  bind(d.MemImportFromShareableHandle, "cuMemImportFromShareableHandle");
+  bind(d.MemAddressReserve, "cuMemAddressReserve");
+  bind(d.MemAddressFree, "cuMemAddressFree");
+  bind(d.MemMap, "cuMemMap");
+  bind(d.MemUnmap, "cuMemUnmap");
+  bind(d.MemSetAccess, "cuMemSetAccess");
+  bind(d.StreamSynchronize, "cuStreamSynchronize");
+  bind(d.MemHostRegister, "cuMemHostRegister");
+  bind(d.MemHostUnregister, "cuMemHostUnregister");
+  bind(d.MemcpyHtoD, "cuMemcpyHtoD");
+  if (!missing.empty()) {
+    return Status::Unavailable(fmt::format("{} lacks {}", path, missing));
+  }
+  d.DriverGetVersion(&d.driver_version);
+  return d;
+}
+
+}  // namespace
+
+std::string CudaDriver::Error(CUresult r, const char* call) const {
+  const char* text = nullptr;
+  if (GetErrorString == nullptr || GetErrorString(r, &text) != CUDA_SUCCESS) text = "unknown error";
+  return fmt::format("{}: error {} ({})", call, static_cast<int>(r), text);
+}
+
+Result<const CudaDriver*> LoadCudaDriver() {
+  static const Result<CudaDriver> driver = Load();
+  if (!driver.ok()) return driver.status();
+  return &*driver;
+}
+
+std::string FormatGpuUuid(const CUuuid& uuid) {
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  return fmt::format(
+      "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}"
+      "{:02x}{:02x}",
+      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+      b[15]);
+}
+
+}  // namespace depot

@@ -1,0 +1,59 @@
+// CudaDriver is libcuda, loaded at run time and never linked: dlopen("libcuda.so.1") (or the
+// library $DEPOT_LIBCUDA names) and cuGetProcAddress for each entry point, typed with the
+// versioned PFN_* typedefs of cudaTypedefs.h. The daemon and the client library both use it; a
+// machine without a driver or a GPU gets the reason instead of a driver.
+//
+// Only built where the CUDA toolkit's headers are (DEPOT_HAVE_CUDA).
+#ifndef DEPOT_COMMON_CUDA_DRIVER_H_
+#define DEPOT_COMMON_CUDA_DRIVER_H_
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <string>
+
+#include "depot/status.h"
+
+namespace depot {
+
+struct CudaDriver {
+  PFN_cuGetErrorString_v6000 GetErrorString;
+  PFN_cuDriverGetVersion_v2020 DriverGetVersion;
+  PFN_cuDeviceGetCount_v2000 DeviceGetCount;
+  PFN_cuDeviceGet_v2000 DeviceGet;
+  PFN_cuDeviceGetName_v2000 DeviceGetName;
+  PFN_cuDeviceGetUuid_v11040 DeviceGetUuid;
+  PFN_cuDeviceTotalMem_v3020 DeviceTotalMem;
+  PFN_cuDeviceGetAttribute_v2000 DeviceGetAttribute;
+  PFN_cuDevicePrimaryCtxRetain_v7000 DevicePrimaryCtxRetain;
+  PFN_cuCtxSetCurrent_v4000 CtxSetCurrent;
+  PFN_cuMemGetAllocationGranularity_v10020 MemGetAllocationGranularity;
+  PFN_cuMemCreate_v10020 MemCreate;
+  PFN_cuMemRelease_v10020 MemRelease;
+  PFN_cuMemExportToShareableHandle_v10020 MemExportToShareableHandle;
+  PFN_cuMemImportFromShareableHandle_v10020 MemImportFromShareableHandle;
+  PFN_cuMemAddressReserve_v10020 MemAddressReserve;
+  PFN_cuMemAddressFree_v10020 MemAddressFree;
+  PFN_cuMemMap_v10020 MemMap;
+  PFN_cuMemUnmap_v10020 MemUnmap;
+  PFN_cuMemSetAccess_v10020 MemSetAccess;
+  PFN_cuStreamSynchronize_v2000 StreamSynchronize;
+  PFN_cuMemHostRegister_v6050 MemHostRegister;
+  PFN_cuMemHostUnregister_v4000 MemHostUnregister;
+  PFN_cuMemcpyHtoD_v3020 MemcpyHtoD;
+  int driver_version = 0;
+
+  // "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
+  std::string Error(CUresult r, const char* call) const;
+};
+
+// The driver, loaded and initialised (cuInit) once per process. Unavailable with the reason
+// ("cannot load libcuda.so.1: ...", "no CUDA device") when it cannot be.
+Result<const CudaDriver*> LoadCudaDriver();
+
+// The GPU's UUID in nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+std::string FormatGpuUuid(const CUuuid& uuid);
+
+}  // namespace depot
+
+#endif  // DEPOT_COMMON_CUDA_DRIVER_H_
