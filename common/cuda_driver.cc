@@ -67,6 +67,12 @@ Result<CudaDriver> Load() {
   bind(d.MemHostRegister, "cuMemHostRegister");
   bind(d.MemHostUnregister, "cuMemHostUnregister");
   bind(d.MemcpyHtoD, "cuMemcpyHtoD");
+  bind(d.MemcpyDtoH, "cuMemcpyDtoH");
+  bind(d.MemcpyDtoD, "cuMemcpyDtoD");
+  bind(d.MemsetD32, "cuMemsetD32");
+  bind(d.MemAlloc, "cuMemAlloc");
+  bind(d.MemFree, "cuMemFree");
+  bind(d.CtxSynchronize, "cuCtxSynchronize");
   if (!missing.empty()) {
     return Status::Unavailable(fmt::format("{} lacks {}", path, missing));
   }

@@ -41,6 +41,13 @@ struct CudaDriver {
   PFN_cuMemHostRegister_v6050 MemHostRegister;
   PFN_cuMemHostUnregister_v4000 MemHostUnregister;
   PFN_cuMemcpyHtoD_v3020 MemcpyHtoD;
+  // For tests and benchmarks.
+  PFN_cuMemcpyDtoH_v3020 MemcpyDtoH;
+  PFN_cuMemcpyDtoD_v3020 MemcpyDtoD;
+  PFN_cuMemsetD32_v3020 MemsetD32;
+  PFN_cuMemAlloc_v3020 MemAlloc;
+  PFN_cuMemFree_v3020 MemFree;
+  PFN_cuCtxSynchronize_v2000 CtxSynchronize;
   int driver_version = 0;
 
   // "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".

@@ -1,0 +1,256 @@
+// Device objects on a real GPU, with the real depotd (CUDA backend). Tagged [cuda]: where there
+// is no driver or no GPU each test exits 77, which ctest reports as skipped, with the reason.
+//
+// CUDA does not survive fork(): the test process itself never initialises it; every process
+// that touches the GPU (the capability check included) is a child.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include <catch2/catch.hpp>
+
+#include "common/cuda_driver.h"
+#include "tests/daemon_fixture.h"
+
+using namespace depot;
+using namespace depot::test;
+
+namespace {
+
+[[noreturn]] void Skip(const std::string& why) {
+  std::printf("SKIPPED: %s\n", why.c_str());
+  std::fflush(stdout);
+  std::_Exit(77);
+}
+
+// Skips the test unless a child process finds a GPU with what device pools need.
+void NeedGpu() {
+  Channel why;
+  int rc = RunChild([&] {
+    auto cu = LoadCudaDriver();
+    if (!cu.ok()) {
+      why.Send(cu.status().message());
+      return 77;
+    }
+    int count = 0;
+    (*cu)->DeviceGetCount(&count);
+    why.Send(count > 0 ? "" : "the CUDA driver sees no GPU");
+    return count > 0 ? 0 : 77;
+  });
+  std::string reason = why.Receive();
+  if (rc == 77) Skip("no CUDA GPU here: " + reason);
+  REQUIRE(rc == 0);
+}
+
+// Makes device `ordinal`'s primary context current in this thread (of a child process).
+const CudaDriver& Cuda(int ordinal = 0) {
+  const CudaDriver* cu = *LoadCudaDriver();
+  CUdevice dev;
+  CUcontext ctx;
+  cu->DeviceGet(&dev, ordinal);
+  cu->DevicePrimaryCtxRetain(&ctx, dev);
+  cu->CtxSetCurrent(ctx);
+  return *cu;
+}
+
+CUdeviceptr Ptr(std::span<const std::byte> frame) { return reinterpret_cast<CUdeviceptr>(frame.data()); }
+
+// Every 32-bit word of `frame` is `value`.
+bool AllWords(const CudaDriver& cu, std::span<const std::byte> frame, uint32_t value) {
+  std::vector<uint32_t> host(frame.size() / 4);
+  if (cu.MemcpyDtoH(host.data(), Ptr(frame), host.size() * 4) != CUDA_SUCCESS) return false;
+  return std::all_of(host.begin(), host.end(), [&](uint32_t w) { return w == value; });
+}
+
+Daemon CudaDaemon() { return Daemon({"--capacity", "256MiB", "--device-chunk-size", "256MiB"}); }
+
+Place FirstGpu(const Daemon& d) {
+  auto pools = d.Connect().DevicePools();
+  REQUIRE(pools.ok());
+  REQUIRE(!pools->empty());
+  return Place::Gpu((*pools)[0].uuid);
+}
+
+}  // namespace
+
+TEST_CASE("cuda: capabilities of the driver and the GPUs", "[cuda]") {
+  NeedGpu();
+  int rc = RunChild([] {
+    const CudaDriver& cu = **LoadCudaDriver();
+    int count = 0;
+    cu.DeviceGetCount(&count);
+    std::printf("driver version %d, %d GPU(s)\n", cu.driver_version, count);
+    int usable = 0;
+    for (int i = 0; i < count; ++i) {
+      CUdevice dev;
+      cu.DeviceGet(&dev, i);
+      char name[256] = {};
+      CUuuid uuid;
+      int vmm = 0, fd = 0;
+      cu.DeviceGetName(name, sizeof name - 1, dev);
+      cu.DeviceGetUuid(&uuid, dev);
+      cu.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+      cu.DeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev);
+      CUmemAllocationProp prop{};
+      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      prop.location.id = dev;
+      prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+      size_t granularity = 0;
+      cu.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+      std::printf("  %d: %s %s, VMM %s, POSIX fd handles %s, granularity %zu bytes\n", i,
+                  FormatGpuUuid(uuid).c_str(), name, vmm ? "yes" : "no", fd ? "yes" : "no",
+                  granularity);
+      usable += vmm && fd;
+    }
+    return usable > 0 ? 0 : 1;
+  });
+  CHECK(rc == 0);
+  Daemon d = CudaDaemon();
+  auto pools = d.Connect().DevicePools();
+  REQUIRE(pools.ok());
+  CHECK((*pools)[0].kind == "cuda");
+  std::printf("%s\n", d.Log().c_str());
+}
+
+TEST_CASE("cuda: device frames written by one process are read by another", "[cuda]") {
+  NeedGpu();
+  Daemon d = CudaDaemon();
+  Place gpu = FirstGpu(d);
+  std::mt19937_64 rng(Catch::rngSeed());
+  std::vector<uint64_t> sizes;
+  for (int i = 0; i < 24; ++i) sizes.push_back(4 * (1 + rng() % ((i % 3 == 0 ? 16u << 20 : 64u << 10) / 4)));
+  sizes.push_back(200 << 20);  // larger than half a chunk: a chunk of its own
+  Channel guids;
+  int producer = RunChild([&] {
+    const CudaDriver& cu = Cuda();
+    Client c = d.Connect();
+    CreateOptions o;
+    o.places = {gpu};
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      auto draft = c.Create({sizes[i]}, o);
+      if (!draft.ok()) return 1;
+      // Queued on the legacy default stream; Seal waits for it.
+      if (cu.MemsetD32(Ptr(draft->frame(0)), 0xD0000000u + static_cast<uint32_t>(i), sizes[i] / 4) !=
+          CUDA_SUCCESS) {
+        return 2;
+      }
+      if (!draft->Seal().ok()) return 3;
+      guids.Send(draft->guid().ToString());
+    }
+    return 0;
+  });
+  REQUIRE(producer == 0);
+  std::vector<Guid> made;
+  for (size_t i = 0; i < sizes.size(); ++i) made.push_back(*Guid::Parse(guids.Receive()));
+  int consumer = RunChild([&] {
+    const CudaDriver& cu = Cuda();
+    Client c = d.Connect();
+    for (size_t i = 0; i < made.size(); ++i) {
+      auto obj = c.Get(made[i]);
+      if (!obj.ok() || obj->place(0) != gpu || obj->frame(0).size() != sizes[i]) return 1;
+      if (!AllWords(cu, obj->frame(0), 0xD0000000u + static_cast<uint32_t>(i))) return 2;
+    }
+    return 0;
+  });
+  CHECK(consumer == 0);
+}
+
+TEST_CASE("cuda: a mixed object and objects sharing one chunk import it once", "[cuda]") {
+  NeedGpu();
+  Daemon d = CudaDaemon();
+  Place gpu = FirstGpu(d);
+  Client c = d.Connect();
+  int rc = RunChild([&] {
+    const CudaDriver& cu = Cuda();
+    Client k = d.Connect();
+    CreateOptions o;
+    o.places = {Place::Host(), gpu, gpu, gpu};
+    std::vector<Guid> guids;
+    for (int n = 0; n < 10; ++n) {
+      auto draft = k.Create({64, 1 << 20, 2 << 20, 4 << 10}, o);
+      if (!draft.ok()) return 1;
+      std::memset(draft->frame(0).data(), n, 64);
+      for (size_t f = 1; f < 4; ++f) cu.MemsetD32(Ptr(draft->frame(f)), n * 10 + f, draft->frame(f).size() / 4);
+      guids.push_back(draft->guid());
+      if (!draft->Seal().ok()) return 2;
+    }
+    Client reader = d.Connect();
+    CUdeviceptr first = 0;
+    uint64_t first_offset = 0;
+    for (int n = 0; n < 10; ++n) {
+      auto obj = reader.Get(guids[n]);
+      if (!obj.ok() || !obj->place(0).host() || obj->place(1) != gpu) return 3;
+      if (static_cast<int>(obj->frame(0)[0]) != n) return 4;
+      for (size_t f = 1; f < 4; ++f) {
+        if (!AllWords(cu, obj->frame(f), n * 10 + f)) return 5;
+      }
+      // One import per chunk: every frame's address is the same base plus its offset.
+      auto info = reader.Stat(guids[n]);
+      if (n == 0) {
+        first = Ptr(obj->frame(1));
+        first_offset = info->frames[1].offset;
+      } else if (Ptr(obj->frame(1)) - first != info->frames[1].offset - first_offset) {
+        return 6;
+      }
+    }
+    return 0;
+  });
+  CHECK(rc == 0);
+}
+
+TEST_CASE("cuda: a killed holder's device memory is reclaimed", "[cuda]") {
+  NeedGpu();
+  Daemon d = CudaDaemon();
+  Place gpu = FirstGpu(d);
+  Client c = d.Connect();
+  Channel ready;
+  pid_t victim = Spawn([&] {
+    Cuda();
+    Client k = d.Connect();
+    CreateOptions o;
+    o.places = {gpu};
+    auto sealed = k.Put(std::vector<std::byte>(8 << 20), o);
+    auto draft = k.Create({16 << 20}, o);
+    auto held = sealed.ok() ? k.Get(*sealed) : sealed.status();
+    if (sealed.ok()) k.Delete(*sealed);
+    ready.Send(draft.ok() && held.ok() ? "ready" : "failed");
+    ::pause();
+    return 0;
+  });
+  REQUIRE(ready.Receive() == "ready");
+  auto used = [&] { return c.GetStatus()->device_pools.at(0).used; };
+  CHECK(used() >= (24u << 20));
+  ::kill(victim, SIGKILL);
+  Wait(victim);
+  CHECK(WaitFor([&] { return used() == 0; }));
+}
+
+TEST_CASE("cuda: a deleted range is not reused while a consumer holds it", "[cuda]") {
+  NeedGpu();
+  Daemon d = CudaDaemon();
+  Place gpu = FirstGpu(d);
+  int rc = RunChild([&] {
+    const CudaDriver& cu = Cuda();
+    Client producer = d.Connect();
+    Client reader = d.Connect();
+    CreateOptions o;
+    o.places = {gpu};
+    auto a = producer.Create({1 << 20}, o);
+    cu.MemsetD32(Ptr(a->frame(0)), 0xA, (1 << 20) / 4);
+    Guid ga = a->guid();
+    if (!a->Seal().ok()) return 1;
+    auto view = reader.Get(ga);
+    uint64_t offset = producer.Stat(ga)->frames[0].offset;
+    if (!producer.Delete(ga).ok()) return 2;
+    auto b = producer.Create({1 << 20}, o);
+    if (!b.ok()) return 3;
+    cu.MemsetD32(Ptr(b->frame(0)), 0xB, (1 << 20) / 4);
+    if (!b->Seal().ok()) return 4;
+    if (producer.Stat(b->guid())->frames[0].offset == offset) return 5;
+    return AllWords(cu, view->frame(0), 0xA) ? 0 : 6;
+  });
+  CHECK(rc == 0);
+}
