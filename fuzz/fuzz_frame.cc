@@ -64,6 +64,19 @@ class Sink {
     Add(t->id());
     Add(t->size());
     Add(t->dedicated());
+    Add(t->pool());
+  }
+  void Add(const wire::DevicePoolInfo* t) {
+    if (t == nullptr) return;
+    Add(t->pool());
+    Add(t->uuid());
+    Add(t->name());
+    Add(t->kind());
+    Add(t->capacity());
+    Add(t->chunk_size());
+    Add(t->reserved());
+    Add(t->used());
+    Add(t->chunks());
   }
   void Add(const wire::ErrorReply* t) {
     if (t == nullptr) return;
@@ -84,6 +97,8 @@ class Sink {
     Add(t->max_message_size());
     Add(t->max_inline_size());
     Add(t->hugepages());
+    Add(t->device_pools());
+    Add(t->devices_unavailable());
   }
   void Add(const wire::CreateRequest* t) {
     if (t == nullptr) return;
@@ -95,6 +110,7 @@ class Sink {
     Add(t->inline_data());
     Add(t->seal());
     Add(t->checksum());
+    Add(t->frame_pools());
   }
   void Add(const wire::CreateReply* t) {
     if (t == nullptr) return;
@@ -204,6 +220,8 @@ class Sink {
     Add(t->client_quota_objects());
     Add(t->per_user_namespaces());
     Add(t->namespaces());
+    Add(t->device_pools());
+    Add(t->devices_unavailable());
   }
   void Add(const wire::ClientInfo* t) {
     if (t == nullptr) return;
@@ -238,7 +256,9 @@ class Sink {
     Add(t->dropped());
   }
   void Add(const wire::SegmentsRetired* t) {
-    if (t != nullptr) Add(t->ids());
+    if (t == nullptr) return;
+    Add(t->ids());
+    Add(t->pool());
   }
 
   uint64_t value() const { return h_; }

@@ -49,13 +49,14 @@ struct CreateArgs {
   bool evictable = false;
   bool inline_data = false;  // the frames' bytes in the message, sealed at once
   std::optional<uint64_t> checksum;
+  std::vector<uint32_t> pools;  // per frame; empty: all on the host
 };
 
 CreateArgs Args(std::vector<uint64_t> sizes, std::optional<uint64_t> guid, std::string name = "",
                 Bytes metadata = {}, bool evictable = false, bool inline_data = false,
-                std::optional<uint64_t> checksum = std::nullopt) {
+                std::optional<uint64_t> checksum = std::nullopt, std::vector<uint32_t> pools = {}) {
   return CreateArgs{std::move(sizes), guid,        std::move(name), std::move(metadata),
-                    evictable,        inline_data, checksum};
+                    evictable,        inline_data, checksum,        std::move(pools)};
 }
 
 Bytes Create(const CreateArgs& a) {
@@ -73,6 +74,7 @@ Bytes Create(const CreateArgs& a) {
   auto metadata = a.metadata.empty() ? 0 : fbb.CreateVector(a.metadata);
   auto name = a.name.empty() ? 0 : fbb.CreateString(a.name);
   auto inline_data = a.inline_data ? fbb.CreateVector(data) : 0;
+  auto pools = a.pools.empty() ? 0 : fbb.CreateVector(a.pools);
   wire::CreateRequestBuilder b(fbb);
   b.add_frame_sizes(sizes);
   if (!a.metadata.empty()) b.add_metadata(metadata);
@@ -84,6 +86,7 @@ Bytes Create(const CreateArgs& a) {
     b.add_seal(true);
   }
   if (a.checksum) b.add_checksum(*a.checksum);
+  if (!a.pools.empty()) b.add_frame_pools(pools);
   fbb.Finish(b.Finish());
   return Encode(T(MsgType::kCreate), fbb);
 }
@@ -135,9 +138,28 @@ Bytes Empty(uint16_t type) {
 
 // Replies and the daemon's own messages.
 
+fb::Offset<wire::DevicePoolInfo> DevicePool(fb::FlatBufferBuilder& fbb) {
+  auto uuid = fbb.CreateString("GPU-00000000-1111-2222-3333-444444444444");
+  auto name = fbb.CreateString("seed GPU");
+  auto kind = fbb.CreateString("memfd-test");
+  wire::DevicePoolInfoBuilder b(fbb);
+  b.add_pool(1);
+  b.add_uuid(uuid);
+  b.add_name(name);
+  b.add_kind(kind);
+  b.add_capacity(1ull << 33);
+  b.add_chunk_size(1ull << 30);
+  b.add_reserved(1ull << 30);
+  b.add_used(4096);
+  b.add_chunks(1);
+  return b.Finish();
+}
+
 Bytes HelloReply() {
   fb::FlatBufferBuilder fbb;
   auto version = fbb.CreateString("0.1.0");
+  std::vector<fb::Offset<wire::DevicePoolInfo>> pools = {DevicePool(fbb)};
+  auto pools_vec = fbb.CreateVector(pools);
   wire::HelloReplyBuilder b(fbb);
   b.add_version(proto::kProtocolVersion);
   b.add_daemon_version(version);
@@ -146,6 +168,7 @@ Bytes HelloReply() {
   b.add_max_message_size(proto::kMaxMessageSize);
   b.add_max_inline_size(proto::kMaxInlineSize);
   b.add_hugepages(true);
+  b.add_device_pools(pools_vec);
   fbb.Finish(b.Finish());
   return Encode(proto::ReplyType(MsgType::kHello), fbb, 1);
 }
@@ -248,6 +271,7 @@ Bytes StatusReply() {
   auto socket = fbb.CreateString("/tmp/depot.sock");
   auto errors_vec = fbb.CreateVector(errors);
   auto users_vec = fbb.CreateVectorOfStructs(users);
+  auto unavailable = fbb.CreateString("no GPU");
   wire::StatusReplyBuilder b(fbb);
   b.add_daemon_version(version);
   b.add_daemon_pid(4242);
@@ -278,6 +302,7 @@ Bytes StatusReply() {
   b.add_client_quota_objects(50);
   b.add_per_user_namespaces(true);
   b.add_namespaces(2);
+  b.add_devices_unavailable(unavailable);
   fbb.Finish(b.Finish());
   return Encode(proto::ReplyType(MsgType::kStatus), fbb);
 }
@@ -327,7 +352,11 @@ Bytes Event() {
 Bytes SegmentsRetired() {
   fb::FlatBufferBuilder fbb;
   std::vector<uint32_t> ids = {1, 2};
-  fbb.Finish(wire::CreateSegmentsRetiredDirect(fbb, &ids));
+  auto ids_vec = fbb.CreateVector(ids);
+  wire::SegmentsRetiredBuilder b(fbb);
+  b.add_ids(ids_vec);
+  b.add_pool(1);
+  fbb.Finish(b.Finish());
   return Encode(T(MsgType::kSegmentsRetired), fbb, 0);
 }
 
@@ -367,7 +396,8 @@ void Write(const std::filesystem::path& dir, const std::string& name, const Byte
 }
 
 void WriteFrameCorpus(const std::filesystem::path& dir) {
-  CreateArgs full = Args({4096, 0, 100}, 1, "tensor", {1, 2, 3}, true, false);
+  CreateArgs full =
+      Args({4096, 0, 100}, 1, "tensor", {1, 2, 3}, true, false, std::nullopt, {0, 0, 1});
   CreateArgs small = Args({16, 8}, 2, "", {}, false, true, 0x0123456789abcdefull);
   std::vector<std::pair<std::string, Bytes>> messages = {
       {"hello", Hello()},
@@ -513,6 +543,8 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
             .Msg(0, Create(Args({16}, 10, "", Bytes(2000, 1))))
             .Msg(0, Create(Args({16}, 10, std::string(300, 'n'))))
             .Msg(0, Create(Args({16}, 0)))
+            .Msg(0, Create(Args({16, 32}, 13, "", {}, false, false, std::nullopt, {0, 1})))
+            .Msg(0, Create(Args({16, 32}, 14, "", {}, false, false, std::nullopt, {0})))
             .Msg(0, GuidMessage(MsgType::kSeal, 11))
             .Msg(0, Create(Args({16}, 11)))
             .Msg(0, Create(Args({16}, 11)))
