@@ -386,6 +386,8 @@ Result<ListPage> Client::List(std::optional<Guid> after, uint32_t limit) {
   return page;
 }
 
+Status Client::PinHostMemory() { return conn_->PinHostMemory(); }
+
 Result<std::vector<DevicePoolInfo>> Client::DevicePools() const {
   if (conn_->device_pools().empty()) {
     return Status::Unavailable(

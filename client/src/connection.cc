@@ -463,7 +463,39 @@ Status Connection::Map(Segment& s, bool writable, void** base) {
   }
   if (hugepages_ && s.pool == 0) ::madvise(p, s.size, MADV_HUGEPAGE);
   *base = p;
+  return s.pool == 0 ? Pin(s, p) : Status::OK();
+}
+
+Status Connection::Pin(Segment& s, void* base) {
+  if (!pin_host_ || s.pinned || base == nullptr) return Status::OK();
+#ifdef DEPOT_HAVE_CUDA
+  auto cu = LoadCudaDriver();
+  if (!cu.ok()) return cu.status();
+  // One registration per segment: the read-only mapping when there is one.
+  unsigned flags = base == s.ro ? CU_MEMHOSTREGISTER_READ_ONLY : 0;
+  if (CUresult r = (*cu)->MemHostRegister(base, s.size, flags); r != CUDA_SUCCESS) {
+    return Status::Unavailable((*cu)->Error(r, "cuMemHostRegister"));
+  }
+  s.pinned = true;
   return Status::OK();
+#else
+  return Status::Unavailable("this libdepot is built without CUDA support");
+#endif
+}
+
+Status Connection::PinHostMemory() {
+#ifdef DEPOT_HAVE_CUDA
+  if (auto cu = LoadCudaDriver(); !cu.ok()) return cu.status();
+  std::lock_guard lk(seg_mu_);
+  pin_host_ = true;
+  for (auto& [key, s] : segments_) {
+    if (s.pool != 0) continue;
+    if (Status st = Pin(s, s.ro ? s.ro : s.rw); !st.ok()) return st;
+  }
+  return Status::OK();
+#else
+  return Status::Unavailable("this libdepot is built without CUDA support");
+#endif
 }
 
 Result<int> Connection::LocalDevice(uint32_t pool) const {
@@ -543,10 +575,14 @@ void Connection::Unmap(Segment& s) {
     }
 #endif
   } else {
+#ifdef DEPOT_HAVE_CUDA
+    if (s.pinned) (*LoadCudaDriver())->MemHostUnregister(s.ro ? s.ro : s.rw);
+#endif
     if (s.ro) ::munmap(s.ro, s.size);
     if (s.rw) ::munmap(s.rw, s.size);
   }
   s.ro = s.rw = nullptr;
+  s.pinned = false;
 }
 
 std::optional<Object> Connection::Cached(const Guid& guid) {

@@ -85,6 +85,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Place PlaceOf(uint32_t pool) const;
   // Copies host bytes into a frame of this process's draft at `place`.
   Status CopyIn(std::span<std::byte> dst, std::span<const std::byte> src, const Place& place) const;
+  // See Client::PinHostMemory.
+  Status PinHostMemory();
   // Waits for `cuda_stream` when any of `places` is on a CUDA GPU (see Draft::Seal).
   Status SyncDevices(const std::vector<Place>& places, void* cuda_stream) const;
 
@@ -123,6 +125,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::vector<bool> rw_populated;
     uint32_t pool = 0;       // 0: host; otherwise a device chunk
     bool cuda = false;       // imported with CUDA VMM: ro and rw are device addresses
+    bool pinned = false;     // ro (or else rw) is registered with CUDA
   };
   struct CacheEntry {
     std::weak_ptr<Holding> holding;
@@ -138,6 +141,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Status ReadSome(std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   Status Dispatch(const proto::Header& h, std::span<const uint8_t> body);
   void Unmap(Segment& s);
+  // Registers a host mapping with CUDA when pin_host_ is set; seg_mu_ held.
+  Status Pin(Segment& s, void* base);
   // Maps segment `s` (read-write or read-only) into this process: mmap, or for a CUDA chunk
   // import, reserve, map and set access on the matching local GPU.
   Status Map(Segment& s, bool writable, void** base);
@@ -155,6 +160,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   proto::UniqueFd fd_;
   std::string path_;
   bool hugepages_ = false;  // the daemon asks for huge pages on segment mappings
+  bool pin_host_ = false;  // register host mappings with CUDA (PinHostMemory)
   std::vector<DevicePoolInfo> device_pools_;
   std::string devices_unavailable_;
   std::atomic<uint64_t> next_id_{1};

@@ -238,6 +238,11 @@ class Client {
 
   Result<StoreStatus> GetStatus();
 
+  // Page-locks (cuMemHostRegister) every host segment this connection maps, now and later, so
+  // that copies between host objects and a GPU run at pinned-memory speed. Costs time per
+  // segment mapped (once each). Unavailable without a CUDA driver.
+  Status PinHostMemory();
+
   // The daemon's device pools, as of connecting. Unavailable, with the daemon's reason ("cannot
   // load libcuda.so.1: ...", "built without CUDA support"), when it has none.
   Result<std::vector<DevicePoolInfo>> DevicePools() const;
