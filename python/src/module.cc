@@ -167,9 +167,17 @@ py::memoryview ViewOf(py::object exporter) {
   return py::reinterpret_steal<py::memoryview>(PyMemoryView_FromObject(exporter.ptr()));
 }
 
+// A device frame's span is a GPU address range: a memoryview over it would fault on first read.
+void CheckHost(const depot::Place& place, size_t i, const depot::Guid& guid) {
+  if (place.host()) return;
+  RaiseInvalidArgument("frame " + std::to_string(i) + " of " + guid.ToString() + " lives on GPU " +
+                       place.gpu + ": device frames are not available from Python yet");
+}
+
 py::list FramesOf(const depot::Object& object) {
   py::list frames;
   for (size_t i = 0; i < object.frame_count(); ++i) {
+    CheckHost(object.place(i), i, object.guid());
     frames.append(ViewOf(py::cast(ReadFrame{object, i})));
   }
   return frames;
@@ -192,6 +200,7 @@ class PyDraft {
   py::list frames() const {
     py::list frames;
     for (size_t i = 0; i < draft_->frame_count(); ++i) {
+      CheckHost(draft_->place(i), i, draft_->guid());
       frames.append(ViewOf(py::cast(WriteFrame{draft_, i})));
     }
     return frames;
