@@ -79,7 +79,7 @@ def array_of(obj):
     try:
         description = json.loads(obj.metadata)[ARRAY_METADATA_KEY]
     except (ValueError, KeyError, TypeError):
-        raise InvalidArgument(  # noqa: F821 (made from the code table above)
+        raise _core.InvalidArgument(
             f"object {obj.guid} was not written by put_array (no array description in its "
             "metadata)") from None
     dtype = np.lib.format.descr_to_dtype(description["descr"])
