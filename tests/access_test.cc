@@ -20,11 +20,6 @@ constexpr uid_t kAlice = 41001;
 constexpr uid_t kBob = 41002;
 constexpr gid_t kStaff = 41100;
 
-[[noreturn]] void Skip(const std::string& why) {
-  std::printf("SKIPPED: %s\n", why.c_str());
-  std::fflush(stdout);
-  std::_Exit(77);
-}
 
 void NeedRoot() {
   if (::geteuid() != 0) Skip("needs root to run client processes as other uids");

@@ -19,11 +19,6 @@ using namespace depot::test;
 
 namespace {
 
-[[noreturn]] void Skip(const std::string& why) {
-  std::printf("SKIPPED: %s\n", why.c_str());
-  std::fflush(stdout);
-  std::_Exit(77);
-}
 
 // Skips the test unless a child process finds a GPU with what device pools need.
 void NeedGpu() {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <cstring>
@@ -17,6 +18,12 @@
 #include <catch2/catch.hpp>
 
 namespace depot::test {
+
+void Skip(const std::string& why) {
+  std::printf("SKIPPED: %s\n", why.c_str());
+  std::fflush(stdout);
+  std::_Exit(77);
+}
 
 std::string TempDir() {
   char tmpl[] = "/tmp/depot-test-XXXXXX";

@@ -54,6 +54,10 @@ class Daemon {
 // Makes a fresh temporary directory and returns its path.
 std::string TempDir();
 
+// Ends this test as skipped: prints the reason and exits 77, which ctest reports as skipped
+// (SKIP_RETURN_CODE), never as passed.
+[[noreturn]] void Skip(const std::string& why);
+
 // Runs `fn` in a forked child process and returns its pid. The child exits with fn's result.
 pid_t Spawn(std::function<int()> fn);
 

@@ -99,12 +99,6 @@ std::set<std::string> ShmNames(const std::string& prefix) {
   return names;
 }
 
-// ctest reports exit code 77 as skipped (SKIP_RETURN_CODE), with this line as the reason.
-[[noreturn]] void Skip(const std::string& why) {
-  std::printf("SKIPPED: %s\n", why.c_str());
-  std::fflush(stdout);
-  std::_Exit(77);
-}
 
 }  // namespace
 

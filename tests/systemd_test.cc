@@ -37,12 +37,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// ctest reports exit code 77 as skipped (SKIP_RETURN_CODE), with this line as the reason.
-[[noreturn]] void Skip(const std::string& why) {
-  std::printf("SKIPPED: %s\n", why.c_str());
-  std::fflush(stdout);
-  std::_Exit(77);
-}
 
 // Skips the test, naming the tool, when `tool` cannot be run here.
 void RequireTool(const std::string& tool, const std::string& package) {
