@@ -271,6 +271,7 @@ Status Connection::Dispatch(const proto::Header& h, std::span<const uint8_t> bod
   if (h.type == static_cast<uint16_t>(proto::MsgType::kSegmentsRetired)) {
     std::lock_guard lk(seg_mu_);
     const auto* retired = proto::Body<wire::SegmentsRetired>(body);
+    if (retired->ids() == nullptr) return Status::OK();
     for (uint32_t id : *retired->ids()) {
       auto it = segments_.find(uint64_t{retired->pool()} << 32 | id);
       if (it == segments_.end()) continue;
