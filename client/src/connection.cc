@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -402,6 +403,17 @@ Result<uint32_t> Connection::PoolOf(const Place& place) const {
   return Status::InvalidArgument(fmt::format("depotd has no device pool on {}", place.gpu));
 }
 
+std::vector<Place> Connection::Places(
+    const flatbuffers::Vector<const wire::FrameLocation*>* frames) const {
+  std::vector<Place> places;
+  if (frames == nullptr) return places;
+  bool device = std::any_of(frames->begin(), frames->end(),
+                            [](const wire::FrameLocation* f) { return f->pool() != 0; });
+  if (!device) return places;  // empty: every frame on the host
+  for (const wire::FrameLocation* f : *frames) places.push_back(PlaceOf(f->pool()));
+  return places;
+}
+
 Place Connection::PlaceOf(uint32_t pool) const {
   for (const DevicePoolInfo& p : device_pools_) {
     if (p.pool == pool) return Place::Gpu(p.uuid);
@@ -606,12 +618,7 @@ Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Mes
     h->frames.emplace_back(f.data(), f.size());
     h->size += f.size();
   }
-  for (const wire::FrameLocation* f : *r.frames()) {
-    if (f->pool() == 0) continue;
-    h->places.resize(r.frames()->size());
-    for (size_t i = 0; i < r.frames()->size(); ++i) h->places[i] = PlaceOf(r.frames()->Get(i)->pool());
-    break;
-  }
+  h->places = Places(r.frames());
   if (r.metadata()) {
     auto* m = reinterpret_cast<const std::byte*>(r.metadata()->data());
     h->metadata.assign(m, m + r.metadata()->size());
@@ -695,13 +702,7 @@ Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg
     Call(proto::MsgType::kAbort, fbb);
     return frames.status();
   }
-  std::vector<Place> places;
-  for (const wire::FrameLocation* f : *reply.frames()) {
-    if (f->pool() == 0) continue;
-    for (const wire::FrameLocation* g : *reply.frames()) places.push_back(PlaceOf(g->pool()));
-    break;
-  }
-  return Draft(shared_from_this(), guid, std::move(*frames), std::move(uses), std::move(places));
+  return Draft(shared_from_this(), guid, std::move(*frames), std::move(uses), Places(reply.frames()));
 }
 
 }  // namespace depot::internal

@@ -83,6 +83,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Result<uint32_t> PoolOf(const Place& place) const;
   // Where a frame of pool `pool` lives.
   Place PlaceOf(uint32_t pool) const;
+  // Where each of `frames` lives; empty when every frame is on the host.
+  std::vector<Place> Places(const flatbuffers::Vector<const wire::FrameLocation*>* frames) const;
   // Copies host bytes into a frame of this process's draft at `place`.
   Status CopyIn(std::span<std::byte> dst, std::span<const std::byte> src, const Place& place) const;
   // See Client::PinHostMemory.
