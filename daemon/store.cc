@@ -208,6 +208,7 @@ std::string Store::Refusal(const PeerCredentials& c) const {
 }
 
 Status Store::CheckQuota(const SessionState& st, uint64_t bytes) const {
+  // `who` names the holder, in the message only.
   auto check = [&](const Quota& q, const Usage& u, const std::string& who,
                    std::string_view key) -> Status {
     if (q.objects != 0 && u.objects + 1 > q.objects) {
@@ -221,10 +222,13 @@ Status Store::CheckQuota(const SessionState& st, uint64_t bytes) const {
     }
     return Status::OK();
   };
-  auto it = user_usage_.find(st.creds.uid);
-  Status user = check(options_.user_quota, it == user_usage_.end() ? Usage{} : it->second,
-                      fmt::format("uid {}", st.creds.uid), "user_quota");
-  if (!user.ok()) return user;
+  const Quota& uq = options_.user_quota;
+  if (uq.bytes != 0 || uq.objects != 0) {
+    auto it = user_usage_.find(st.creds.uid);
+    Status user = check(uq, it == user_usage_.end() ? Usage{} : it->second,
+                        fmt::format("uid {}", st.creds.uid), "user_quota");
+    if (!user.ok()) return user;
+  }
   return check(options_.client_quota, st.created, "this connection", "client_quota");
 }
 
@@ -235,10 +239,9 @@ void Store::OnFreed(Namespace& ns, const StoredObject& o) {
     u.bytes -= std::min(u.bytes, bytes);
     u.objects -= std::min<uint64_t>(u.objects, 1);
   };
-  if (auto it = user_usage_.find(o.creator_uid); it != user_usage_.end()) {
-    forget(it->second);
-    if (it->second.objects == 0) user_usage_.erase(it);
-  }
+  // Entries stay when they reach zero: a user who puts and deletes in a loop would otherwise
+  // cost an allocation per object.
+  if (auto it = user_usage_.find(o.creator_uid); it != user_usage_.end()) forget(it->second);
   if (auto it = sessions_.find(o.creator); it != sessions_.end()) forget(it->second.created);
 }
 
@@ -890,7 +893,9 @@ void Store::OnStatus(SessionId s, uint64_t id) {
   auto version = fbb.CreateString(options_.version);
   auto socket = fbb.CreateString(options_.socket_path);
   auto errors = fbb.CreateVector(errors_.data(), static_cast<size_t>(wire::Code::MAX) + 1);
-  for (const auto& [uid, u] : user_usage_) users.emplace_back(uid, u.objects, u.bytes);
+  for (const auto& [uid, u] : user_usage_) {
+    if (u.objects > 0) users.emplace_back(uid, u.objects, u.bytes);
+  }
   auto users_vec = fbb.CreateVectorOfStructs(users);
   auto device_pools = DevicePools(fbb);
   auto unavailable = fbb.CreateString(options_.devices_unavailable);
