@@ -736,37 +736,25 @@ void Store::FinishGet(uint64_t wait_id) {
   Reply(w.session, w.request_id, proto::ReplyType(MsgType::kGet), fbb, std::move(fds));
 }
 
-bool Store::SegmentOf(const Namespace& ns, uint32_t pool, uint32_t id, int* fd, uint64_t* size,
-                      bool* dedicated) {
+Store::SegmentRef Store::SegmentOf(const Namespace& ns, uint32_t pool, uint32_t id) {
   if (pool == 0) {
     const HostPool::Segment* seg = ns.pool->segment(id);
-    if (seg == nullptr) return false;
-    *fd = seg->fd();
-    *size = seg->size;
-    *dedicated = seg->dedicated;
-    return true;
+    return {seg->fd(), seg->size, seg->dedicated};
   }
   const DevicePool::Chunk* chunk = ns.devices.at(pool - 1)->chunk(id);
-  if (chunk == nullptr) return false;
-  *fd = chunk->memory.fd.get();
-  *size = chunk->memory.size;
-  *dedicated = chunk->dedicated;
-  return true;
+  return {chunk->memory.fd.get(), chunk->memory.size, chunk->dedicated};
 }
 
 Status Store::CollectSegments(SessionState& st, std::span<const Location> frames,
                               std::vector<uint64_t>& keys, std::vector<proto::UniqueFd>& fds) {
   for (const Location& f : frames) {
     if (f.size == 0) continue;
-    int seg_fd;
-    uint64_t size;
-    bool dedicated;
-    SegmentOf(*st.ns, f.pool, f.segment, &seg_fd, &size, &dedicated);
+    SegmentRef seg = SegmentOf(*st.ns, f.pool, f.segment);
     uint64_t key = SegmentKey(f.pool, f.segment);
-    bool needed = dedicated ? std::find(keys.begin(), keys.end(), key) == keys.end()
-                            : !st.sent_segments.contains(key);
+    bool needed = seg.dedicated ? std::find(keys.begin(), keys.end(), key) == keys.end()
+                                : !st.sent_segments.contains(key);
     if (!needed) continue;
-    proto::UniqueFd fd(::fcntl(seg_fd, F_DUPFD_CLOEXEC, 0));
+    proto::UniqueFd fd(::fcntl(seg.fd, F_DUPFD_CLOEXEC, 0));
     if (!fd.valid()) {
       // The caller sends nothing, so the peer still lacks every segment of this reply.
       for (uint64_t sent : keys) st.sent_segments.erase(sent);
@@ -774,7 +762,7 @@ Status Store::CollectSegments(SessionState& st, std::span<const Location> frames
       spdlog::error("{} (raise LimitNOFILE / RLIMIT_NOFILE)", why);
       return Status::Unavailable(why);
     }
-    if (!dedicated) st.sent_segments.insert(key);
+    if (!seg.dedicated) st.sent_segments.insert(key);
     keys.push_back(key);
     fds.push_back(std::move(fd));
   }
@@ -787,11 +775,8 @@ fb::Offset<fb::Vector<fb::Offset<wire::SegmentInfo>>> Store::SegmentInfos(
   for (uint64_t key : keys) {
     auto pool = static_cast<uint32_t>(key >> 32);
     auto id = static_cast<uint32_t>(key);
-    int fd;
-    uint64_t size;
-    bool dedicated;
-    SegmentOf(ns, pool, id, &fd, &size, &dedicated);
-    infos.push_back(wire::CreateSegmentInfo(fbb, id, size, dedicated, pool));
+    SegmentRef seg = SegmentOf(ns, pool, id);
+    infos.push_back(wire::CreateSegmentInfo(fbb, id, seg.size, seg.dedicated, pool));
   }
   return fbb.CreateVector(infos);
 }

@@ -225,9 +225,13 @@ class Store {
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::SegmentInfo>>> SegmentInfos(
       flatbuffers::FlatBufferBuilder& fbb, const Namespace& ns, const std::vector<uint64_t>& keys);
   void OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t segment);
-  // A segment or chunk: its fd, size and whether it is dedicated. False for an unknown one.
-  static bool SegmentOf(const Namespace& ns, uint32_t pool, uint32_t id, int* fd, uint64_t* size,
-                        bool* dedicated);
+  // A host segment or device chunk that a live object's frame names (so it exists).
+  struct SegmentRef {
+    int fd;
+    uint64_t size;
+    bool dedicated;
+  };
+  static SegmentRef SegmentOf(const Namespace& ns, uint32_t pool, uint32_t id);
   static uint64_t SegmentKey(uint32_t pool, uint32_t id) { return uint64_t{pool} << 32 | id; }
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::DevicePoolInfo>>> DevicePools(
       flatbuffers::FlatBufferBuilder& fbb) const;

@@ -388,13 +388,7 @@ Result<ListPage> Client::List(std::optional<Guid> after, uint32_t limit) {
 
 Status Client::PinHostMemory() { return conn_->PinHostMemory(); }
 
-Result<std::vector<DevicePoolInfo>> Client::DevicePools() const {
-  if (conn_->device_pools().empty()) {
-    return Status::Unavailable(
-        fmt::format("device pools: unavailable ({})", conn_->devices_unavailable()));
-  }
-  return conn_->device_pools();
-}
+Result<std::vector<DevicePoolInfo>> Client::DevicePools() const { return conn_->DevicePools(); }
 
 Result<StoreStatus> Client::GetStatus() {
   auto reply = CallWithoutArguments(*conn_, MsgType::kStatus);
@@ -433,14 +427,7 @@ Result<StoreStatus> Client::GetStatus() {
   s.per_user_namespaces = r->per_user_namespaces();
   s.namespaces = r->namespaces();
   if (r->devices_unavailable()) s.devices_unavailable = r->devices_unavailable()->str();
-  if (r->device_pools()) {
-    for (const wire::DevicePoolInfo* p : *r->device_pools()) {
-      s.device_pools.push_back({p->pool(), p->uuid() ? p->uuid()->str() : "",
-                                p->name() ? p->name()->str() : "", p->kind() ? p->kind()->str() : "",
-                                p->capacity(), p->chunk_size(), p->reserved(), p->used(),
-                                p->chunks()});
-    }
-  }
+  s.device_pools = internal::DevicePoolsFromWire(r->device_pools());
   return s;
 }
 

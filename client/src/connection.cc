@@ -66,14 +66,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   const auto* hello = proto::Body<wire::HelloReply>(reply->body);
   conn->hugepages_ = hello->hugepages();
   if (hello->devices_unavailable()) conn->devices_unavailable_ = hello->devices_unavailable()->str();
-  if (hello->device_pools()) {
-    for (const wire::DevicePoolInfo* p : *hello->device_pools()) {
-      conn->device_pools_.push_back(
-          {p->pool(), p->uuid() ? p->uuid()->str() : "", p->name() ? p->name()->str() : "",
-           p->kind() ? p->kind()->str() : "", p->capacity(), p->chunk_size(), p->reserved(),
-           p->used(), p->chunks()});
-    }
-  }
+  conn->device_pools_ = DevicePoolsFromWire(hello->device_pools());
   return conn;
 }
 
@@ -397,9 +390,7 @@ Result<uint32_t> Connection::PoolOf(const Place& place) const {
   for (const DevicePoolInfo& p : device_pools_) {
     if (p.uuid == place.gpu) return p.pool;
   }
-  if (device_pools_.empty()) {
-    return Status::Unavailable(fmt::format("device pools: unavailable ({})", devices_unavailable_));
-  }
+  if (auto pools = DevicePools(); !pools.ok()) return pools.status();
   return Status::InvalidArgument(fmt::format("depotd has no device pool on {}", place.gpu));
 }
 
@@ -412,6 +403,25 @@ std::vector<Place> Connection::Places(
   if (!device) return places;  // empty: every frame on the host
   for (const wire::FrameLocation* f : *frames) places.push_back(PlaceOf(f->pool()));
   return places;
+}
+
+std::vector<DevicePoolInfo> DevicePoolsFromWire(
+    const flatbuffers::Vector<flatbuffers::Offset<wire::DevicePoolInfo>>* pools) {
+  std::vector<DevicePoolInfo> out;
+  if (pools == nullptr) return out;
+  auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
+  for (const wire::DevicePoolInfo* p : *pools) {
+    out.push_back({p->pool(), str(p->uuid()), str(p->name()), str(p->kind()), p->capacity(),
+                   p->chunk_size(), p->reserved(), p->used(), p->chunks()});
+  }
+  return out;
+}
+
+Result<std::vector<DevicePoolInfo>> Connection::DevicePools() const {
+  if (device_pools_.empty()) {
+    return Status::Unavailable(fmt::format("device pools: unavailable ({})", devices_unavailable_));
+  }
+  return device_pools_;
 }
 
 Place Connection::PlaceOf(uint32_t pool) const {

@@ -57,6 +57,10 @@ struct Holding {
   ~Holding();
 };
 
+// The device pools a hello or status reply lists.
+std::vector<DevicePoolInfo> DevicePoolsFromWire(
+    const flatbuffers::Vector<flatbuffers::Offset<wire::DevicePoolInfo>>* pools);
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   static Result<std::shared_ptr<Connection>> Open(const std::string& path, const std::string& name);
@@ -75,9 +79,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       std::vector<uint64_t>& uses, std::vector<std::span<std::byte>>* unpopulated = nullptr);
   void DropUses(const std::vector<uint64_t>& uses);
 
-  // The daemon's device pools (from hello), or why it has none.
-  const std::vector<DevicePoolInfo>& device_pools() const { return device_pools_; }
-  const std::string& devices_unavailable() const { return devices_unavailable_; }
+  // The daemon's device pools (from hello); Unavailable with the daemon's reason when none.
+  Result<std::vector<DevicePoolInfo>> DevicePools() const;
   // The pool number of a place: 0 for the host. Unavailable or InvalidArgument when there is no
   // pool on that GPU.
   Result<uint32_t> PoolOf(const Place& place) const;
