@@ -18,7 +18,7 @@
 
 #include "bench/harness.h"
 #include "bench/servers.h"
-#include "common/units.h"
+#include "depot/units.h"
 #include "depot/client.h"
 
 namespace depot::bench {

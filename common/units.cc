@@ -1,6 +1,4 @@
-#include "common/units.h"
-
-#include <unistd.h>
+#include "depot/units.h"
 
 #include <cctype>
 #include <cmath>
@@ -46,11 +44,6 @@ std::string FormatBytes(uint64_t bytes) {
     ++u;
   }
   return fmt::format("{:.1f} {}", v, kUnits[u]);
-}
-
-uint64_t PhysicalMemory() {
-  return static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
-         static_cast<uint64_t>(::sysconf(_SC_PAGE_SIZE));
 }
 
 }  // namespace depot

@@ -72,12 +72,12 @@ class CudaBackend : public DeviceBackend {
       cu_->MemRelease(handle);
       return Status::Unavailable(cu_->Error(r, "cuMemExportToShareableHandle"));
     }
-    return DeviceChunk{proto::UniqueFd(fd), handle, size};
+    return DeviceChunk{UniqueFd(fd), handle, size};
   }
 
   void ReleaseChunk(size_t, DeviceChunk& chunk) override {
     cu_->MemRelease(static_cast<CUmemGenericAllocationHandle>(chunk.handle));
-    chunk.fd = proto::UniqueFd();
+    chunk.fd = UniqueFd();
   }
 
  private:

@@ -14,7 +14,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "common/units.h"
+#include "common/system_memory.h"
+#include "depot/units.h"
 #include "daemon/daemon_main.h"
 #include "daemon/host_pool.h"
 #include "daemon/options.h"

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "common/units.h"
+#include "depot/units.h"
 
 namespace depot {
 namespace bip = boost::interprocess;

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "common/units.h"
+#include "depot/units.h"
 #include "proto/wire.h"
 
 namespace depot {

@@ -16,11 +16,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/unix_socket.h"
+
 namespace depot {
 namespace {
 
 // True when something accepts connections on `path` now.
-bool SomeoneListens(const std::string& path) { return proto::ConnectUnix(path).valid(); }
+bool SomeoneListens(const std::string& path) { return ConnectUnix(path).valid(); }
 
 }  // namespace
 
@@ -73,7 +75,7 @@ Result<SocketClaim> SocketClaim::Acquire(const std::string& socket_path) {
   return claim;
 }
 
-Result<SocketClaim> SocketClaim::Adopt(const std::string& socket_path, proto::UniqueFd listening) {
+Result<SocketClaim> SocketClaim::Adopt(const std::string& socket_path, UniqueFd listening) {
   auto claim = Lock(socket_path);
   if (!claim.ok()) return claim;
   claim->passed_ = true;

@@ -34,7 +34,7 @@ class SocketClaim {
   // activation), bound to `socket_path`. The socket file belongs to systemd: it is not probed
   // (systemd itself answers there until depotd runs) and never removed. The claim carries
   // `listening` until Server::Start adopts it.
-  static Result<SocketClaim> Adopt(const std::string& socket_path, proto::UniqueFd listening);
+  static Result<SocketClaim> Adopt(const std::string& socket_path, UniqueFd listening);
 
   const std::string& path() const { return path_; }
   // True when the socket was passed by systemd rather than bound by this daemon.
@@ -46,9 +46,9 @@ class SocketClaim {
   static Result<SocketClaim> Lock(const std::string& socket_path);
 
   std::string path_;
-  proto::UniqueFd lock_;
+  UniqueFd lock_;
   bool passed_ = false;
-  proto::UniqueFd listening_;  // the passed socket, until Server::Start takes it
+  UniqueFd listening_;  // the passed socket, until Server::Start takes it
 };
 
 struct ServerOptions {

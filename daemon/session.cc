@@ -136,7 +136,7 @@ void Session::Fail(const Status& status, uint64_t request_id) {
   Send(proto::EncodeError(request_id, proto::ToWire(status.code()), status.message()), {});
 }
 
-void Session::Send(std::vector<uint8_t> message, std::vector<proto::UniqueFd> fds) {
+void Session::Send(std::vector<uint8_t> message, std::vector<UniqueFd> fds) {
   if (closed_) return;
   out_.push_back(Outbound{std::move(message), std::move(fds)});
   if (!write_waiting_) Flush();

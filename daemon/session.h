@@ -35,7 +35,7 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   // Closes the connection now; the store drops everything the session held.
   void Close();
 
-  void Send(std::vector<uint8_t> message, std::vector<proto::UniqueFd> fds) override;
+  void Send(std::vector<uint8_t> message, std::vector<UniqueFd> fds) override;
   size_t Backlog() const override { return out_.size(); }
 
   const PeerCredentials& credentials() const { return creds_; }
@@ -43,7 +43,7 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
  private:
   struct Outbound {
     std::vector<uint8_t> bytes;
-    std::vector<proto::UniqueFd> fds;
+    std::vector<UniqueFd> fds;
     size_t bytes_sent = 0;
     size_t fds_sent = 0;
   };

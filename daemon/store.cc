@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "common/units.h"
+#include "depot/units.h"
 
 namespace depot {
 namespace {
@@ -358,7 +358,7 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
 }
 
 void Store::Reply(SessionId session, uint64_t request_id, uint16_t type,
-                  fb::FlatBufferBuilder& fbb, std::vector<proto::UniqueFd> fds) {
+                  fb::FlatBufferBuilder& fbb, std::vector<UniqueFd> fds) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
   it->second.peer->Send(proto::Encode(type, request_id, fbb), std::move(fds));
@@ -562,7 +562,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
 
   fb::FlatBufferBuilder fbb;
   std::vector<uint64_t> ids;
-  std::vector<proto::UniqueFd> fds;
+  std::vector<UniqueFd> fds;
   if (inline_data) {
     std::optional<uint64_t> checksum = req.checksum();
     ns.table->Seal(s, guid, checksum);
@@ -701,7 +701,7 @@ void Store::FinishGet(uint64_t wait_id) {
   fb::FlatBufferBuilder fbb(1024);
   std::vector<fb::Offset<wire::GetResult>> results;
   std::vector<uint64_t> ids;
-  std::vector<proto::UniqueFd> fds;
+  std::vector<UniqueFd> fds;
   for (size_t i = 0; i < w.guids.size(); ++i) {
     wire::Guid g = ToWire(w.guids[i]);
     const StoredObject* o = w.acquired[i];
@@ -746,7 +746,7 @@ Store::SegmentRef Store::SegmentOf(const Namespace& ns, uint32_t pool, uint32_t 
 }
 
 Status Store::CollectSegments(SessionState& st, std::span<const Location> frames,
-                              std::vector<uint64_t>& keys, std::vector<proto::UniqueFd>& fds) {
+                              std::vector<uint64_t>& keys, std::vector<UniqueFd>& fds) {
   for (const Location& f : frames) {
     if (f.size == 0) continue;
     SegmentRef seg = SegmentOf(*st.ns, f.pool, f.segment);
@@ -754,7 +754,7 @@ Status Store::CollectSegments(SessionState& st, std::span<const Location> frames
     bool needed = seg.dedicated ? std::find(keys.begin(), keys.end(), key) == keys.end()
                                 : !st.sent_segments.contains(key);
     if (!needed) continue;
-    proto::UniqueFd fd(::fcntl(seg.fd, F_DUPFD_CLOEXEC, 0));
+    UniqueFd fd(::fcntl(seg.fd, F_DUPFD_CLOEXEC, 0));
     if (!fd.valid()) {
       // The caller sends nothing, so the peer still lacks every segment of this reply.
       for (uint64_t sent : keys) st.sent_segments.erase(sent);

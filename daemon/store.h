@@ -40,7 +40,7 @@ class Peer {
  public:
   virtual ~Peer() = default;
   // Queues one encoded message; `fds` travel with its first byte.
-  virtual void Send(std::vector<uint8_t> message, std::vector<proto::UniqueFd> fds) = 0;
+  virtual void Send(std::vector<uint8_t> message, std::vector<UniqueFd> fds) = 0;
   // Messages queued and not yet written (a subscriber that does not read falls behind).
   virtual size_t Backlog() const = 0;
 };
@@ -180,7 +180,7 @@ class Store {
   void OnFreed(Namespace& ns, const StoredObject& o);
 
   void Reply(SessionId session, uint64_t request_id, uint16_t type,
-             flatbuffers::FlatBufferBuilder& fbb, std::vector<proto::UniqueFd> fds = {});
+             flatbuffers::FlatBufferBuilder& fbb, std::vector<UniqueFd> fds = {});
   void ReplyError(SessionId session, uint64_t request_id, const Status& status);
 
   // Handle, once the session is known and greeted (or greeting): one request to its handler.
@@ -221,7 +221,7 @@ class Store {
   // Builds the segment list for a reply naming `frames`, with the fds the peer does not have.
   // Unavailable when the daemon is out of file descriptors.
   Status CollectSegments(SessionState& st, std::span<const Location> frames,
-                         std::vector<uint64_t>& keys, std::vector<proto::UniqueFd>& fds);
+                         std::vector<uint64_t>& keys, std::vector<UniqueFd>& fds);
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::SegmentInfo>>> SegmentInfos(
       flatbuffers::FlatBufferBuilder& fbb, const Namespace& ns, const std::vector<uint64_t>& keys);
   void OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t segment);

@@ -68,7 +68,7 @@ Result<std::optional<PassedSocket>> TakePassedSocket() {
   }
   if (n == 0) return std::optional<PassedSocket>();
   // Owned from here on, so that every early return closes what was passed.
-  std::vector<proto::UniqueFd> fds;
+  std::vector<UniqueFd> fds;
   for (int i = 0; i < n; ++i) fds.emplace_back(SD_LISTEN_FDS_START + i);
   if (n > 1) {
     return Status::InvalidArgument(

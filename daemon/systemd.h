@@ -18,7 +18,7 @@ namespace depot {
 
 // A listening Unix stream socket that the service manager passed, and the path it is bound to.
 struct PassedSocket {
-  proto::UniqueFd fd;
+  UniqueFd fd;
   std::string path;
 };
 

@@ -57,7 +57,7 @@ constexpr uint32_t kMaxMessage = 1u << 20;
 // kept, when asked for, so memory stays bounded however long the input.
 class FakePeer : public Peer {
  public:
-  void Send(std::vector<uint8_t> message, std::vector<proto::UniqueFd> fds) override {
+  void Send(std::vector<uint8_t> message, std::vector<UniqueFd> fds) override {
     if (message.size() < sizeof(proto::Header)) Fail("a message shorter than its header");
     proto::Header h;
     std::memcpy(&h, message.data(), sizeof h);

@@ -1,5 +1,4 @@
-// File descriptors that travel over a Unix socket with SCM_RIGHTS, UniqueFd that owns one, and
-// connecting to a Unix socket.
+// File descriptors that travel over a Unix socket with SCM_RIGHTS.
 // This is the only place in depot that builds or parses control messages.
 #ifndef DEPOT_PROTO_FD_PASSING_H_
 #define DEPOT_PROTO_FD_PASSING_H_
@@ -8,35 +7,11 @@
 
 #include <cstdint>
 #include <span>
-#include <string>
-#include <utility>
 #include <vector>
 
+#include "common/unique_fd.h"
+
 namespace depot::proto {
-
-// Owns a file descriptor and closes it on destruction. Movable, not copyable.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd();
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
-
-// A stream socket connected to the Unix socket at `path` (close-on-exec), or an invalid UniqueFd
-// with errno set (ENAMETOOLONG for a path that does not fit a sockaddr_un).
-UniqueFd ConnectUnix(const std::string& path);
 
 // One sendmsg(2) of `data` with `fds` attached (at most kMaxFdsPerSend). `flags` are added to
 // MSG_NOSIGNAL. Returns the bytes sent, or -1 with errno set. With fds attached, at least one byte

@@ -12,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/unix_socket.h"
 #include "proto/fd_passing.h"
 #include "proto/wire.h"
 #include "tests/daemon_fixture.h"
@@ -98,7 +99,7 @@ TEST_CASE("configured limits on frames, metadata and message size are enforced",
   CHECK(c.Create({1}, opts).status().IsInvalidArgument());
 
   // A header announcing more than max_message_size closes that connection with the limit named.
-  proto::UniqueFd fd = proto::ConnectUnix(d.socket());
+  UniqueFd fd = ConnectUnix(d.socket());
   REQUIRE(fd.valid());
   proto::Header h{proto::kMagic, proto::kProtocolVersion,
                   static_cast<uint16_t>(proto::MsgType::kHello), 1, 2u << 20, 0};

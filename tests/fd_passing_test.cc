@@ -1,4 +1,5 @@
 // Tests for SCM_RIGHTS fd passing and UniqueFd (proto/fd_passing.h).
+#include "common/unix_socket.h"
 #include "proto/fd_passing.h"
 
 #include <fcntl.h>
@@ -229,7 +230,7 @@ TEST_CASE("ConnectUnix reaches a listening socket and says why it cannot", "[fd_
   char dir[] = "/tmp/depot-connect-XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);
   std::string path = std::string(dir) + "/s.sock";
-  CHECK_FALSE(ConnectUnix(path).valid());  // nothing there yet
+  CHECK_FALSE(depot::ConnectUnix(path).valid());  // nothing there yet
   CHECK(errno == ENOENT);
 
   UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM, 0));
@@ -238,11 +239,11 @@ TEST_CASE("ConnectUnix reaches a listening socket and says why it cannot", "[fd_
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
   REQUIRE(::listen(listener.get(), 1) == 0);
-  UniqueFd fd = ConnectUnix(path);
+  UniqueFd fd = depot::ConnectUnix(path);
   REQUIRE(fd.valid());
   CHECK((::fcntl(fd.get(), F_GETFD) & FD_CLOEXEC) != 0);
 
-  CHECK_FALSE(ConnectUnix(std::string(200, 'x')).valid());
+  CHECK_FALSE(depot::ConnectUnix(std::string(200, 'x')).valid());
   CHECK(errno == ENAMETOOLONG);
   ::unlink(path.c_str());
   ::rmdir(dir);

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/units.h"
+#include "depot/units.h"
 
 namespace depot {
 namespace {

@@ -67,7 +67,7 @@ done
 step "cmake --install $build --prefix $prefix"
 run_logged "cmake --install failed" install cmake --install "$build" --prefix "$prefix"
 expected=(bin/depotctl bin/depotd lib/libdepot.so lib/libdepot.so.0 lib/libdepot.a
-          include/depot/client.h include/depot/guid.h include/depot/object.h include/depot/status.h
+          include/depot/client.h include/depot/guid.h include/depot/object.h include/depot/status.h include/depot/units.h
           lib/cmake/depot/depotConfig.cmake lib/cmake/depot/depotConfigVersion.cmake
           lib/cmake/depot/depotTargets.cmake lib/pkgconfig/depot.pc)
 for u in "${units[@]}"; do expected+=("lib/systemd/system/$u"); done
@@ -237,7 +237,7 @@ ok "built $(basename "$deb")"
 dpkg-deb --contents "$deb" | awk '{print $6}' | sed 's|^\./|/|' >"$tmp/contents"
 packaged=(/usr/bin/depotd /usr/bin/depotctl /usr/lib/libdepot.so /usr/lib/libdepot.so.0 /usr/lib/libdepot.a
           /usr/include/depot/client.h /usr/include/depot/guid.h /usr/include/depot/object.h
-          /usr/include/depot/status.h /usr/lib/cmake/depot/depotConfig.cmake /usr/lib/pkgconfig/depot.pc)
+          /usr/include/depot/status.h /usr/include/depot/units.h /usr/lib/cmake/depot/depotConfig.cmake /usr/lib/pkgconfig/depot.pc)
 for u in "${units[@]}"; do packaged+=("/usr/lib/systemd/system/$u"); done
 [[ -n $sysusers ]] && packaged+=(/usr/lib/sysusers.d/depot.conf)
 [[ -n $tmpfiles ]] && packaged+=(/usr/lib/tmpfiles.d/depot.conf)

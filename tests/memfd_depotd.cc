@@ -39,10 +39,10 @@ class MemfdBackend : public DeviceBackend {
       if (fd >= 0) ::close(fd);
       return Status::StoreFull(fmt::format("memfd chunk of {} bytes: {}", size, std::strerror(errno)));
     }
-    return DeviceChunk{proto::UniqueFd(fd), ++chunks_, size};
+    return DeviceChunk{UniqueFd(fd), ++chunks_, size};
   }
 
-  void ReleaseChunk(size_t, DeviceChunk& chunk) override { chunk.fd = proto::UniqueFd(); }
+  void ReleaseChunk(size_t, DeviceChunk& chunk) override { chunk.fd = UniqueFd(); }
 
  private:
   uint64_t chunks_ = 0;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/units.h"
+#include "depot/units.h"
 
 namespace depot {
 namespace {

@@ -19,6 +19,7 @@
 #include <catch2/catch.hpp>
 
 #include "daemon/host_pool.h"
+#include "common/unix_socket.h"
 #include "proto/fd_passing.h"
 #include "proto/wire.h"
 #include "tests/daemon_fixture.h"
@@ -32,7 +33,7 @@ namespace {
 // A raw connection that speaks bytes, not the client library.
 class Raw {
  public:
-  explicit Raw(const std::string& path) : fd_(proto::ConnectUnix(path)) {
+  explicit Raw(const std::string& path) : fd_(ConnectUnix(path)) {
     REQUIRE(fd_.valid());
     timeval tv{10, 0};
     ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -80,7 +81,7 @@ class Raw {
     }
     return true;
   }
-  proto::UniqueFd fd_;
+  UniqueFd fd_;
 };
 
 std::vector<uint8_t> HeaderBytes(proto::Header h) {
@@ -244,7 +245,7 @@ TEST_CASE("a stale socket file is replaced", "[robustness]") {
   std::string dir = TempDir();
   std::string path = dir + "/depot.sock";
   {
-    proto::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM, 0));
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM, 0));
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
@@ -336,8 +337,8 @@ std::vector<uint8_t> PingMessage(uint64_t id) {
 TEST_CASE("a client that sends without reading fills only its own socket", "[robustness]") {
   Daemon d({"--capacity", "64MiB", "--max-pending", "256"});
   uint64_t rss_before = RssOf(d.pid());
-  int fd = proto::ConnectUnix(d.socket()).release();
-  proto::UniqueFd owner(fd);
+  int fd = ConnectUnix(d.socket()).release();
+  UniqueFd owner(fd);
   flatbuffers::FlatBufferBuilder hello;
   hello.Finish(wire::CreateHelloRequest(hello, proto::kProtocolVersion, hello.CreateString("flood")));
   auto hello_bytes = proto::Encode(static_cast<uint16_t>(proto::MsgType::kHello), 1, hello);
@@ -453,8 +454,8 @@ TEST_CASE("a daemon short of file descriptors answers errors and recovers", "[ro
   CHECK(failed.message().find("Too many open files") != std::string::npos);
   CHECK(c.Ping().ok());  // alive, and this connection still served
   // Connections beyond the limit wait in the backlog; the accept loop says why and keeps going.
-  std::vector<proto::UniqueFd> extra;
-  for (int i = 0; i < 20; ++i) extra.push_back(proto::ConnectUnix(d.socket()));
+  std::vector<UniqueFd> extra;
+  for (int i = 0; i < 20; ++i) extra.push_back(ConnectUnix(d.socket()));
   CHECK(WaitFor([&] { return d.Log().find("accept on") != std::string::npos; }));
   extra.clear();
   // Once descriptors are free again, everything works.

@@ -89,8 +89,8 @@ sockaddr_un Address(const std::string& path) {
 }
 
 // A Unix socket of `type` bound to `path`; listening when `listen` is set.
-proto::UniqueFd BoundSocket(int type, const std::string& path, bool listen) {
-  proto::UniqueFd fd(::socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
+UniqueFd BoundSocket(int type, const std::string& path, bool listen) {
+  UniqueFd fd(::socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
   REQUIRE(fd.valid());
   sockaddr_un addr = Address(path);
   socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size());
@@ -101,7 +101,7 @@ proto::UniqueFd BoundSocket(int type, const std::string& path, bool listen) {
 
 // True when a plain connect(2) to `path` succeeds now.
 bool Connects(const std::string& path) {
-  proto::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un addr = Address(path);
   return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
 }
@@ -197,7 +197,7 @@ class NotifyListener {
 
  private:
   std::string path_;
-  proto::UniqueFd fd_;
+  UniqueFd fd_;
   std::vector<std::string> received_;
 };
 
@@ -385,7 +385,7 @@ TEST_CASE("socket activation: the passed socket wins over a different --socket",
 TEST_CASE("socket activation: depotd refuses a passed socket it cannot serve", "[systemd]") {
   std::string dir = TempDir();
   std::string log = dir + "/depotd.log";
-  std::vector<proto::UniqueFd> fds;
+  std::vector<UniqueFd> fds;
   std::string expected;
   SECTION("a datagram socket") {
     fds.push_back(BoundSocket(SOCK_DGRAM, dir + "/dgram.sock", false));

@@ -17,7 +17,7 @@
 
 #include <fmt/format.h>
 
-#include "common/units.h"
+#include "depot/units.h"
 #include "depot/client.h"
 
 namespace {

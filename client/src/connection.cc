@@ -15,6 +15,7 @@
 
 #ifdef DEPOT_HAVE_CUDA
 #include "common/cuda_driver.h"
+#include "common/unix_socket.h"
 #endif
 
 namespace depot::internal {
@@ -32,7 +33,7 @@ Status FromError(const wire::ErrorReply& e) { return proto::ToStatus(e.code(), e
 
 Holding::~Holding() { conn->Forget(*this); }
 
-Connection::Connection(proto::UniqueFd fd, std::string path)
+Connection::Connection(UniqueFd fd, std::string path)
     : fd_(std::move(fd)), path_(std::move(path)), in_(kReadChunk) {}
 
 Connection::~Connection() {
@@ -47,7 +48,7 @@ Connection::~Connection() {
 
 Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
                                                      const std::string& name) {
-  proto::UniqueFd fd = proto::ConnectUnix(path);
+  UniqueFd fd = ConnectUnix(path);
   if (!fd.valid() && errno == ENAMETOOLONG) {
     return Status::InvalidArgument(fmt::format("socket path {} is too long", path));
   }
@@ -218,7 +219,7 @@ Status Connection::ReadSome(std::optional<std::chrono::steady_clock::time_point>
       }
       if (ready < 0) continue;
     }
-    std::vector<proto::UniqueFd> fds;
+    std::vector<UniqueFd> fds;
     std::span<uint8_t> space(in_.data() + in_end_, in_.size() - in_end_);
     // A reply usually comes within a few microseconds. Going to sleep and being woken costs far
     // more than that when the daemon runs on another CPU (the wake of a halted vCPU), so look
@@ -289,7 +290,7 @@ Status Connection::Dispatch(const proto::Header& h, std::span<const uint8_t> bod
     std::lock_guard lk(seg_mu_);
     for (const wire::SegmentInfo* info : *infos) {
       if (fds_.empty()) return Status::ProtocolError("depotd named a segment but sent no fd");
-      proto::UniqueFd fd = std::move(fds_.front());
+      UniqueFd fd = std::move(fds_.front());
       fds_.pop_front();
       uint64_t key = uint64_t{info->pool()} << 32 | info->id();
       if (info->dedicated()) {

@@ -37,7 +37,7 @@ struct Message {
     uint32_t pool;
     uint32_t id;
     uint64_t size;
-    proto::UniqueFd fd;
+    UniqueFd fd;
   };
   std::vector<SegmentFd> dedicated;
   uint16_t type() const { return header.type; }
@@ -118,7 +118,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Message message;
   };
   struct Segment {
-    proto::UniqueFd fd;
+    UniqueFd fd;
     uint64_t size = 0;
     bool dedicated = false;
     bool retired = false;
@@ -137,7 +137,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const Holding* raw;
   };
 
-  Connection(proto::UniqueFd fd, std::string path);
+  Connection(UniqueFd fd, std::string path);
   // Writes a whole message. `peer_closed` says whether it failed because the daemon hung up.
   Status Send(const std::vector<uint8_t>& bytes, bool* peer_closed = nullptr);
   Status Wait(uint64_t id, Slot& slot);
@@ -162,7 +162,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<uint8_t> TakeReleases();  // the encoded release message, or nothing; release_mu_ held
   void FlushReleases();                 // the flusher thread
 
-  proto::UniqueFd fd_;
+  UniqueFd fd_;
   std::string path_;
   bool hugepages_ = false;  // the daemon asks for huge pages on segment mappings
   bool pin_host_ = false;  // register host mappings with CUDA (PinHostMemory)
@@ -183,7 +183,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<uint8_t> in_;
   size_t in_begin_ = 0;
   size_t in_end_ = 0;
-  std::deque<proto::UniqueFd> fds_;
+  std::deque<UniqueFd> fds_;
 
   std::mutex seg_mu_;
   std::unordered_map<uint64_t, Segment> segments_;  // by SegmentKey(pool, id)

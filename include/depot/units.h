@@ -1,6 +1,6 @@
 // Sizes as people write them: parsing "512MiB", "8GiB", "25%" and printing "1.5 GiB".
-#ifndef DEPOT_COMMON_UNITS_H_
-#define DEPOT_COMMON_UNITS_H_
+#ifndef DEPOT_UNITS_H_
+#define DEPOT_UNITS_H_
 
 #include <cstdint>
 #include <optional>
@@ -17,9 +17,6 @@ std::optional<uint64_t> ParseSize(std::string_view text, uint64_t total);
 // "512 B", "64.0 KiB", "1.5 GiB".
 std::string FormatBytes(uint64_t bytes);
 
-// Physical memory of this machine in bytes.
-uint64_t PhysicalMemory();
-
 }  // namespace depot
 
-#endif  // DEPOT_COMMON_UNITS_H_
+#endif  // DEPOT_UNITS_H_
