@@ -1,6 +1,5 @@
 // depotd's main: reads its configuration, claims the socket (or adopts the one systemd passed),
 // builds the store, tells systemd it is ready and serves until SIGINT or SIGTERM.
-#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,25 +14,16 @@
 #include <spdlog/spdlog.h>
 
 #include "common/system_memory.h"
-#include "depot/units.h"
 #include "daemon/daemon_main.h"
 #include "daemon/host_pool.h"
 #include "daemon/options.h"
 #include "daemon/server.h"
 #include "daemon/store.h"
 #include "daemon/systemd.h"
+#include "depot/units.h"
 
 namespace depot {
 namespace {
-
-// Checks what the configuration names on this machine (the socket's group). Returns an error
-// message, or "".
-std::string CheckSystem(const DaemonOptions& o) {
-  if (!o.socket_group.empty() && ::getgrnam(o.socket_group.c_str()) == nullptr) {
-    return fmt::format("socket_group {}: no such group", o.socket_group);
-  }
-  return "";
-}
 
 // Says plainly when /dev/shm cannot give what the configuration asks for.
 void WarnAboutShm(const DaemonOptions& o) {
@@ -87,7 +77,7 @@ Result<SocketClaim> ClaimSocket(const DaemonOptions& opts) {
         "make --socket (or socket =) match ListenStream= in depotd.socket",
         socket.path, opts.socket_path, socket.path);
   }
-  if (!opts.socket_group.empty() || opts.socket_mode != DaemonOptions().socket_mode) {
+  if (!opts.socket_group.empty() || !HasDefault(opts, "socket_mode")) {
     spdlog::warn(
         "socket_mode and socket_group do not apply to a socket systemd passed; set "
         "SocketMode= and SocketGroup= in depotd.socket instead");
@@ -118,27 +108,11 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   WarnAboutShm(opts);
 
   boost::asio::io_context io;
-  StoreOptions so;
-  so.pool = {opts.capacity, opts.segment_size, opts.prefault, prefix};
-  so.socket_path = socket_path;
-  so.version = DEPOT_VERSION;
-  so.max_message_size = opts.max_message_size;
-  so.max_frames = opts.max_frames;
-  so.max_metadata = opts.max_metadata;
-  so.eviction = opts.eviction;
-  so.hugepages = opts.hugepages;
-  so.access = {opts.allow_users, opts.allow_groups, ::geteuid(), ::getegid()};
-  so.per_user_namespaces = opts.per_user_namespaces;
-  so.user_quota = {opts.user_quota_bytes, opts.user_quota_objects};
-  so.client_quota = {opts.client_quota_bytes, opts.client_quota_objects};
-  so.max_pending = opts.max_pending;
-  so.handshake_timeout = std::chrono::milliseconds(opts.handshake_timeout_ms);
+  std::string devices_unavailable;
   std::unique_ptr<DeviceBackend> backend;
-  if (opts.devices != "none") backend = make_backend(&so.devices_unavailable);
-  so.device_backend = backend.get();
-  so.device_capacity = opts.device_capacity;
-  so.device_chunk_size = opts.device_chunk_size;
-  so.devices = opts.devices;
+  if (opts.all_devices || !opts.device_uuids.empty()) backend = make_backend(&devices_unavailable);
+  StoreOptions so =
+      StoreOptionsFrom(opts, socket_path, backend.get(), std::move(devices_unavailable));
   auto store = Store::Create(io, so);
   if (!store.ok()) {
     spdlog::critical("cannot create the host pool: {}", store.status().message());
@@ -213,9 +187,10 @@ int DaemonMain(int argc, char** argv, const DeviceBackendFactory& make_backend) 
     std::printf("depotd %s\n", DEPOT_VERSION);
     return 0;
   }
-  if (std::string err = CheckSystem(*opts); !err.empty()) {
-    std::fprintf(stderr, "depotd: %s%s\n", opts->config_path.empty() ? "" : (opts->config_path + ": ").c_str(),
-                 err.c_str());
+  if (Status valid = Validate(*opts); !valid.ok()) {
+    std::fprintf(stderr, "depotd: %s%s\n",
+                 opts->config_path.empty() ? "" : (opts->config_path + ": ").c_str(),
+                 valid.message().c_str());
     return 2;
   }
   if (opts->print_config) {

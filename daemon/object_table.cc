@@ -48,7 +48,7 @@ Result<const StoredObject*> ObjectTable::Create(NewObject n) {
   index_.emplace(o.guid, id);
   sessions_[o.creator].creating.insert(id);
   ++counts_.creating;
-  Notify(TableEvent::kCreated, o);
+  Notify(TableEvent::kCreated, o, o.creator);
   return &o;
 }
 
@@ -81,7 +81,7 @@ Status ObjectTable::Seal(SessionId session, const Guid& guid, std::optional<uint
   --counts_.creating;
   ++counts_.sealed;
   if (o.evictable) LruAdd(o);
-  Notify(TableEvent::kSealed, o);
+  Notify(TableEvent::kSealed, o, session);
   return Status::OK();
 }
 
@@ -89,7 +89,7 @@ Status ObjectTable::Abort(SessionId session, const Guid& guid) {
   auto found = FindCreating(session, guid);
   if (!found.ok()) return found.status();
   sessions_[session].creating.erase((*found)->id);
-  Notify(TableEvent::kAborted, **found);
+  Notify(TableEvent::kAborted, **found, session);
   Destroy(**found);
   return Status::OK();
 }
@@ -116,21 +116,21 @@ Status ObjectTable::Release(SessionId session, ObjectId id) {
   auto h = s->second.held.find(id);
   if (--h->second > 0) return Status::OK();
   s->second.held.erase(h);
-  Unreference(objects_.at(id));
+  Unreference(objects_.at(id), session);
   return Status::OK();
 }
 
-void ObjectTable::Unreference(StoredObject& o) {
+void ObjectTable::Unreference(StoredObject& o, SessionId by) {
   if (--o.refcount > 0) return;
   if (o.deleted) {
-    Notify(TableEvent::kFreed, o);
+    Notify(TableEvent::kFreed, o, by);
     Destroy(o);
   } else if (o.evictable) {
     LruAdd(o);
   }
 }
 
-Status ObjectTable::Delete(const Guid& guid) {
+Status ObjectTable::Delete(const Guid& guid, SessionId by) {
   auto it = index_.find(guid);
   if (it == index_.end()) {
     return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
@@ -142,7 +142,7 @@ Status ObjectTable::Delete(const Guid& guid) {
   }
   index_.erase(it);
   LruRemove(o);
-  Notify(TableEvent::kDeleted, o);
+  Notify(TableEvent::kDeleted, o, by);
   if (o.refcount == 0) {
     Destroy(o);
   } else {
@@ -159,18 +159,18 @@ void ObjectTable::DropSession(SessionId session) {
   SessionRefs refs = std::move(s->second);
   sessions_.erase(s);
   for (ObjectId id : refs.creating) {
-    Notify(TableEvent::kAborted, objects_.at(id));
+    Notify(TableEvent::kAborted, objects_.at(id), session);
     Destroy(objects_.at(id));
   }
-  for (const auto& [id, count] : refs.held) Unreference(objects_.at(id));
+  for (const auto& [id, count] : refs.held) Unreference(objects_.at(id), session);
 }
 
-bool ObjectTable::EvictLru() {
+bool ObjectTable::EvictLru(SessionId by) {
   if (lru_.empty()) return false;
   StoredObject& o = objects_.at(lru_.front());
   ++counts_.evictions;
   counts_.evicted_bytes += o.size();
-  Notify(TableEvent::kEvicted, o);
+  Notify(TableEvent::kEvicted, o, by);
   Destroy(o);
   return true;
 }

@@ -118,7 +118,8 @@ class ObjectTable {
  public:
   using FreeFn = std::function<void(const StoredObject&)>;
   using ClockFn = std::function<int64_t()>;  // wall-clock nanoseconds
-  using EventFn = std::function<void(TableEvent, const StoredObject&)>;
+  // `by` is the session whose request (or disconnect) caused the event; 0 for the daemon itself.
+  using EventFn = std::function<void(TableEvent, const StoredObject&, SessionId by)>;
 
   ObjectTable(FreeFn on_free, ClockFn clock);
 
@@ -146,14 +147,16 @@ class ObjectTable {
   Status Release(SessionId session, ObjectId id);
 
   // Removes a sealed object's GUID at once; its memory is freed now, or when the last reference
-  // is released. NotFound when absent; InvalidArgument for an object still being created.
-  Status Delete(const Guid& guid);
+  // is released. NotFound when absent; InvalidArgument for an object still being created. `by`
+  // asked for it (named in events).
+  Status Delete(const Guid& guid, SessionId by = 0);
 
   // A session ended: aborts what it was creating and drops every reference it held.
   void DropSession(SessionId session);
 
-  // Evicts the least recently used evictable, sealed, unreferenced object. False when none.
-  bool EvictLru();
+  // Evicts the least recently used evictable, sealed, unreferenced object, to make room for `by`.
+  // False when none.
+  bool EvictLru(SessionId by = 0);
 
   // The visible object with this GUID, or nullptr.
   const StoredObject* Find(const Guid& guid) const;
@@ -177,12 +180,12 @@ class ObjectTable {
   };
 
   Result<StoredObject*> FindCreating(SessionId session, const Guid& guid);
-  void Unreference(StoredObject& o);
+  void Unreference(StoredObject& o, SessionId by);
   void Destroy(StoredObject& o);  // frees the memory and forgets the object
   void LruRemove(StoredObject& o);
   void LruAdd(StoredObject& o);
-  void Notify(TableEvent e, const StoredObject& o) {
-    if (observer_) observer_(e, o);
+  void Notify(TableEvent e, const StoredObject& o, SessionId by) {
+    if (observer_) observer_(e, o, by);
   }
 
   FreeFn on_free_;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -202,11 +203,24 @@ const std::vector<Key>& Keys() {
        [](const O& o) { return std::to_string(o.device_chunk_size); }},
       {{"devices", "all", "GPUs to pool: all, none, or GPU UUIDs separated by commas"},
        [](O& o, const std::string& v, uint64_t) -> std::string {
-         if (v.empty()) return "expected all, none, or GPU UUIDs";
-         o.devices = v;
+         o.device_uuids.clear();
+         o.all_devices = v == "all";
+         if (o.all_devices || v == "none") return "";
+         for (size_t start = 0; start <= v.size();) {
+           size_t comma = std::min(v.find(',', start), v.size());
+           if (std::string uuid = Trim(std::string_view(v).substr(start, comma - start));
+               !uuid.empty()) {
+             o.device_uuids.push_back(std::move(uuid));
+           }
+           start = comma + 1;
+         }
+         if (o.device_uuids.empty()) return "expected all, none, or GPU UUIDs";
          return "";
        },
-       [](const O& o) { return o.devices; }},
+       [](const O& o) -> std::string {
+         if (o.all_devices) return "all";
+         return o.device_uuids.empty() ? "none" : fmt::format("{}", fmt::join(o.device_uuids, ","));
+       }},
       {{"allow_users", "", "users who may connect besides root and the daemon's own user: names or uids, separated by commas"},
        [](O& o, const std::string& v, uint64_t) {
          return SetIds(o.allow_users, v, "user", [](const char* name) -> std::optional<uid_t> {
@@ -330,11 +344,27 @@ const std::vector<ConfigKey>& ConfigKeys() {
   return docs;
 }
 
+DaemonOptions DefaultOptions(uint64_t physical_memory, uint64_t shm_available) {
+  DaemonOptions o;
+  for (const Key& k : Keys()) {
+    // The socket's default is described, not written: it depends on the environment.
+    if (std::string_view(k.doc.name) == "socket") continue;
+    std::string err = k.set(o, k.doc.default_text, physical_memory);
+    assert(err.empty() && "every default in the key table is accepted by its key");
+  }
+  o.socket_path = DefaultSocketPath();
+  o.capacity = std::min(o.capacity, shm_available);
+  return o;
+}
+
+bool HasDefault(const DaemonOptions& o, std::string_view key) {
+  const Key* k = FindKey(key);
+  return k != nullptr && k->get(o) == k->doc.default_text;
+}
+
 Result<DaemonOptions> ParseOptions(const std::vector<std::string>& args, uint64_t physical_memory,
                                    uint64_t shm_available) {
-  DaemonOptions o;
-  o.socket_path = DefaultSocketPath();
-  o.capacity = std::min(physical_memory / 4, shm_available);
+  DaemonOptions o = DefaultOptions(physical_memory, shm_available);
 
   // Split the flags into NAME and VALUE first: the file named by --config applies before them.
   struct Flag {
@@ -394,8 +424,21 @@ Result<DaemonOptions> ParseOptions(const std::vector<std::string>& args, uint64_
   return o;
 }
 
+Status Validate(const DaemonOptions& o) {
+  if (o.per_user_namespaces && o.prefault) {
+    return Status::InvalidArgument(
+        "prefault reserves the whole capacity for one namespace; it cannot be combined with "
+        "namespaces = per_user");
+  }
+  if (!o.socket_group.empty() && ::getgrnam(o.socket_group.c_str()) == nullptr) {
+    return Status::InvalidArgument(fmt::format("socket_group {}: no such group", o.socket_group));
+  }
+  return Status::OK();
+}
+
 Result<std::string> ReadLogLevel(const std::string& config_path) {
   DaemonOptions o;
+  o.log_level = FindKey("log_level")->doc.default_text;
   if (Status st = LoadFile(config_path, o, 0, "log_level"); !st.ok()) return st;
   return o.log_level;
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/socket_path.h"
@@ -15,32 +16,35 @@
 
 namespace depot {
 
+// Every setting of the daemon. The defaults are written once, in the key table (options.cc),
+// and applied by DefaultOptions: the members here start empty.
 struct DaemonOptions {
   std::string socket_path;
-  uint32_t socket_mode = 0660;
+  uint32_t socket_mode = 0;
   std::string socket_group;  // empty: the daemon's own group
   uint64_t capacity = 0;
-  uint64_t segment_size = 64ull << 20;
+  uint64_t segment_size = 0;
   bool hugepages = false;
   bool prefault = false;
-  bool eviction = true;
-  std::string log_level = "info";
-  uint32_t max_clients = 1024;
-  uint32_t max_message_size = 64u << 20;
-  uint32_t max_frames = 64;
-  uint32_t max_metadata = 16u << 10;
-  std::string device_capacity = "90%";  // per GPU, for device pools
-  uint64_t device_chunk_size = 1ull << 30;
-  std::string devices = "all";          // "all", "none", or GPU UUIDs separated by commas
-  std::vector<uid_t> allow_users;       // resolved from names or numbers
+  bool eviction = false;
+  std::string log_level;
+  uint32_t max_clients = 0;
+  uint32_t max_message_size = 0;
+  uint32_t max_frames = 0;
+  uint32_t max_metadata = 0;
+  std::string device_capacity;  // per GPU: bytes or a % of its memory
+  uint64_t device_chunk_size = 0;
+  bool all_devices = false;               // pool every GPU found; else only device_uuids
+  std::vector<std::string> device_uuids;  // empty too: no device pools (devices = none)
+  std::vector<uid_t> allow_users;         // resolved from names or numbers
   std::vector<gid_t> allow_groups;
   bool per_user_namespaces = false;
   uint64_t user_quota_bytes = 0;  // 0: no limit
   uint64_t user_quota_objects = 0;
   uint64_t client_quota_bytes = 0;
   uint64_t client_quota_objects = 0;
-  uint32_t max_pending = 1024;
-  uint32_t handshake_timeout_ms = 10000;
+  uint32_t max_pending = 0;
+  uint32_t handshake_timeout_ms = 0;
 
   // What to do rather than serve.
   std::string config_path;
@@ -58,12 +62,23 @@ struct ConfigKey {
 };
 const std::vector<ConfigKey>& ConfigKeys();
 
+// Every key at its default: `physical_memory` sizes percentages; the capacity is 25% of it, at
+// most `shm_available`; the socket is DefaultSocketPath().
+DaemonOptions DefaultOptions(uint64_t physical_memory, uint64_t shm_available);
+
+// True when `key` has its default value in `o`.
+bool HasDefault(const DaemonOptions& o, std::string_view key);
+
 // Builds the configuration from argv (without argv[0]): the defaults, then the file named by
 // --config, then the flags. `physical_memory` sizes percentages; the default capacity is 25% of
 // it, at most `shm_available`. InvalidArgument naming the flag, or the file, line and key, for
 // anything it cannot accept.
 Result<DaemonOptions> ParseOptions(const std::vector<std::string>& args, uint64_t physical_memory,
                                    uint64_t shm_available);
+
+// Checks what single keys cannot: keys that cannot go together, and what the configuration
+// names on this machine (the socket's group). InvalidArgument saying what to change.
+Status Validate(const DaemonOptions& o);
 
 // Reads only the log level from a config file (for SIGHUP). The level, or the error.
 Result<std::string> ReadLogLevel(const std::string& config_path);

@@ -118,10 +118,11 @@ bool Init() {
 class Harness {
  public:
   Harness() {
-    StoreOptions o;
-    o.pool.capacity = 2u << 20;
-    o.pool.segment_size = 256u << 10;
-    o.pool.name_prefix = fmt::format("depot-fuzz-{}-", ::getpid());
+    StoreOptions o = StoreOptionsFrom(DefaultOptions(8ull << 30, 8ull << 30), "/fuzz/depot.sock",
+                                      nullptr, "the fuzzer has no GPUs");
+    o.namespaces.host.capacity = 2u << 20;
+    o.namespaces.host.segment_size = 256u << 10;
+    o.namespaces.host.name_prefix = fmt::format("depot-fuzz-{}-", ::getpid());
     o.version = "fuzz";
     o.max_message_size = kMaxMessage;
     o.max_frames = 8;

@@ -49,6 +49,11 @@ TEST_CASE("depotd --check-config accepts a good file and names the line of a bad
   std::string no_group = WriteConfig(dir, "socket_group = no-such-group-here\n");
   CHECK(Run({DEPOTD_PATH, "--config", no_group, "--check-config"}, &out, &err) == 2);
   CHECK_THAT(err, Contains("socket_group no-such-group-here: no such group"));
+
+  // Keys that cannot go together fail the check, not the start that follows it.
+  std::string clash = WriteConfig(dir, "prefault = on\nnamespaces = per_user\n");
+  CHECK(Run({DEPOTD_PATH, "--config", clash, "--check-config"}, &out, &err) == 2);
+  CHECK_THAT(err, Contains("cannot be combined with namespaces = per_user"));
 }
 
 TEST_CASE("depotd --print-config shows flags over the file", "[config]") {

@@ -368,10 +368,19 @@ TEST_CASE_METHOD(TableFixture, "List pages through visible objects in GUID order
   CHECK(table_.List(guids.back(), 5).empty());
 }
 
-TEST_CASE("ObjectTable tells its observer about every transition", "[object_table]") {
-  std::vector<std::pair<TableEvent, ObjectId>> seen;
+TEST_CASE("ObjectTable tells its observer about every transition and who caused it",
+          "[object_table]") {
+  struct Seen {
+    TableEvent event;
+    ObjectId id;
+    SessionId by;
+    bool operator==(const Seen&) const = default;
+  };
+  std::vector<Seen> seen;
   ObjectTable t([](const StoredObject&) {}, [] { return int64_t{1}; });
-  t.set_observer([&](TableEvent e, const StoredObject& o) { seen.emplace_back(e, o.id); });
+  t.set_observer([&](TableEvent e, const StoredObject& o, SessionId by) {
+    seen.push_back({e, o.id, by});
+  });
   auto make = [&](const Guid& g, bool evictable) {
     NewObject n;
     n.guid = g;
@@ -386,17 +395,17 @@ TEST_CASE("ObjectTable tells its observer about every transition", "[object_tabl
   REQUIRE(t.Abort(1, G(2)).ok());
   ObjectId c = make(G(3), true);
   REQUIRE(t.Seal(1, G(3)).ok());
-  REQUIRE(t.EvictLru());
+  REQUIRE(t.EvictLru(4));
   REQUIRE(t.Acquire(2, G(1)).ok());
-  REQUIRE(t.Delete(G(1)).ok());
+  REQUIRE(t.Delete(G(1), 3).ok());
   REQUIRE(t.Release(2, a).ok());
   ObjectId d = make(G(4), false);
   t.DropSession(1);
   using E = TableEvent;
-  std::vector<std::pair<TableEvent, ObjectId>> want = {
-      {E::kCreated, a}, {E::kSealed, a},  {E::kCreated, b}, {E::kAborted, b},
-      {E::kCreated, c}, {E::kSealed, c},  {E::kEvicted, c}, {E::kDeleted, a},
-      {E::kFreed, a},   {E::kCreated, d}, {E::kAborted, d}};
+  std::vector<Seen> want = {
+      {E::kCreated, a, 1}, {E::kSealed, a, 1},  {E::kCreated, b, 1}, {E::kAborted, b, 1},
+      {E::kCreated, c, 1}, {E::kSealed, c, 1},  {E::kEvicted, c, 4}, {E::kDeleted, a, 3},
+      {E::kFreed, a, 2},   {E::kCreated, d, 1}, {E::kAborted, d, 1}};
   CHECK(seen == want);
 }
 

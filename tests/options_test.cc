@@ -236,8 +236,35 @@ devices = GPU-1,GPU-2
   CHECK(o->max_metadata == 1 * kKiB);
   CHECK(o->device_capacity == "50%");
   CHECK(o->device_chunk_size == 512 * kMiB);
-  CHECK(o->devices == "GPU-1,GPU-2");
+  CHECK_FALSE(o->all_devices);
+  CHECK(o->device_uuids == std::vector<std::string>{"GPU-1", "GPU-2"});
   ::unlink(path.c_str());
+}
+
+TEST_CASE("devices reads all, none, or a list of GPU UUIDs", "[options]") {
+  auto all = ParseOptions({}, 16 * kGiB, 8 * kGiB);
+  CHECK(all->all_devices);
+  auto none = ParseOptions({"--devices", "none"}, 16 * kGiB, 8 * kGiB);
+  CHECK_FALSE(none->all_devices);
+  CHECK(none->device_uuids.empty());
+  CHECK(FormatConfig(*none).find("devices = none\n") != std::string::npos);
+  auto listed = ParseOptions({"--devices", " GPU-a , GPU-b,"}, 16 * kGiB, 8 * kGiB);
+  CHECK(listed->device_uuids == std::vector<std::string>{"GPU-a", "GPU-b"});
+  CHECK(FormatConfig(*listed).find("devices = GPU-a,GPU-b\n") != std::string::npos);
+  CHECK_FALSE(ParseOptions({"--devices", " , "}, 16 * kGiB, 8 * kGiB).ok());
+}
+
+TEST_CASE("Validate refuses keys that cannot go together, before the daemon starts",
+          "[options]") {
+  auto ok = ParseOptions({"--prefault"}, 16 * kGiB, 8 * kGiB);
+  CHECK(Validate(*ok).ok());
+  auto both = ParseOptions({"--prefault", "--namespaces", "per_user"}, 16 * kGiB, 8 * kGiB);
+  REQUIRE(both.ok());
+  Status st = Validate(*both);
+  CHECK(st.IsInvalidArgument());
+  CHECK_THAT(st.message(), Contains("namespaces = per_user"));
+  auto group = ParseOptions({"--socket-group", "no-such-group-here"}, 16 * kGiB, 8 * kGiB);
+  CHECK_THAT(Validate(*group).message(), Contains("no such group"));
 }
 
 TEST_CASE("Flags override the config file wherever they stand", "[options]") {

@@ -1,0 +1,66 @@
+#include "daemon/event_bus.h"
+
+#include <chrono>
+
+namespace depot {
+namespace fb = flatbuffers;
+
+void EventBus::Join(SessionId session, Peer* peer, const PeerCredentials& creds,
+                    const void* scope) {
+  members_.insert_or_assign(session, Member{peer, creds.pid, creds.uid, scope});
+}
+
+void EventBus::Subscribe(SessionId session) {
+  if (auto it = members_.find(session); it != members_.end()) it->second.subscribed = true;
+}
+
+bool EventBus::subscribed(SessionId session) const {
+  auto it = members_.find(session);
+  return it != members_.end() && it->second.subscribed;
+}
+
+wire::EventKind EventBus::KindOf(TableEvent e) {
+  static constexpr wire::EventKind kKinds[] = {
+      wire::EventKind::Created, wire::EventKind::Sealed,  wire::EventKind::Aborted,
+      wire::EventKind::Deleted, wire::EventKind::Evicted, wire::EventKind::Freed};
+  return kKinds[static_cast<int>(e)];
+}
+
+void EventBus::Emit(wire::EventKind kind, const StoredObject* object, SessionId cause,
+                    const void* scope) {
+  constexpr size_t kMaxBacklog = 4096;
+  auto cause_it = members_.find(cause);
+  for (auto& [sid, m] : members_) {
+    if (!m.subscribed || m.scope != scope) continue;
+    if (m.peer->Backlog() >= kMaxBacklog) {
+      ++m.dropped;
+      continue;
+    }
+    fb::FlatBufferBuilder fbb(256);
+    fb::Offset<fb::String> name;
+    if (object) name = fbb.CreateString(object->name().data(), object->name().size());
+    wire::EventBuilder b(fbb);
+    b.add_kind(kind);
+    b.add_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count());
+    wire::Guid g;
+    if (object) {
+      g = proto::ToWire(object->guid);
+      b.add_guid(&g);
+      b.add_name(name);
+      b.add_size(object->size());
+    }
+    b.add_session_id(cause);
+    if (cause_it != members_.end()) {
+      b.add_pid(cause_it->second.pid);
+      b.add_uid(cause_it->second.uid);
+    }
+    b.add_dropped(m.dropped);
+    fbb.Finish(b.Finish());
+    m.dropped = 0;
+    m.peer->Send(proto::Encode(static_cast<uint16_t>(proto::MsgType::kEvent), 0, fbb), {});
+  }
+}
+
+}  // namespace depot

@@ -1,0 +1,91 @@
+#include "daemon/get_waits.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+namespace depot {
+
+Status GetWaits::Park(GetWait& w, int64_t timeout_ms) {
+  if (w.missing == 0) {
+    answer_(w);
+    return Status::OK();
+  }
+  size_t& parked = per_session_[w.session];
+  if (parked >= max_per_session_) {
+    return Status::QuotaExceeded(fmt::format(
+        "this connection already has {} gets waiting, its limit (max_pending)", parked));
+  }
+  ++parked;
+  uint64_t wait_id = next_id_++;
+  for (size_t i = 0; i < w.guids.size(); ++i) {
+    if (w.acquired[i] == nullptr && w.errors[i].ok()) waiting_on_.emplace(w.guids[i], wait_id);
+  }
+  GetWait& stored = waits_.emplace(wait_id, std::move(w)).first->second;
+  // A timer counts nanoseconds in 64 bits: a longer wait (over about 35 years) waits forever.
+  constexpr int64_t kLongestTimeoutMs = int64_t{1} << 40;
+  if (timeout_ms > 0 && timeout_ms < kLongestTimeoutMs) {
+    stored.timer = std::make_unique<boost::asio::steady_timer>(
+        io_, std::chrono::milliseconds(timeout_ms));
+    stored.timer->async_wait([this, wait_id](const boost::system::error_code& ec) {
+      if (!ec) Answer(wait_id);
+    });
+  }
+  return Status::OK();
+}
+
+void GetWaits::Wake(ObjectTable& table, const Guid& guid) {
+  // Gets in other namespaces wait for another object of the same GUID.
+  auto [b, e] = waiting_on_.equal_range(guid);
+  std::vector<uint64_t> ids;
+  for (auto it = b; it != e;) {
+    auto w = waits_.find(it->second);
+    if (w != waits_.end() && w->second.table != &table) {
+      ++it;
+      continue;
+    }
+    ids.push_back(it->second);
+    it = waiting_on_.erase(it);
+  }
+  for (uint64_t wait_id : ids) {
+    auto it = waits_.find(wait_id);
+    if (it == waits_.end()) continue;
+    GetWait& w = it->second;
+    for (size_t i = 0; i < w.guids.size(); ++i) {
+      if (w.guids[i] != guid || w.acquired[i] != nullptr) continue;
+      auto got = table.Acquire(w.session, guid);
+      if (!got.ok()) continue;
+      w.acquired[i] = *got;
+      --w.missing;
+    }
+    if (w.missing == 0) Answer(wait_id);
+  }
+}
+
+void GetWaits::DropSession(SessionId session) {
+  std::vector<uint64_t> parked;
+  for (const auto& [wait_id, w] : waits_) {
+    if (w.session == session) parked.push_back(wait_id);
+  }
+  for (uint64_t wait_id : parked) Take(wait_id);
+  per_session_.erase(session);
+}
+
+void GetWaits::Answer(uint64_t wait_id) {
+  if (std::optional<GetWait> w = Take(wait_id)) answer_(*w);
+}
+
+std::optional<GetWait> GetWaits::Take(uint64_t wait_id) {
+  auto it = waits_.find(wait_id);
+  if (it == waits_.end()) return std::nullopt;
+  GetWait w = std::move(it->second);
+  waits_.erase(it);
+  if (auto s = per_session_.find(w.session); s != per_session_.end()) --s->second;
+  for (const Guid& g : w.guids) {
+    auto [b, e] = waiting_on_.equal_range(g);
+    for (auto x = b; x != e;) x = (x->second == wait_id) ? waiting_on_.erase(x) : std::next(x);
+  }
+  return w;
+}
+
+}  // namespace depot

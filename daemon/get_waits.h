@@ -1,0 +1,75 @@
+// GetWaits holds the gets that wait: a get naming objects that are not created or not sealed
+// yet is parked here, with the references it already took, until every object is sealed (then
+// it is answered in full) or its timeout passes (then it is answered with what it has, Timeout
+// for the rest). Each connection may have a bounded number waiting.
+//
+// Not thread-safe: the daemon's single loop owns it; timers fire on that loop.
+#ifndef DEPOT_DAEMON_GET_WAITS_H_
+#define DEPOT_DAEMON_GET_WAITS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "daemon/object_table.h"
+#include "daemon/peer.h"
+
+namespace depot {
+
+// One get, from its request until its reply.
+struct GetWait {
+  SessionId session = 0;
+  uint64_t request_id = 0;
+  ObjectTable* table = nullptr;  // of the session's namespace
+  std::vector<Guid> guids;
+  std::vector<const StoredObject*> acquired;  // per guid; nullptr while missing
+  std::vector<Status> errors;                 // per guid, for results that will not come
+  size_t missing = 0;
+  std::unique_ptr<boost::asio::steady_timer> timer;
+};
+
+class GetWaits {
+ public:
+  // `answer` replies to a get that is complete or out of time (and is handed its references).
+  using AnswerFn = std::function<void(GetWait&)>;
+
+  GetWaits(boost::asio::io_context& io, uint32_t max_per_session, AnswerFn answer)
+      : io_(io), max_per_session_(max_per_session), answer_(std::move(answer)) {}
+
+  // Answers `w` now when nothing is missing, else parks it (moving it in) until the missing
+  // objects are sealed or `timeout_ms` passes (-1: no limit). QuotaExceeded, with `w` untouched,
+  // when its session already has max_pending gets waiting.
+  Status Park(GetWait& w, int64_t timeout_ms);
+
+  // `guid` was sealed in `table`: the gets waiting for it there take a reference, and those now
+  // complete are answered.
+  void Wake(ObjectTable& table, const Guid& guid);
+
+  // The session ended: its parked gets are forgotten, unanswered.
+  void DropSession(SessionId session);
+
+  size_t size() const { return waits_.size(); }
+
+ private:
+  void Answer(uint64_t wait_id);
+  // Removes a parked get and its index entries; nullopt when it is already gone.
+  std::optional<GetWait> Take(uint64_t wait_id);
+
+  boost::asio::io_context& io_;
+  uint32_t max_per_session_;
+  AnswerFn answer_;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, GetWait> waits_;
+  std::unordered_multimap<Guid, uint64_t> waiting_on_;  // guid -> wait id
+  std::unordered_map<SessionId, size_t> per_session_;   // parked gets of each session
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_GET_WAITS_H_

@@ -1,0 +1,76 @@
+// Namespace is one set of objects and the memory they live in: an object table and one pool per
+// memory (pool 0 the host, pool n device n). The daemon has one shared namespace, or one per
+// user (`namespaces = per_user`), in which case a GUID names different objects for different
+// users and a session is never sent a descriptor of another namespace's segment.
+//
+// Not thread-safe: the daemon's single loop owns it.
+#ifndef DEPOT_DAEMON_NAMESPACE_H_
+#define DEPOT_DAEMON_NAMESPACE_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "daemon/device_pool.h"
+#include "daemon/host_pool.h"
+#include "daemon/object_table.h"
+
+namespace depot {
+
+// A host segment or device chunk that a live object's frame names.
+struct SegmentRef {
+  int fd;
+  uint64_t size;
+  bool dedicated;
+};
+
+class Namespace {
+ public:
+  static constexpr uint32_t kShared = UINT32_MAX;
+
+  // Its pools and table are made by NamespaceSet, since they call back naming the namespace.
+  explicit Namespace(uint32_t key) : key_(key) {}
+  Namespace(const Namespace&) = delete;
+  Namespace& operator=(const Namespace&) = delete;
+
+  // The owner's uid, or kShared.
+  uint32_t key() const { return key_; }
+  ObjectTable& table() { return *table_; }
+  const ObjectTable& table() const { return *table_; }
+  const HostPool& host() const { return *host_; }
+  const DevicePool& device(size_t i) const { return *devices_[i]; }
+
+  // Allocates every frame (size 0 takes no memory) in pool `pools[i]` (empty: all on the host),
+  // all or nothing. StoreFull from the pool that had no room.
+  Result<std::vector<Location>> Allocate(std::span<const uint64_t> sizes,
+                                         std::span<const uint32_t> pools);
+  void Free(std::span<const Location> frames);
+
+  // Writes `data` (the frames' bytes back to back) into host frames: the small objects that
+  // arrive inside a create request.
+  Status WriteInline(std::span<const Location> frames, std::span<const uint8_t> data);
+
+  // The segment or chunk a live object's frame names.
+  SegmentRef SegmentOf(uint32_t pool, uint32_t id) const;
+
+  // Gives back every pool's empty spare segments; returns how many bytes went back.
+  uint64_t ReleaseSpares();
+
+  // Sessions of this namespace that are connected.
+  size_t sessions = 0;
+
+ private:
+  friend class NamespaceSet;
+
+  uint32_t key_;
+  std::unique_ptr<HostPool> host_;
+  std::vector<std::unique_ptr<DevicePool>> devices_;  // device pool n is devices_[n - 1]
+  std::unique_ptr<ObjectTable> table_;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_NAMESPACE_H_

@@ -1,0 +1,76 @@
+// NamespaceSet holds the daemon's namespaces: the shared one, or one per user made on first use
+// and dropped once it has neither sessions nor objects. All namespaces draw on one host budget
+// (the capacity) and on each GPU's budget, so allocation is where they meet: a namespace short
+// of space first takes back the other namespaces' spare empty segments, then evicts its own
+// least recently used evictable objects.
+//
+// Not thread-safe: the daemon's single loop owns it.
+#ifndef DEPOT_DAEMON_NAMESPACE_SET_H_
+#define DEPOT_DAEMON_NAMESPACE_SET_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "daemon/device_set.h"
+#include "daemon/namespace.h"
+
+namespace depot {
+
+struct NamespaceOptions {
+  HostPoolOptions host;   // the capacity and name prefix of the whole daemon
+  bool per_user = false;  // each uid gets a namespace of its own
+  bool eviction = false;  // evict LRU evictable objects when full
+};
+
+// What the rest of the daemon hears from its namespaces.
+struct NamespaceHooks {
+  // A segment (pool 0) or chunk was given back: clients must unmap it.
+  std::function<void(const Namespace&, uint32_t pool, uint32_t id)> retired;
+  // An object's memory was freed (its frames are already back in their pools).
+  std::function<void(const StoredObject&)> freed;
+  // An object table transition (see ObjectTable::EventFn).
+  std::function<void(const Namespace&, TableEvent, const StoredObject&, SessionId by)> event;
+};
+
+class NamespaceSet {
+ public:
+  NamespaceSet(NamespaceOptions options, DeviceSet& devices, NamespaceHooks hooks);
+  NamespaceSet(const NamespaceSet&) = delete;
+  NamespaceSet& operator=(const NamespaceSet&) = delete;
+
+  // The namespace of user `uid` (the shared one unless per_user), made on first use (with
+  // prefault, the shared one reserves the whole capacity then).
+  Result<Namespace*> For(uid_t uid);
+
+  // Forgets a per-user namespace left without sessions or objects (its segments go back).
+  void MaybeDrop(Namespace* ns);
+
+  // Allocates every frame in `ns` for session `by`, taking back other namespaces' spares and
+  // then evicting `ns`'s least recently used evictable objects while that helps.
+  Result<std::vector<Location>> Allocate(Namespace& ns, std::span<const uint64_t> sizes,
+                                         std::span<const uint32_t> pools, SessionId by);
+
+  const PoolBudget& host_budget() const { return host_budget_; }
+  size_t size() const { return namespaces_.size(); }
+
+  // Totals over every namespace, for status.
+  HostPoolStats HostStats() const;
+  DevicePool::Stats DeviceStats(size_t device) const;
+  ObjectCounts Counts() const;
+
+ private:
+  NamespaceOptions options_;
+  DeviceSet& devices_;
+  NamespaceHooks hooks_;
+  PoolBudget host_budget_;
+  std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_NAMESPACE_SET_H_

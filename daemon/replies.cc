@@ -1,0 +1,82 @@
+#include "daemon/replies.h"
+
+namespace depot::replies {
+namespace fb = flatbuffers;
+
+fb::Offset<fb::Vector<const wire::FrameLocation*>> Frames(fb::FlatBufferBuilder& fbb,
+                                                          std::span<const Location> frames) {
+  std::vector<wire::FrameLocation> out;
+  out.reserve(frames.size());
+  for (const Location& l : frames) out.emplace_back(l.offset, l.size, l.segment, l.pool);
+  return fbb.CreateVectorOfStructs(out);
+}
+
+fb::Offset<wire::ObjectInfo> ObjectInfo(fb::FlatBufferBuilder& fbb, const StoredObject& o,
+                                        bool with_metadata) {
+  auto name = fbb.CreateString(o.name().data(), o.name().size());
+  auto frames = Frames(fbb, o.frames());
+  fb::Offset<fb::Vector<uint8_t>> metadata;
+  if (with_metadata) metadata = fbb.CreateVector(o.metadata().data(), o.metadata().size());
+  wire::ObjectInfoBuilder b(fbb);
+  wire::Guid guid = proto::ToWire(o.guid);
+  b.add_guid(&guid);
+  b.add_name(name);
+  b.add_state(o.deleted ? wire::State::Deleted
+              : o.state == ObjectState::kSealed ? wire::State::Sealed
+                                                : wire::State::Creating);
+  b.add_size(o.size());
+  b.add_frames(frames);
+  b.add_refcount(o.refcount);
+  b.add_evictable(o.evictable);
+  b.add_created_unix_ns(o.created_ns);
+  b.add_sealed_unix_ns(o.sealed_ns);
+  b.add_creator_pid(o.creator_pid);
+  b.add_creator_uid(o.creator_uid);
+  b.add_metadata_size(static_cast<uint32_t>(o.metadata().size()));
+  if (with_metadata) b.add_metadata(metadata);
+  if (o.has_checksum) b.add_checksum(o.checksum);
+  return b.Finish();
+}
+
+Offsets<wire::SegmentInfo> Segments(fb::FlatBufferBuilder& fbb, const Namespace& ns,
+                                    const std::vector<uint64_t>& keys) {
+  std::vector<fb::Offset<wire::SegmentInfo>> infos;
+  for (uint64_t key : keys) {
+    auto pool = static_cast<uint32_t>(key >> 32);
+    auto id = static_cast<uint32_t>(key);
+    SegmentRef seg = ns.SegmentOf(pool, id);
+    infos.push_back(wire::CreateSegmentInfo(fbb, id, seg.size, seg.dedicated, pool));
+  }
+  return fbb.CreateVector(infos);
+}
+
+Offsets<wire::DevicePoolInfo> DevicePools(fb::FlatBufferBuilder& fbb, const DeviceSet& devices,
+                                          const NamespaceSet& namespaces) {
+  std::vector<fb::Offset<wire::DevicePoolInfo>> infos;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    DevicePool::Stats total = namespaces.DeviceStats(i);
+    auto uuid = fbb.CreateString(devices.device(i).uuid);
+    auto name = fbb.CreateString(devices.device(i).name);
+    auto kind = fbb.CreateString(devices.backend().kind());
+    const PoolBudget& budget = devices.budget(i);
+    infos.push_back(wire::CreateDevicePoolInfo(fbb, static_cast<uint32_t>(i + 1), uuid, name, kind,
+                                               budget.capacity, devices.chunk_size(),
+                                               budget.reserved, total.used, total.chunks));
+  }
+  return fbb.CreateVector(infos);
+}
+
+std::vector<uint8_t> SegmentRetired(uint32_t pool, uint32_t id) {
+  fb::FlatBufferBuilder fbb(64);
+  std::vector<uint32_t> ids{id};
+  fbb.Finish(wire::CreateSegmentsRetired(fbb, fbb.CreateVector(ids), pool));
+  return proto::Encode(static_cast<uint16_t>(proto::MsgType::kSegmentsRetired), 0, fbb);
+}
+
+std::vector<uint8_t> Empty(proto::MsgType type, uint64_t request_id) {
+  fb::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  return proto::Encode(proto::ReplyType(type), request_id, fbb);
+}
+
+}  // namespace depot::replies

@@ -1,0 +1,45 @@
+// The FlatBuffers pieces that several replies share: frame locations, object descriptions,
+// segment lists, device pool lists. Each builds into the caller's builder and returns its
+// offset; none sends anything.
+#ifndef DEPOT_DAEMON_REPLIES_H_
+#define DEPOT_DAEMON_REPLIES_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "daemon/device_set.h"
+#include "daemon/namespace.h"
+#include "daemon/namespace_set.h"
+#include "proto/wire.h"
+
+namespace depot::replies {
+
+template <typename T>
+using Offsets = flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<T>>>;
+
+flatbuffers::Offset<flatbuffers::Vector<const wire::FrameLocation*>> Frames(
+    flatbuffers::FlatBufferBuilder& fbb, std::span<const Location> frames);
+
+// What `depotctl ls` and `stat` show of an object; metadata only for stat.
+flatbuffers::Offset<wire::ObjectInfo> ObjectInfo(flatbuffers::FlatBufferBuilder& fbb,
+                                                 const StoredObject& o, bool with_metadata);
+
+// The segments named by `keys` (SegmentTracker::Key), whose fds ride with the reply in order.
+Offsets<wire::SegmentInfo> Segments(flatbuffers::FlatBufferBuilder& fbb, const Namespace& ns,
+                                    const std::vector<uint64_t>& keys);
+
+// Every device pool, its use summed over the namespaces.
+Offsets<wire::DevicePoolInfo> DevicePools(flatbuffers::FlatBufferBuilder& fbb,
+                                          const DeviceSet& devices,
+                                          const NamespaceSet& namespaces);
+
+// The notice that segment `id` of `pool` is gone (sent unasked, request id 0).
+std::vector<uint8_t> SegmentRetired(uint32_t pool, uint32_t id);
+
+// An empty reply to a request of `type` (seal, abort, ping, subscribe).
+std::vector<uint8_t> Empty(proto::MsgType type, uint64_t request_id);
+
+}  // namespace depot::replies
+
+#endif  // DEPOT_DAEMON_REPLIES_H_

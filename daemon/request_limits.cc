@@ -1,0 +1,71 @@
+#include "daemon/request_limits.h"
+
+#include <fmt/format.h>
+
+#include "depot/units.h"
+
+namespace depot {
+
+Status CheckCreate(const wire::CreateRequest& req, const RequestLimits& limits) {
+  size_t nframes = req.frame_sizes() ? req.frame_sizes()->size() : 0;
+  size_t metadata_size = req.metadata() ? req.metadata()->size() : 0;
+  size_t name_size = req.name() ? req.name()->size() : 0;
+  auto invalid = [](std::string msg) { return Status::InvalidArgument(std::move(msg)); };
+  if (nframes == 0 || nframes > limits.max_frames) {
+    return invalid(fmt::format("an object has 1 to {} frames, not {}", limits.max_frames, nframes));
+  }
+  if (metadata_size > limits.max_metadata) {
+    return invalid(fmt::format("metadata of {} bytes exceeds the limit of {} bytes", metadata_size,
+                               limits.max_metadata));
+  }
+  if (name_size > proto::kMaxNameSize) {
+    return invalid(fmt::format("name of {} bytes exceeds the limit of {} bytes", name_size,
+                               proto::kMaxNameSize));
+  }
+  uint64_t total = 0;
+  uint64_t capacity = limits.host_capacity;
+  for (uint64_t size : *req.frame_sizes()) {
+    if (size > capacity) {
+      return Status::StoreFull(fmt::format("a frame of {} is larger than the store's capacity of {}",
+                                           FormatBytes(size), FormatBytes(capacity)));
+    }
+    total += size;
+  }
+  bool device_frames = false;
+  if (req.frame_pools()) {
+    if (req.frame_pools()->size() != nframes) {
+      return invalid(
+          fmt::format("{} frame pools given for {} frames", req.frame_pools()->size(), nframes));
+    }
+    for (uint32_t p : *req.frame_pools()) {
+      device_frames |= p != 0;
+      if (p == 0 || p <= limits.device_pools) continue;
+      if (limits.device_pools == 0) {
+        return Status::Unavailable(
+            fmt::format("device pools: unavailable ({})", limits.devices_unavailable));
+      }
+      return invalid(
+          fmt::format("there is no device pool {} (this depotd has {})", p, limits.device_pools));
+    }
+  }
+  bool inline_data = req.inline_data() != nullptr;
+  if (inline_data && device_frames) return invalid("device frames cannot travel inside a request");
+  if (inline_data && (req.inline_data()->size() != total || !req.seal())) {
+    return invalid(fmt::format(
+        "inline data of {} bytes must match the frames' {} bytes and come with seal",
+        req.inline_data()->size(), total));
+  }
+  if (req.seal() && !inline_data) return invalid("seal on create needs the inline data");
+  return Status::OK();
+}
+
+Status CheckGuidCount(const flatbuffers::Vector<const wire::Guid*>* guids) {
+  size_t n = guids ? guids->size() : 0;
+  if (n == 0 || n > proto::kMaxGuidsPerRequest) {
+    return Status::InvalidArgument(
+        fmt::format("a request names 1 to {} GUIDs, not {}", proto::kMaxGuidsPerRequest, n));
+  }
+  return Status::OK();
+}
+
+}  // namespace depot

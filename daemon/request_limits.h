@@ -1,0 +1,32 @@
+// What a request may ask for, checked before anything is allocated or looked up: the limits a
+// create must keep (frames, metadata, name, sizes, pools, inline data) and the number of GUIDs
+// one request may name. Each refusal is a Status a person can act on.
+#ifndef DEPOT_DAEMON_REQUEST_LIMITS_H_
+#define DEPOT_DAEMON_REQUEST_LIMITS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "depot/status.h"
+#include "proto/wire.h"
+
+namespace depot {
+
+struct RequestLimits {
+  uint32_t max_frames = proto::kMaxFrames;
+  uint32_t max_metadata = proto::kMaxMetadataSize;
+  uint64_t host_capacity = 0;  // no frame may be larger
+  size_t device_pools = 0;     // pools 1..device_pools exist
+  std::string devices_unavailable;  // why there are none, when there are none
+};
+
+// InvalidArgument for a create no object may have (StoreFull for a frame larger than the whole
+// capacity; Unavailable for device frames on a daemon without device pools).
+Status CheckCreate(const wire::CreateRequest& req, const RequestLimits& limits);
+
+// InvalidArgument unless `guids` names 1 to kMaxGuidsPerRequest objects.
+Status CheckGuidCount(const flatbuffers::Vector<const wire::Guid*>* guids);
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_REQUEST_LIMITS_H_

@@ -1,0 +1,36 @@
+#include "daemon/store_options.h"
+
+#include <unistd.h>
+
+namespace depot {
+
+StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_path,
+                              DeviceBackend* backend, std::string devices_unavailable) {
+  StoreOptions so;
+  so.namespaces.host = {.capacity = o.capacity,
+                        .segment_size = o.segment_size,
+                        .prefault = o.prefault,
+                        .name_prefix = HostPool::NamePrefix(socket_path)};
+  so.namespaces.per_user = o.per_user_namespaces;
+  so.namespaces.eviction = o.eviction;
+  so.devices = {.backend = backend,
+                .unavailable = std::move(devices_unavailable),
+                .all = o.all_devices,
+                .uuids = o.device_uuids,
+                .capacity = o.device_capacity,
+                .chunk_size = o.device_chunk_size};
+  so.access = {o.allow_users, o.allow_groups, ::geteuid(), ::getegid()};
+  so.user_quota = {o.user_quota_bytes, o.user_quota_objects};
+  so.client_quota = {o.client_quota_bytes, o.client_quota_objects};
+  so.socket_path = socket_path;
+  so.version = DEPOT_VERSION;
+  so.max_message_size = o.max_message_size;
+  so.max_frames = o.max_frames;
+  so.max_metadata = o.max_metadata;
+  so.hugepages = o.hugepages;
+  so.max_pending = o.max_pending;
+  so.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
+  return so;
+}
+
+}  // namespace depot
