@@ -396,11 +396,19 @@ void Store::OnRelease(SessionId s, const wire::ReleaseRequest& req) {
 
 void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
   if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
-  ObjectTable& table = sessions_.at(s).ns->table();
+  const SessionState& session = sessions_.at(s);
+  ObjectTable& table = session.ns->table();
   fb::FlatBufferBuilder fbb(256);
   std::vector<fb::Offset<wire::GuidResult>> results;
   for (const wire::Guid* g : *req.guids()) {
-    Status st = table.Delete(FromWire(*g), s);
+    Guid guid = FromWire(*g);
+    const StoredObject* o = table.Find(guid);
+    Status st = o != nullptr && !access_.MayDelete(session.creds, o->creator_uid)
+                    ? Status::PermissionDenied(fmt::format(
+                          "object {} was created by uid {}; only that user, root and depotd's "
+                          "own user may delete it",
+                          guid.ToString(), o->creator_uid))
+                    : table.Delete(guid, s);
     auto msg = fbb.CreateString(st.message());
     results.push_back(wire::CreateGuidResult(fbb, g, ToWire(st.code()), msg));
   }

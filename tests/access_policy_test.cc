@@ -35,5 +35,14 @@ TEST_CASE("AccessPolicy with lists admits those listed, and no longer the socket
   CHECK_THAT(policy.Refusal(Peer(1004, 600)), Contains("not in allow_users"));
 }
 
+TEST_CASE("AccessPolicy lets only the creator's user, root and the daemon's user delete",
+          "[access]") {
+  AccessPolicy policy({.users = {}, .groups = {}, .daemon_uid = 500, .socket_gid = 600});
+  CHECK(policy.MayDelete(Peer(1000, 600), 1000));
+  CHECK_FALSE(policy.MayDelete(Peer(1001, 600), 1000));
+  CHECK(policy.MayDelete(Peer(0, 0), 1000));
+  CHECK(policy.MayDelete(Peer(500, 500), 1000));
+}
+
 }  // namespace
 }  // namespace depot

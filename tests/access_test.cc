@@ -1,53 +1,15 @@
 // Who may connect (SO_PEERCRED against the allow lists), per-user namespaces, and quotas. The
 // tests that need a second user run client processes under throwaway uids, which needs root; they
 // skip, saying so, elsewhere.
-#include <grp.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 
-#include "tests/daemon_fixture.h"
+#include "tests/other_users.h"
 
 using namespace depot;
 using namespace depot::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-// Throwaway ids: no account needs to exist for a process to run as them.
-constexpr uid_t kAlice = 41001;
-constexpr uid_t kBob = 41002;
-constexpr gid_t kStaff = 41100;
-
-
-void NeedRoot() {
-  if (::geteuid() != 0) Skip("needs root to run client processes as other uids");
-}
-
-// A daemon other users can reach: the socket's directory is searchable and the socket 0666, so
-// the daemon's own check is the only one.
-std::vector<std::string> OpenSocket(std::vector<std::string> args) {
-  args.insert(args.end(), {"--socket-mode", "0666", "--capacity", "64MiB"});
-  return args;
-}
-
-Daemon StartOpen(std::vector<std::string> args) {
-  std::string dir = TempDir();
-  REQUIRE(::chmod(dir.c_str(), 0755) == 0);
-  return Daemon(dir + "/depot.sock", OpenSocket(std::move(args)));
-}
-
-// Runs `fn` in a child process as `uid` with primary group `gid` and supplementary `groups`.
-int RunAs(uid_t uid, gid_t gid, std::vector<gid_t> groups, const std::function<int()>& fn) {
-  return RunChild([&] {
-    if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(gid, gid, gid) != 0 ||
-        ::setresuid(uid, uid, uid) != 0) {
-      return 100;
-    }
-    return fn();
-  });
-}
 
 // The status code of connecting (0 when admitted), as a child's exit code.
 int ConnectCode(const Daemon& d) {

@@ -1,0 +1,52 @@
+// Helpers for tests that run client processes as other users: throwaway uids (no account needs to
+// exist for a process to run as one), a daemon other users can reach, and running a function in a
+// child as a given uid. They need root; NeedRoot skips, saying so, elsewhere.
+#ifndef DEPOT_TESTS_OTHER_USERS_H_
+#define DEPOT_TESTS_OTHER_USERS_H_
+
+#include <grp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "tests/daemon_fixture.h"
+
+namespace depot::test {
+
+inline constexpr uid_t kAlice = 41001;
+inline constexpr uid_t kBob = 41002;
+inline constexpr uid_t kMallory = 41003;
+inline constexpr gid_t kStaff = 41100;
+
+inline void NeedRoot() {
+  if (::geteuid() != 0) Skip("needs root to run client processes as other uids");
+}
+
+// A daemon other users can reach: the socket's directory is searchable and the socket 0666, so
+// the daemon's own check is the only one.
+inline Daemon StartOpen(std::vector<std::string> args) {
+  std::string dir = TempDir();
+  REQUIRE(::chmod(dir.c_str(), 0755) == 0);
+  args.insert(args.end(), {"--socket-mode", "0666", "--capacity", "64MiB"});
+  return Daemon(dir + "/depot.sock", std::move(args));
+}
+
+// Runs `fn` in a child process as `uid` with primary group `gid` and supplementary `groups`.
+inline int RunAs(uid_t uid, gid_t gid, std::vector<gid_t> groups, const std::function<int()>& fn) {
+  return RunChild([&] {
+    if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(gid, gid, gid) != 0 ||
+        ::setresuid(uid, uid, uid) != 0) {
+      return 100;
+    }
+    return fn();
+  });
+}
+
+}  // namespace depot::test
+
+#endif  // DEPOT_TESTS_OTHER_USERS_H_
