@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/device_source.h"
+#include "daemon/shm_source.h"
 #include "depot/units.h"
 
 namespace depot {
@@ -69,8 +71,7 @@ fb::Offset<wire::ObjectInfo> BuildInfo(fb::FlatBufferBuilder& fbb, const StoredO
 
 Store::Store(boost::asio::io_context& io, StoreOptions options)
     : io_(io), options_(std::move(options)), started_(std::chrono::steady_clock::now()) {
-  budget_.capacity = HostPool::UsableCapacity(options_.pool.capacity);
-  options_.pool.budget = &budget_;
+  budget_.capacity = ShmSource::UsableCapacity(options_.pool.capacity);
   Guid seed = Guid::Random();
   std::seed_seq seq{seed.hi, seed.lo, static_cast<uint64_t>(::getpid())};
   guid_bits_.seed(seq);
@@ -131,18 +132,18 @@ fb::Offset<fb::Vector<fb::Offset<wire::DevicePoolInfo>>> Store::DevicePools(
     fb::FlatBufferBuilder& fbb) const {
   std::vector<fb::Offset<wire::DevicePoolInfo>> infos;
   for (size_t i = 0; i < devices_.size(); ++i) {
-    DevicePool::Stats total;
+    PoolStats total;
     for (const auto& [key, ns] : namespaces_) {
-      DevicePool::Stats s = ns->devices[i]->stats();
+      PoolStats s = ns->pools[i + 1]->stats();
       total.used += s.used;
-      total.chunks += s.chunks;
+      total.segments += s.segments;
     }
     auto uuid = fbb.CreateString(devices_[i].uuid);
     auto name = fbb.CreateString(devices_[i].name);
     auto kind = fbb.CreateString(options_.device_backend->kind());
     infos.push_back(wire::CreateDevicePoolInfo(
         fbb, static_cast<uint32_t>(i + 1), uuid, name, kind, device_budgets_[i].capacity,
-        options_.device_chunk_size, device_budgets_[i].reserved, total.used, total.chunks));
+        options_.device_chunk_size, device_budgets_[i].reserved, total.used, total.segments));
   }
   return fbb.CreateVector(infos);
 }
@@ -153,16 +154,29 @@ Result<Store::Namespace*> Store::NamespaceFor(uid_t uid) {
   auto ns = std::make_unique<Namespace>();
   Namespace* raw = ns.get();
   raw->key = key;
-  HostPoolOptions po = options_.pool;
-  if (key != kShared) po.name_prefix += fmt::format("u{}-", key);
-  auto pool = HostPool::Create(po, [this, raw](uint32_t id) { OnSegmentRetired(*raw, 0, id); });
-  if (!pool.ok()) return pool.status();
-  raw->pool = std::move(*pool);
+  std::string prefix = options_.pool.name_prefix;
+  if (key != kShared) prefix += fmt::format("u{}-", key);
+  auto retire = [this, raw](uint32_t n) {
+    return [this, raw, n](uint32_t id) { OnSegmentRetired(*raw, n, id); };
+  };
+  auto host = SegmentedPool::Create(std::make_unique<ShmSource>(prefix),
+                                    {.budget = &budget_,
+                                     .segment_size = options_.pool.segment_size,
+                                     .prefault = options_.pool.prefault},
+                                    retire(0));
+  if (!host.ok()) return host.status();
+  raw->pools.push_back(std::move(*host));
   for (size_t i = 0; i < devices_.size(); ++i) {
-    auto n = static_cast<uint32_t>(i + 1);
-    raw->devices.push_back(std::make_unique<DevicePool>(
-        *options_.device_backend, i, devices_[i], options_.device_chunk_size, &device_budgets_[i],
-        [this, raw, n](uint32_t id) { OnSegmentRetired(*raw, n, id); }));
+    // An object of more than half a chunk gets a chunk of its own: a chunk is large.
+    auto device = SegmentedPool::Create(
+        std::make_unique<DeviceSource>(*options_.device_backend, i, devices_[i]),
+        {.budget = &device_budgets_[i],
+         .segment_size = options_.device_chunk_size,
+         .alignment = DeviceSource::kAlignment,
+         .dedicated_divisor = 2},
+        retire(static_cast<uint32_t>(i + 1)));
+    if (!device.ok()) return device.status();
+    raw->pools.push_back(std::move(*device));
   }
   raw->table = std::make_unique<ObjectTable>(
       [this, raw](const StoredObject& o) { OnFreed(*raw, o); }, WallClockNs);
@@ -421,7 +435,7 @@ Result<std::vector<Location>> Store::AllocateFrames(Namespace& ns, std::span<con
         frames.push_back(Location{.pool = pool});
         continue;
       }
-      auto loc = pool == 0 ? ns.pool->Allocate(sizes[i]) : ns.devices[pool - 1]->Allocate(sizes[i]);
+      auto loc = ns.pools[pool]->Allocate(sizes[i]);
       if (!loc.ok()) {
         failed = loc.status();
         break;
@@ -436,8 +450,7 @@ Result<std::vector<Location>> Store::AllocateFrames(Namespace& ns, std::span<con
     uint64_t released = 0;
     for (auto& [key, other] : namespaces_) {
       if (other.get() == &ns) continue;
-      released += other->pool->ReleaseSpares();
-      for (auto& d : other->devices) released += d->ReleaseSpares();
+      for (auto& p : other->pools) released += p->ReleaseSpares();
     }
     if (released == 0 && (!options_.eviction || !ns.table->EvictLru())) return failed;
   }
@@ -446,11 +459,7 @@ Result<std::vector<Location>> Store::AllocateFrames(Namespace& ns, std::span<con
 void Store::FreeFrames(Namespace& ns, std::span<const Location> frames) {
   for (const Location& f : frames) {
     if (f.size == 0) continue;
-    if (f.pool == 0) {
-      ns.pool->Free(f);
-    } else {
-      ns.devices[f.pool - 1]->Free(f);
-    }
+    ns.pools[f.pool]->Free(f);
   }
 }
 
@@ -458,7 +467,7 @@ Status Store::WriteInline(Namespace& ns, const std::vector<Location>& frames,
                           std::span<const uint8_t> data) {
   for (const Location& f : frames) {
     if (f.size == 0) continue;
-    auto base = ns.pool->Map(f.segment);
+    auto base = ns.pools[f.pool]->Map(f.segment);
     if (!base.ok()) return base.status();
     std::memcpy(*base + f.offset, data.data(), f.size);
     data = data.subspan(f.size);
@@ -737,12 +746,8 @@ void Store::FinishGet(uint64_t wait_id) {
 }
 
 Store::SegmentRef Store::SegmentOf(const Namespace& ns, uint32_t pool, uint32_t id) {
-  if (pool == 0) {
-    const HostPool::Segment* seg = ns.pool->segment(id);
-    return {seg->fd(), seg->size, seg->dedicated};
-  }
-  const DevicePool::Chunk* chunk = ns.devices.at(pool - 1)->chunk(id);
-  return {chunk->memory.fd.get(), chunk->memory.size, chunk->dedicated};
+  const SegmentedPool::Segment* seg = ns.pools.at(pool)->segment(id);
+  return {seg->fd(), seg->size(), seg->dedicated};
 }
 
 Status Store::CollectSegments(SessionState& st, std::span<const Location> frames,
@@ -855,10 +860,10 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
 
 void Store::OnStatus(SessionId s, uint64_t id) {
   // Totals over every namespace.
-  HostPoolStats ps;
+  PoolStats ps;
   ObjectCounts c;
   for (const auto& [key, ns] : namespaces_) {
-    HostPoolStats p = ns->pool->stats();
+    PoolStats p = ns->pools[0]->stats();
     ps.reserved += p.reserved;
     ps.used += p.used;
     ps.largest_free = std::max(ps.largest_free, p.largest_free);

@@ -27,9 +27,8 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "daemon/device_backend.h"
-#include "daemon/device_pool.h"
-#include "daemon/host_pool.h"
 #include "daemon/object_table.h"
+#include "daemon/segmented_pool.h"
 #include "proto/fd_passing.h"
 #include "proto/wire.h"
 
@@ -67,8 +66,16 @@ struct Quota {
   uint64_t objects = 0;
 };
 
+// The host pool: shared-memory segments made on demand up to the capacity.
+struct HostMemoryOptions {
+  uint64_t capacity = 0;
+  uint64_t segment_size = 64ull << 20;  // larger objects get a segment of their own
+  bool prefault = false;    // reserve the whole capacity at start-up and keep it
+  std::string name_prefix;  // segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7"
+};
+
 struct StoreOptions {
-  HostPoolOptions pool;
+  HostMemoryOptions pool;
   std::string socket_path;  // reported by status
   std::string version;
   uint32_t max_message_size = proto::kMaxMessageSize;  // largest request accepted
@@ -126,8 +133,7 @@ class Store {
   // Objects and the shared memory they live in: one for everybody, or one per user.
   struct Namespace {
     uint32_t key;  // the owner's uid, or kShared
-    std::unique_ptr<HostPool> pool;
-    std::vector<std::unique_ptr<DevicePool>> devices;  // device pool n is devices[n - 1]
+    std::vector<std::unique_ptr<SegmentedPool>> pools;  // pool 0: the host's; n: device pool n
     std::unique_ptr<ObjectTable> table;
     size_t sessions = 0;
   };
