@@ -15,9 +15,9 @@
 
 #include "common/system_memory.h"
 #include "daemon/daemon_main.h"
-#include "daemon/host_pool.h"
 #include "daemon/options.h"
 #include "daemon/server.h"
+#include "daemon/shm_source.h"
 #include "daemon/store.h"
 #include "daemon/systemd.h"
 #include "depot/units.h"
@@ -27,7 +27,7 @@ namespace {
 
 // Says plainly when /dev/shm cannot give what the configuration asks for.
 void WarnAboutShm(const DaemonOptions& o) {
-  uint64_t shm_free = HostPool::ShmAvailable();
+  uint64_t shm_free = ShmSource::ShmAvailable();
   if (shm_free < o.capacity) {
     spdlog::warn(
         "/dev/shm has {} free but the capacity is {}: creates will fail with StoreFull once "
@@ -100,8 +100,8 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   }
   // Under socket activation this is the passed socket's path, whatever the configuration says.
   const std::string socket_path = claim->path();
-  std::string prefix = HostPool::NamePrefix(socket_path);
-  if (int stale = HostPool::RemoveStale(prefix); stale > 0) {
+  std::string prefix = ShmSource::NamePrefix(socket_path);
+  if (int stale = ShmSource::RemoveStale(prefix); stale > 0) {
     spdlog::warn("removed {} shared-memory segment(s) left by a previous depotd on {}", stale,
                  socket_path);
   }
@@ -132,7 +132,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   spdlog::info("depotd {} serving {} (pid {}): host pool {}{}, segments of {}, /dev/shm free {}",
                DEPOT_VERSION, socket_path, ::getpid(), FormatBytes(opts.capacity),
                opts.prefault ? " (prefaulted)" : "", FormatBytes(opts.segment_size),
-               FormatBytes(HostPool::ShmAvailable()));
+               FormatBytes(ShmSource::ShmAvailable()));
   spdlog::info("device pools: {}", (*store)->DeviceSummary());
 
   // Ready once the loop runs: the socket listens and the pool exists (prefaulted when asked),
@@ -174,7 +174,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
 
 int DaemonMain(int argc, char** argv, const DeviceBackendFactory& make_backend) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  auto opts = ParseOptions(args, PhysicalMemory(), HostPool::ShmAvailable());
+  auto opts = ParseOptions(args, PhysicalMemory(), ShmSource::ShmAvailable());
   if (!opts.ok()) {
     std::fprintf(stderr, "depotd: %s\n", opts.status().message().c_str());
     return 2;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "daemon/device_backend.h"
-#include "daemon/host_pool.h"
+#include "daemon/location.h"
 
 namespace depot {
 

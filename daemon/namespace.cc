@@ -14,7 +14,7 @@ Result<std::vector<Location>> Namespace::Allocate(std::span<const uint64_t> size
       frames.push_back(Location{.pool = pool});
       continue;
     }
-    auto loc = pool == 0 ? host_->Allocate(sizes[i]) : devices_[pool - 1]->Allocate(sizes[i]);
+    auto loc = pools_[pool]->Allocate(sizes[i]);
     if (!loc.ok()) {
       Free(frames);
       return loc.status();
@@ -27,19 +27,14 @@ Result<std::vector<Location>> Namespace::Allocate(std::span<const uint64_t> size
 
 void Namespace::Free(std::span<const Location> frames) {
   for (const Location& f : frames) {
-    if (f.size == 0) continue;
-    if (f.pool == 0) {
-      host_->Free(f);
-    } else {
-      devices_[f.pool - 1]->Free(f);
-    }
+    if (f.size > 0) pools_[f.pool]->Free(f);
   }
 }
 
 Status Namespace::WriteInline(std::span<const Location> frames, std::span<const uint8_t> data) {
   for (const Location& f : frames) {
     if (f.size == 0) continue;
-    auto base = host_->Map(f.segment);
+    auto base = pools_[0]->Map(f.segment);
     if (!base.ok()) return base.status();
     std::memcpy(*base + f.offset, data.data(), f.size);
     data = data.subspan(f.size);
@@ -48,17 +43,13 @@ Status Namespace::WriteInline(std::span<const Location> frames, std::span<const 
 }
 
 SegmentRef Namespace::SegmentOf(uint32_t pool, uint32_t id) const {
-  if (pool == 0) {
-    const HostPool::Segment* seg = host_->segment(id);
-    return {seg->fd(), seg->size, seg->dedicated};
-  }
-  const DevicePool::Chunk* chunk = devices_.at(pool - 1)->chunk(id);
-  return {chunk->memory.fd.get(), chunk->memory.size, chunk->dedicated};
+  const SegmentedPool::Segment* seg = pools_.at(pool)->segment(id);
+  return {seg->fd(), seg->size(), seg->dedicated};
 }
 
 uint64_t Namespace::ReleaseSpares() {
-  uint64_t released = host_->ReleaseSpares();
-  for (auto& d : devices_) released += d->ReleaseSpares();
+  uint64_t released = 0;
+  for (auto& pool : pools_) released += pool->ReleaseSpares();
   return released;
 }
 

@@ -14,9 +14,8 @@
 #include <span>
 #include <vector>
 
-#include "daemon/device_pool.h"
-#include "daemon/host_pool.h"
 #include "daemon/object_table.h"
+#include "daemon/segmented_pool.h"
 
 namespace depot {
 
@@ -40,8 +39,8 @@ class Namespace {
   uint32_t key() const { return key_; }
   ObjectTable& table() { return *table_; }
   const ObjectTable& table() const { return *table_; }
-  const HostPool& host() const { return *host_; }
-  const DevicePool& device(size_t i) const { return *devices_[i]; }
+  // Pool 0 is the host's; pool n is device pool n.
+  const SegmentedPool& pool(uint32_t n) const { return *pools_[n]; }
 
   // Allocates every frame (size 0 takes no memory) in pool `pools[i]` (empty: all on the host),
   // all or nothing. StoreFull from the pool that had no room.
@@ -66,8 +65,7 @@ class Namespace {
   friend class NamespaceSet;
 
   uint32_t key_;
-  std::unique_ptr<HostPool> host_;
-  std::vector<std::unique_ptr<DevicePool>> devices_;  // device pool n is devices_[n - 1]
+  std::vector<std::unique_ptr<SegmentedPool>> pools_;
   std::unique_ptr<ObjectTable> table_;
 };
 

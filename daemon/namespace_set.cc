@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/device_source.h"
+#include "daemon/shm_source.h"
+
 namespace depot {
 namespace {
 
@@ -19,8 +22,7 @@ int64_t WallClockNs() {
 
 NamespaceSet::NamespaceSet(NamespaceOptions options, DeviceSet& devices, NamespaceHooks hooks)
     : options_(std::move(options)), devices_(devices), hooks_(std::move(hooks)) {
-  host_budget_.capacity = HostPool::UsableCapacity(options_.host.capacity);
-  options_.host.budget = &host_budget_;
+  host_budget_.capacity = ShmSource::UsableCapacity(options_.host.capacity);
 }
 
 Result<Namespace*> NamespaceSet::For(uid_t uid) {
@@ -28,16 +30,31 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   if (auto it = namespaces_.find(key); it != namespaces_.end()) return it->second.get();
   auto owned = std::make_unique<Namespace>(key);
   Namespace* ns = owned.get();
-  HostPoolOptions po = options_.host;
-  if (key != Namespace::kShared) po.name_prefix += fmt::format("u{}-", key);
-  auto host = HostPool::Create(po, [this, ns](uint32_t id) { hooks_.retired(*ns, 0, id); });
+  std::string prefix = options_.host.name_prefix;
+  if (key != Namespace::kShared) prefix += fmt::format("u{}-", key);
+  auto retire = [this, ns](uint32_t n) {
+    return [this, ns, n](uint32_t id) { hooks_.retired(*ns, n, id); };
+  };
+  auto host = SegmentedPool::Create(std::make_unique<ShmSource>(prefix),
+                                    {.budget = &host_budget_,
+                                     .segment_size = options_.host.segment_size,
+                                     .prefault = options_.host.prefault},
+                                    retire(0));
   if (!host.ok()) return host.status();
-  ns->host_ = std::move(*host);
+  ns->pools_.push_back(std::move(*host));
   for (size_t i = 0; i < devices_.size(); ++i) {
-    auto n = static_cast<uint32_t>(i + 1);
-    ns->devices_.push_back(std::make_unique<DevicePool>(
-        devices_.backend(), devices_.backend_index(i), devices_.device(i), devices_.chunk_size(),
-        devices_.budget(i), [this, ns, n](uint32_t id) { hooks_.retired(*ns, n, id); }));
+    // An object of more than half a chunk gets a chunk of its own: a chunk is large.
+    auto device = SegmentedPool::Create(
+        std::make_unique<DeviceSource>(devices_.backend(), devices_.backend_index(i),
+                                       devices_.device(i)),
+        {.budget = devices_.budget(i),
+         .segment_size = devices_.chunk_size(),
+         .alignment = DeviceSource::kAlignment,
+         .dedicated_divisor = 2,
+         .prefault = false},
+        retire(static_cast<uint32_t>(i + 1)));
+    if (!device.ok()) return device.status();
+    ns->pools_.push_back(std::move(*device));
   }
   ns->table_ = std::make_unique<ObjectTable>(
       [this, ns](const StoredObject& o) {
@@ -78,10 +95,10 @@ Result<std::vector<Location>> NamespaceSet::Allocate(Namespace& ns, std::span<co
   }
 }
 
-HostPoolStats NamespaceSet::HostStats() const {
-  HostPoolStats total;
+PoolStats NamespaceSet::Stats(uint32_t pool) const {
+  PoolStats total;
   for (const auto& [key, ns] : namespaces_) {
-    HostPoolStats p = ns->host().stats();
+    PoolStats p = ns->pool(pool).stats();
     total.reserved += p.reserved;
     total.used += p.used;
     total.largest_free = std::max(total.largest_free, p.largest_free);
@@ -89,16 +106,8 @@ HostPoolStats NamespaceSet::HostStats() const {
     total.largest_block = std::max(total.largest_block, p.largest_block);
     total.segments += p.segments;
   }
-  if (namespaces_.empty()) total.largest_free = host_budget_.capacity - host_budget_.reserved;
-  return total;
-}
-
-DevicePool::Stats NamespaceSet::DeviceStats(size_t device) const {
-  DevicePool::Stats total;
-  for (const auto& [key, ns] : namespaces_) {
-    DevicePool::Stats s = ns->device(device).stats();
-    total.used += s.used;
-    total.chunks += s.chunks;
+  if (namespaces_.empty() && pool == 0) {
+    total.largest_free = host_budget_.capacity - host_budget_.reserved;
   }
   return total;
 }

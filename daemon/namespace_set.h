@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "daemon/device_set.h"
@@ -21,8 +22,16 @@
 
 namespace depot {
 
+// The host memory of the whole daemon.
+struct HostMemoryOptions {
+  uint64_t capacity = 0;
+  uint64_t segment_size = 0;  // larger objects get a segment of their own
+  bool prefault = false;      // reserve the whole capacity at start-up and keep it
+  std::string name_prefix;    // segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7"
+};
+
 struct NamespaceOptions {
-  HostPoolOptions host;   // the capacity and name prefix of the whole daemon
+  HostMemoryOptions host;
   bool per_user = false;  // each uid gets a namespace of its own
   bool eviction = false;  // evict LRU evictable objects when full
 };
@@ -59,8 +68,7 @@ class NamespaceSet {
   size_t size() const { return namespaces_.size(); }
 
   // Totals over every namespace, for status.
-  HostPoolStats HostStats() const;
-  DevicePool::Stats DeviceStats(size_t device) const;
+  PoolStats Stats(uint32_t pool) const;
   ObjectCounts Counts() const;
 
  private:

@@ -28,7 +28,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "daemon/host_pool.h"
+#include "daemon/location.h"
 #include "depot/guid.h"
 #include "depot/status.h"
 

@@ -54,14 +54,14 @@ Offsets<wire::DevicePoolInfo> DevicePools(fb::FlatBufferBuilder& fbb, const Devi
                                           const NamespaceSet& namespaces) {
   std::vector<fb::Offset<wire::DevicePoolInfo>> infos;
   for (size_t i = 0; i < devices.size(); ++i) {
-    DevicePool::Stats total = namespaces.DeviceStats(i);
+    PoolStats total = namespaces.Stats(static_cast<uint32_t>(i + 1));
     auto uuid = fbb.CreateString(devices.device(i).uuid);
     auto name = fbb.CreateString(devices.device(i).name);
     auto kind = fbb.CreateString(devices.backend().kind());
     const PoolBudget& budget = devices.budget(i);
     infos.push_back(wire::CreateDevicePoolInfo(fbb, static_cast<uint32_t>(i + 1), uuid, name, kind,
                                                budget.capacity, devices.chunk_size(),
-                                               budget.reserved, total.used, total.chunks));
+                                               budget.reserved, total.used, total.segments));
   }
   return fbb.CreateVector(infos);
 }

@@ -459,7 +459,7 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
 
 void Store::OnStatus(SessionId s, uint64_t id) {
   // Totals over every namespace.
-  HostPoolStats ps = namespaces_.HostStats();
+  PoolStats ps = namespaces_.Stats(0);
   ObjectCounts c = namespaces_.Counts();
   const auto& user_usage = quotas_.users();
   fb::FlatBufferBuilder fbb(512 + 32 * user_usage.size());

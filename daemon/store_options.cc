@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "daemon/shm_source.h"
+
 namespace depot {
 
 StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_path,
@@ -10,7 +12,7 @@ StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_
   so.namespaces.host = {.capacity = o.capacity,
                         .segment_size = o.segment_size,
                         .prefault = o.prefault,
-                        .name_prefix = HostPool::NamePrefix(socket_path)};
+                        .name_prefix = ShmSource::NamePrefix(socket_path)};
   so.namespaces.per_user = o.per_user_namespaces;
   so.namespaces.eviction = o.eviction;
   so.devices = {.backend = backend,

@@ -7,7 +7,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "daemon/host_pool.h"
+#include "daemon/shm_source.h"
 #include "tests/daemon_fixture.h"
 
 using namespace depot;
@@ -271,7 +271,7 @@ TEST_CASE("verify: a checksum recorded at seal catches bytes changed afterwards"
   auto info = c.Stat(*large);
   REQUIRE(info.ok());
   const FrameInfo& f = info->frames.at(0);
-  std::string path = "/dev/shm/" + HostPool::NamePrefix(d.socket()) + std::to_string(f.segment);
+  std::string path = "/dev/shm/" + ShmSource::NamePrefix(d.socket()) + std::to_string(f.segment);
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   REQUIRE(fd >= 0);
   char b = 0;

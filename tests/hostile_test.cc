@@ -44,7 +44,7 @@ bool Intact(const Daemon& d, const Guid& guid, size_t size, uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("another user cannot delete an object; its creator, root and depotd's user can",
+TEST_CASE("another user cannot delete an object, while its creator, root and depotd's user can",
           "[hostile]") {
   NeedRoot();
   Daemon d = StartShared();

@@ -37,7 +37,7 @@ TEST_CASE("QuotaLedger refuses past a user's limit, naming the key", "[quota]") 
   CHECK(ledger.Check(7, 3, 500).ok());
 }
 
-TEST_CASE("QuotaLedger refuses past a connection's limit; a closed one is forgotten", "[quota]") {
+TEST_CASE("QuotaLedger refuses past a connection's limit and forgets a closed one", "[quota]") {
   QuotaLedger ledger({}, {.bytes = 100, .objects = 0});
   ledger.Charge(7, 1, 80);
   CHECK_THAT(ledger.Check(7, 1, 30).message(),

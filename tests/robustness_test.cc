@@ -18,7 +18,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "daemon/host_pool.h"
+#include "daemon/shm_source.h"
 #include "common/unix_socket.h"
 #include "proto/fd_passing.h"
 #include "proto/wire.h"
@@ -260,7 +260,7 @@ TEST_CASE("a daemon restarted after SIGKILL removes the segments of its predeces
           "[robustness]") {
   std::string dir = TempDir();
   std::string path = dir + "/depot.sock";
-  std::string prefix = HostPool::NamePrefix(path);
+  std::string prefix = ShmSource::NamePrefix(path);
   {
     Daemon crashed(path, {"--capacity", "64MiB"});
     auto id = crashed.Connect().Put(Pattern(1 << 20, 1));

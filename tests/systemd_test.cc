@@ -27,7 +27,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "daemon/host_pool.h"
+#include "daemon/shm_source.h"
 #include "proto/fd_passing.h"
 #include "tests/daemon_fixture.h"
 
@@ -335,7 +335,7 @@ TEST_CASE("socket activation: depotd serves the socket systemd-socket-activate p
   CHECK(status->daemon_pid == daemon.pid);
   CHECK(ReadFile(log).find("serving the socket systemd passed, " + socket) != std::string::npos);
   // Segment names and the lock file derive from the passed socket's path.
-  std::string prefix = HostPool::NamePrefix(socket);
+  std::string prefix = ShmSource::NamePrefix(socket);
   CHECK_FALSE(ShmNames(prefix).empty());
   CHECK(std::filesystem::exists(socket + ".lock"));
 

@@ -1,0 +1,19 @@
+#include "daemon/device_source.h"
+
+#include <fmt/format.h>
+
+namespace depot {
+
+Result<SegmentMemory> DeviceSource::Create(uint32_t id, uint64_t size) {
+  auto chunk = backend_.CreateChunk(index_, size);
+  if (!chunk.ok()) return chunk.status();
+  return SegmentMemory{std::move(chunk->fd), chunk->size, fmt::format("{} chunk {}", uuid_, id),
+                       chunk->handle};
+}
+
+void DeviceSource::Release(SegmentMemory& memory) {
+  DeviceChunk chunk{std::move(memory.fd), memory.handle, memory.size};
+  backend_.ReleaseChunk(index_, chunk);
+}
+
+}  // namespace depot

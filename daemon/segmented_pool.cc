@@ -1,0 +1,180 @@
+#include "daemon/segmented_pool.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "depot/units.h"
+
+namespace depot {
+namespace {
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+SegmentedPool::SegmentedPool(std::unique_ptr<SegmentSource> source, SegmentedPoolOptions options,
+                             RetireFn on_retire)
+    : source_(std::move(source)),
+      options_(options),
+      budget_(options.budget),
+      granularity_(std::max(source_->granularity(), options.alignment)),
+      on_retire_(std::move(on_retire)) {
+  options_.segment_size = RoundUp(options_.segment_size, granularity_);
+}
+
+Result<std::unique_ptr<SegmentedPool>> SegmentedPool::Create(std::unique_ptr<SegmentSource> source,
+                                                             SegmentedPoolOptions options,
+                                                             RetireFn on_retire) {
+  std::unique_ptr<SegmentedPool> pool(
+      new SegmentedPool(std::move(source), options, std::move(on_retire)));
+  if (pool->options_.prefault) {
+    // One segment holds the whole budget, so any object up to the capacity fits in it.
+    const PoolBudget& b = *pool->budget_;
+    auto seg = pool->AddSegment(b.capacity - b.reserved, false);
+    if (!seg.ok()) return seg.status();
+  }
+  return pool;
+}
+
+SegmentedPool::~SegmentedPool() {
+  budget_->reserved -= reserved_;
+  for (auto& [id, seg] : segments_) {
+    Unmap(seg);
+    source_->Release(seg.memory);
+  }
+}
+
+Result<uint8_t*> SegmentedPool::Map(uint32_t id) {
+  auto it = segments_.find(id);
+  if (it == segments_.end()) return Status::NotFound(fmt::format("no segment {}", id));
+  Segment& seg = it->second;
+  if (seg.map == nullptr) {
+    void* p = ::mmap(nullptr, seg.size(), PROT_READ | PROT_WRITE, MAP_SHARED, seg.fd(), 0);
+    if (p == MAP_FAILED) {
+      return Status::Unavailable(fmt::format("cannot map {} ({}): {}", seg.name(),
+                                             FormatBytes(seg.size()), std::strerror(errno)));
+    }
+    seg.map = static_cast<uint8_t*>(p);
+  }
+  return seg.map;
+}
+
+void SegmentedPool::Unmap(Segment& seg) {
+  if (seg.map != nullptr) ::munmap(seg.map, seg.size());
+  seg.map = nullptr;
+}
+
+Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool dedicated) {
+  uint32_t id = next_id_++;
+  auto memory = source_->Create(id, size);
+  if (!memory.ok()) return memory.status();
+  uint64_t bytes = memory->size;
+  reserved_ += bytes;
+  budget_->reserved += bytes;
+  auto [it, inserted] = segments_.emplace(
+      id, Segment{id, std::move(*memory), dedicated, Allocator(bytes, options_.alignment)});
+  return &it->second;
+}
+
+Result<Location> SegmentedPool::Allocate(uint64_t size) {
+  auto full = [&](std::string_view why) {
+    PoolStats s = stats();
+    std::string_view where = source_->describe();
+    return Status::StoreFull(
+        fmt::format("cannot allocate {}{}{}: {} ({} of {} in use, largest free block {})",
+                    FormatBytes(size), where.empty() ? "" : " ", where, why, FormatBytes(s.used),
+                    FormatBytes(s.capacity), FormatBytes(s.largest_free)));
+  };
+  if (size == 0) return Status::InvalidArgument("cannot allocate 0 bytes");
+  if (size > budget_->capacity) return full("larger than the whole capacity");
+
+  for (auto& [id, seg] : segments_) {
+    if (seg.dedicated) continue;
+    if (auto offset = seg.allocator.Allocate(size)) {
+      return Location{.segment = id, .offset = *offset, .size = size};
+    }
+  }
+  if (options_.prefault) return full("no free block is large enough");
+
+  bool dedicated = size > options_.segment_size / options_.dedicated_divisor;
+  uint64_t left = (budget_->capacity - budget_->reserved) / granularity_ * granularity_;
+  uint64_t seg_size =
+      dedicated ? RoundUp(size, granularity_) : std::min(options_.segment_size, left);
+  if (seg_size > left || seg_size < size) return full("no free block is large enough");
+  auto seg = AddSegment(seg_size, dedicated);
+  if (!seg.ok()) return seg.status();
+  // A fresh segment of at least `size` bytes, in whole granules, always has room.
+  auto offset = (*seg)->allocator.Allocate(size);
+  return Location{.segment = (*seg)->id, .offset = *offset, .size = size};
+}
+
+void SegmentedPool::Free(const Location& location) {
+  auto it = segments_.find(location.segment);
+  if (it == segments_.end() || !it->second.allocator.Free(location.offset, location.size)) return;
+  Segment& seg = it->second;
+  if (!seg.allocator.empty() || options_.prefault) return;
+  if (!seg.dedicated) {
+    // Keep one empty shared segment so that a put/delete cycle does not create one each time.
+    for (auto& [id, other] : segments_) {
+      if (id != seg.id && !other.dedicated && other.allocator.empty()) {
+        Retire(it);
+        return;
+      }
+    }
+    return;
+  }
+  Retire(it);
+}
+
+uint64_t SegmentedPool::ReleaseSpares() {
+  if (options_.prefault) return 0;
+  uint64_t released = 0;
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    auto next = std::next(it);
+    if (!it->second.dedicated && it->second.allocator.empty()) {
+      released += it->second.size();
+      Retire(it);
+    }
+    it = next;
+  }
+  return released;
+}
+
+void SegmentedPool::Retire(std::map<uint32_t, Segment>::iterator it) {
+  uint32_t id = it->first;
+  reserved_ -= it->second.size();
+  budget_->reserved -= it->second.size();
+  Unmap(it->second);
+  source_->Release(it->second.memory);
+  segments_.erase(it);
+  if (on_retire_) on_retire_(id);
+}
+
+const SegmentedPool::Segment* SegmentedPool::segment(uint32_t id) const {
+  auto it = segments_.find(id);
+  return it == segments_.end() ? nullptr : &it->second;
+}
+
+PoolStats SegmentedPool::stats() const {
+  PoolStats s;
+  s.capacity = budget_->capacity;
+  s.reserved = reserved_;
+  s.segments = static_cast<uint32_t>(segments_.size());
+  for (const auto& [id, seg] : segments_) {
+    s.used += seg.allocator.used();
+    s.free_in_segments += seg.allocator.free();
+    s.largest_block = std::max(s.largest_block, seg.allocator.largest_free());
+    if (!seg.dedicated) s.largest_free = std::max(s.largest_free, seg.allocator.largest_free());
+  }
+  if (!options_.prefault) {
+    s.largest_free = std::max(s.largest_free, budget_->capacity - budget_->reserved);
+  }
+  return s;
+}
+
+}  // namespace depot

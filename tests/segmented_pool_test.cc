@@ -1,0 +1,420 @@
+// Tests for depot::SegmentedPool (daemon/segmented_pool.h): over real POSIX shared memory in
+// /dev/shm (ShmSource), the host pool's policy; over memfd chunks of a stand-in GPU
+// (DeviceSource on MemfdBackend), a device pool's.
+#include "daemon/segmented_pool.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/device_source.h"
+#include "daemon/shm_source.h"
+#include "depot/units.h"
+#include "tests/memfd_backend.h"
+
+namespace depot {
+namespace {
+
+using Catch::Matchers::Contains;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// A name prefix no other test (or concurrent run of this binary) uses.
+std::string UniquePrefix() {
+  static int n = 0;
+  return "depot-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + "-";
+}
+
+std::string ShmPath(const std::string& name) { return "/dev/shm/" + name; }
+
+bool ShmExists(const std::string& name) {
+  struct stat st {};
+  return ::stat(ShmPath(name).c_str(), &st) == 0;
+}
+
+// A pool with a budget of its own and a record of the segments it retired.
+struct Fixture {
+  Fixture(std::unique_ptr<SegmentSource> source, uint64_t capacity, SegmentedPoolOptions o)
+      : budget{capacity, 0} {
+    o.budget = &budget;
+    auto r =
+        SegmentedPool::Create(std::move(source), o, [this](uint32_t id) { retired.push_back(id); });
+    REQUIRE(r.ok());
+    pool = std::move(*r);
+  }
+
+  Location Allocate(uint64_t size) {
+    auto r = pool->Allocate(size);
+    REQUIRE(r.ok());
+    return *r;
+  }
+
+  PoolBudget budget;
+  std::vector<uint32_t> retired;
+  std::unique_ptr<SegmentedPool> pool;
+};
+
+// The host pool, as the store makes it: shared-memory segments under a prefix of its own.
+struct PoolFixture : Fixture {
+  explicit PoolFixture(uint64_t capacity, uint64_t segment_size = kMiB, bool prefault = false,
+                       const std::string& prefix = UniquePrefix())
+      : Fixture(std::make_unique<ShmSource>(prefix), ShmSource::UsableCapacity(capacity),
+                {.segment_size = segment_size, .prefault = prefault}),
+        prefix(prefix) {}
+
+  std::string Name(uint32_t id) const { return prefix + std::to_string(id); }
+
+  std::string prefix;
+};
+
+TEST_CASE("The host pool creates segments on demand, 0600, and aligns offsets",
+          "[segmented_pool]") {
+  PoolFixture f(4 * kMiB);
+  CHECK(f.pool->stats().segments == 0);
+  CHECK(f.pool->stats().reserved == 0);
+
+  Location first = f.Allocate(100);
+  CHECK(first.offset % 64 == 0);
+  CHECK(first.size == 100);
+  CHECK(f.pool->stats().segments == 1);
+  CHECK(f.pool->stats().reserved == kMiB);
+  const SegmentedPool::Segment* seg = f.pool->segment(first.segment);
+  REQUIRE(seg != nullptr);
+  CHECK_FALSE(seg->dedicated);
+  CHECK(seg->size() == kMiB);
+
+  struct stat st {};
+  REQUIRE(::stat(ShmPath(f.Name(first.segment)).c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  CHECK(static_cast<uint64_t>(st.st_size) == kMiB);
+
+  // Fill past the first segment: a second one appears, every block aligned and in bounds.
+  std::vector<Location> blocks = {first};
+  uint64_t total = 100;
+  for (uint64_t size = 1; total < kMiB + kMiB / 2; size = size * 3 % 20011 + 1) {
+    Location l = f.Allocate(size);
+    CHECK(l.offset % 64 == 0);
+    CHECK(l.offset + size <= f.pool->segment(l.segment)->size());
+    blocks.push_back(l);
+    total += size;
+  }
+  CHECK(f.pool->stats().segments == 2);
+  CHECK(f.pool->stats().reserved == 2 * kMiB);
+  for (const Location& l : blocks) CHECK(ShmExists(f.Name(l.segment)));
+}
+
+TEST_CASE("The host pool gives a large object a dedicated segment and retires it",
+          "[segmented_pool]") {
+  PoolFixture f(8 * kMiB);
+  Location small = f.Allocate(64);
+  Location big = f.Allocate(kMiB + kMiB / 2);
+  CHECK(big.segment != small.segment);
+  const SegmentedPool::Segment* seg = f.pool->segment(big.segment);
+  REQUIRE(seg != nullptr);
+  CHECK(seg->dedicated);
+  CHECK(seg->size() >= kMiB + kMiB / 2);
+  CHECK(seg->size() % 4096 == 0);
+  CHECK(f.pool->stats().reserved == kMiB + seg->size());
+  REQUIRE(ShmExists(f.Name(big.segment)));
+
+  // Nothing small is ever placed in a dedicated segment, even when it has room.
+  Location other = f.Allocate(64);
+  CHECK(other.segment == small.segment);
+
+  f.pool->Free(big);
+  CHECK(f.pool->segment(big.segment) == nullptr);
+  CHECK_FALSE(ShmExists(f.Name(big.segment)));
+  CHECK(f.retired == std::vector<uint32_t>{big.segment});
+  CHECK(f.pool->stats().reserved == kMiB);
+}
+
+TEST_CASE("The host pool keeps at most one empty shared segment", "[segmented_pool]") {
+  PoolFixture f(4 * kMiB);
+  // 768 KiB blocks: one per 1 MiB segment.
+  std::vector<Location> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(f.Allocate(768 * 1024));
+  CHECK(f.pool->stats().segments == 3);
+
+  for (const Location& l : blocks) f.pool->Free(l);
+  CHECK(f.pool->stats().segments == 1);
+  CHECK(f.pool->stats().reserved == kMiB);
+  CHECK(f.pool->stats().used == 0);
+  CHECK(f.retired.size() == 2);
+  int on_disk = 0;
+  for (const Location& l : blocks) on_disk += ShmExists(f.Name(l.segment));
+  CHECK(on_disk == 1);
+
+  // The spare is reused rather than a new segment made.
+  Location again = f.Allocate(768 * 1024);
+  CHECK(f.pool->segment(again.segment) != nullptr);
+  CHECK(f.pool->stats().segments == 1);
+}
+
+TEST_CASE("The host pool reports StoreFull with sizes and refuses 0 bytes", "[segmented_pool]") {
+  PoolFixture f(2 * kMiB);
+  CHECK(f.pool->Allocate(0).status().IsInvalidArgument());
+
+  auto too_big = f.pool->Allocate(2 * kMiB + 1);
+  REQUIRE_FALSE(too_big.ok());
+  CHECK(too_big.status().IsStoreFull());
+  CHECK_THAT(too_big.status().message(), Contains(FormatBytes(2 * kMiB + 1)));
+
+  f.Allocate(kMiB);
+  f.Allocate(kMiB);
+  auto full = f.pool->Allocate(64);
+  REQUIRE_FALSE(full.ok());
+  CHECK(full.status().IsStoreFull());
+  CHECK_THAT(full.status().message(), Contains("64 B"));
+  CHECK_THAT(full.status().message(), Contains("2.0 MiB"));
+  CHECK(f.pool->stats().segments == 2);  // a failed allocation creates nothing
+}
+
+TEST_CASE("The host pool with prefault reserves everything once and keeps it", "[segmented_pool]") {
+  PoolFixture f(3 * kMiB, kMiB, /*prefault=*/true);
+  REQUIRE(f.pool->stats().segments == 1);
+  CHECK(f.pool->stats().reserved == 3 * kMiB);
+  const SegmentedPool::Segment* seg = f.pool->segment(1);
+  REQUIRE(seg != nullptr);
+  CHECK(seg->size() == 3 * kMiB);
+  CHECK(ShmExists(f.Name(1)));
+
+  // Larger than the segment size, yet it goes into the one segment.
+  Location big = f.Allocate(2 * kMiB);
+  CHECK(big.segment == 1);
+  Location small = f.Allocate(100);
+  CHECK(small.segment == 1);
+  CHECK_FALSE(f.pool->Allocate(kMiB).ok());
+  f.pool->Free(big);
+  f.pool->Free(small);
+  CHECK(f.pool->stats().segments == 1);
+  CHECK(f.retired.empty());
+  CHECK(ShmExists(f.Name(1)));
+  CHECK(f.pool->stats().largest_free == 3 * kMiB);
+}
+
+TEST_CASE("The host pool's destructor removes every segment", "[segmented_pool]") {
+  PoolFixture f(8 * kMiB);
+  std::vector<uint32_t> ids = {f.Allocate(10).segment, f.Allocate(3 * kMiB).segment};
+  REQUIRE(ids[0] != ids[1]);
+  for (uint32_t id : ids) REQUIRE(ShmExists(f.Name(id)));
+  f.pool.reset();
+  for (uint32_t id : ids) CHECK_FALSE(ShmExists(f.Name(id)));
+}
+
+TEST_CASE("RemoveStale removes only names with the prefix", "[segmented_pool]") {
+  const std::string prefix = UniquePrefix();
+  const std::string other = "depot-other-" + prefix;
+  for (const std::string& name : {prefix + "1", prefix + "7", other + "1"}) {
+    int fd = ::shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+  }
+  CHECK(ShmSource::RemoveStale(prefix) == 2);
+  CHECK_FALSE(ShmExists(prefix + "1"));
+  CHECK_FALSE(ShmExists(prefix + "7"));
+  CHECK(ShmExists(other + "1"));
+  CHECK(ShmSource::RemoveStale(prefix) == 0);
+  ::shm_unlink(("/" + other + "1").c_str());
+}
+
+TEST_CASE("The host pool stats count used bytes and the largest free block", "[segmented_pool]") {
+  PoolFixture f(2 * kMiB);
+  CHECK(f.pool->stats().capacity == 2 * kMiB);
+  CHECK(f.pool->stats().largest_free == 2 * kMiB);  // counting segments not yet created
+
+  Location a = f.Allocate(100);
+  CHECK(f.pool->stats().used == 128);           // rounded up to the alignment
+  CHECK(f.pool->stats().largest_free == kMiB);  // the capacity not yet in a segment
+  Location b = f.Allocate(kMiB);
+  CHECK(f.pool->stats().reserved == 2 * kMiB);
+  CHECK(f.pool->stats().used == kMiB + 128);
+  CHECK(f.pool->stats().largest_free == kMiB - 128);
+
+  f.pool->Free(a);
+  CHECK(f.pool->stats().used == kMiB);
+  CHECK(f.pool->stats().largest_free == kMiB);
+  f.pool->Free(b);
+  CHECK(f.pool->stats().used == 0);
+  f.pool->Free(b);  // a second free is ignored
+  CHECK(f.pool->stats().used == 0);
+}
+
+TEST_CASE("A segment's fd maps the named shared memory", "[segmented_pool]") {
+  PoolFixture f(2 * kMiB);
+  Location l = f.Allocate(4096);
+  const SegmentedPool::Segment* seg = f.pool->segment(l.segment);
+  REQUIRE(seg != nullptr);
+
+  void* w = ::mmap(nullptr, seg->size(), PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd(), 0);
+  REQUIRE(w != MAP_FAILED);
+  std::memcpy(static_cast<char*>(w) + l.offset, "written through the fd", 23);
+
+  // Another mapping, opened by name as a client would, sees the bytes.
+  std::string shm_name = "/";
+  shm_name += f.Name(l.segment);  // (GCC 12 warns falsely on "/" + string in Release)
+  int fd = ::shm_open(shm_name.c_str(), O_RDONLY, 0);
+  REQUIRE(fd >= 0);
+  void* r = ::mmap(nullptr, seg->size(), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  REQUIRE(r != MAP_FAILED);
+  CHECK(std::string(static_cast<const char*>(r) + l.offset) == "written through the fd");
+  ::munmap(r, seg->size());
+  ::munmap(w, seg->size());
+}
+
+// With a capacity that is not a multiple of the 64-byte alignment, the last segment is smaller
+// than its allocator can use; Allocate must then fail or return a block that really exists.
+TEST_CASE("The host pool never returns a block its allocator did not reserve", "[segmented_pool]") {
+  PoolFixture f(100000, kMiB);  // 100000 is not a multiple of 64
+  auto r = f.pool->Allocate(100000);
+  if (r.ok()) {
+    const SegmentedPool::Segment* seg = f.pool->segment(r->segment);
+    REQUIRE(seg != nullptr);
+    CHECK(seg->allocator.used() >= 100000);
+    CHECK(seg->allocator.size() >= r->offset + 100000);
+  } else {
+    CHECK(r.status().IsStoreFull());
+  }
+  // Nor may a 64-byte request after the capacity's remainder was reached.
+  PoolFixture g(kMiB + 100, kMiB);
+  g.Allocate(kMiB);
+  auto tail = g.pool->Allocate(100);
+  if (tail.ok()) {
+    const SegmentedPool::Segment* seg = g.pool->segment(tail->segment);
+    REQUIRE(seg != nullptr);
+    CHECK(seg->allocator.used() >= 100);
+    CHECK(seg->allocator.size() >= tail->offset + 100);
+  } else {
+    CHECK(tail.status().IsStoreFull());
+  }
+}
+
+// A device pool, as the store makes it, on the first stand-in GPU of `backend`: 16 MiB chunks
+// (2 MiB granules), 256-byte alignment, a chunk of its own for an object over half a chunk that
+// finds no room.
+struct GpuFixture : Fixture {
+  GpuFixture(test::MemfdBackend& backend, uint64_t capacity)
+      : Fixture(std::make_unique<DeviceSource>(backend, 0, backend.Devices()->at(0)), capacity,
+                {.segment_size = 16 * kMiB,
+                 .alignment = DeviceSource::kAlignment,
+                 .dedicated_divisor = 2}) {}
+};
+
+TEST_CASE("A device pool aligns to 256 bytes and gives a large object a chunk of its own",
+          "[segmented_pool]") {
+  test::MemfdBackend backend;
+  GpuFixture f(backend, 64 * kMiB);
+  Location small = f.Allocate(100);
+  CHECK(small.offset % 256 == 0);
+  CHECK(f.pool->stats().used == 256);
+  const SegmentedPool::Segment* chunk = f.pool->segment(small.segment);
+  REQUIRE(chunk != nullptr);
+  CHECK(chunk->size() == 16 * kMiB);
+  CHECK_FALSE(chunk->dedicated);
+  CHECK(chunk->name().find("GPU-") == 0);
+  CHECK(backend.live_chunks() == 1);
+
+  // Over half a chunk, but the shared chunk has room: first fit puts it there.
+  Location fits = f.Allocate(9 * kMiB);
+  CHECK(fits.segment == small.segment);
+  // No room left: a chunk of its own, in whole granules.
+  Location big = f.Allocate(9 * kMiB);
+  CHECK(big.segment != small.segment);
+  const SegmentedPool::Segment* own = f.pool->segment(big.segment);
+  REQUIRE(own != nullptr);
+  CHECK(own->dedicated);
+  CHECK(own->size() == 10 * kMiB);
+  CHECK(f.budget.reserved == 26 * kMiB);
+
+  f.pool->Free(big);
+  CHECK(f.pool->segment(big.segment) == nullptr);
+  CHECK(f.retired == std::vector<uint32_t>{big.segment});
+  CHECK(backend.live_chunks() == 1);
+  CHECK(f.budget.reserved == 16 * kMiB);
+}
+
+TEST_CASE("A device pool makes its last chunk of what the budget has left, then answers StoreFull",
+          "[segmented_pool]") {
+  test::MemfdBackend backend;
+  GpuFixture f(backend, 20 * kMiB);
+  Location a = f.Allocate(15 * kMiB);
+  // That one has a chunk of its own; the 4 MiB of the budget left make a smaller shared chunk.
+  Location b = f.Allocate(3 * kMiB);
+  CHECK(b.segment != a.segment);
+  CHECK(f.pool->segment(b.segment)->size() == 4 * kMiB);
+  CHECK(f.budget.reserved == 20 * kMiB);
+
+  auto full = f.pool->Allocate(12 * kMiB);
+  REQUIRE(full.status().IsStoreFull());
+  CHECK_THAT(full.status().message(), Contains("on the GPU"));
+  CHECK_THAT(full.status().message(), Contains("12.0 MiB"));
+  CHECK(f.pool->stats().segments == 2);  // a failed allocation creates nothing
+  CHECK(f.pool->Allocate(0).status().IsInvalidArgument());
+}
+
+TEST_CASE("A device pool keeps one spare chunk and gives it back on request", "[segmented_pool]") {
+  test::MemfdBackend backend;
+  GpuFixture f(backend, 64 * kMiB);
+  // 7 MiB objects: two per 16 MiB chunk.
+  std::vector<Location> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(f.Allocate(7 * kMiB));
+  CHECK(f.pool->stats().segments == 3);
+  CHECK(backend.live_chunks() == 3);
+
+  for (const Location& l : blocks) f.pool->Free(l);
+  CHECK(f.pool->stats().segments == 1);
+  CHECK(f.pool->stats().used == 0);
+  CHECK(f.retired.size() == 2);
+  CHECK(backend.live_chunks() == 1);
+
+  CHECK(f.pool->ReleaseSpares() == 16 * kMiB);
+  CHECK(f.pool->stats().segments == 0);
+  CHECK(f.budget.reserved == 0);
+  CHECK(backend.live_chunks() == 0);
+}
+
+TEST_CASE("A device pool's destructor gives every chunk back", "[segmented_pool]") {
+  test::MemfdBackend backend;
+  auto f = std::make_unique<GpuFixture>(backend, 64 * kMiB);
+  f->Allocate(kMiB);
+  f->Allocate(12 * kMiB);
+  f->Allocate(12 * kMiB);
+  REQUIRE(backend.live_chunks() == 2);
+  f->pool.reset();
+  CHECK(backend.live_chunks() == 0);
+  CHECK(f->budget.reserved == 0);
+}
+
+TEST_CASE("Pools on one budget share it: a spare given back makes room in the other",
+          "[segmented_pool]") {
+  PoolBudget budget{2 * kMiB, 0};
+  auto make = [&] {
+    auto r = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix()),
+                                   {.budget = &budget, .segment_size = kMiB}, nullptr);
+    REQUIRE(r.ok());
+    return std::move(*r);
+  };
+  std::unique_ptr<SegmentedPool> one = make();
+  std::unique_ptr<SegmentedPool> two = make();
+  auto a = one->Allocate(kMiB);
+  REQUIRE(a.ok());
+  one->Free(*a);  // its only segment stays, as the spare
+  REQUIRE(two->Allocate(kMiB).ok());
+  CHECK(two->Allocate(kMiB).status().IsStoreFull());
+  CHECK(one->ReleaseSpares() == kMiB);
+  CHECK(two->Allocate(kMiB).ok());
+  CHECK(budget.reserved == 2 * kMiB);
+  two.reset();
+  one.reset();
+  CHECK(budget.reserved == 0);
+}
+
+}  // namespace
+}  // namespace depot
