@@ -854,71 +854,63 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
 }
 
 void Store::OnStatus(SessionId s, uint64_t id) {
+  StoreStatus st;
+  st.daemon_version = options_.version;
+  st.socket_path = options_.socket_path;
+  st.daemon_pid = ::getpid();
+  st.uptime_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::steady_clock::now() - started_)
+                                           .count());
+  st.capacity = budget_.capacity;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    st.device_pools.push_back({.pool = static_cast<uint32_t>(i + 1),
+                               .uuid = devices_[i].uuid,
+                               .name = devices_[i].name,
+                               .kind = options_.device_backend->kind(),
+                               .capacity = device_budgets_[i].capacity,
+                               .chunk_size = options_.device_chunk_size,
+                               .reserved = device_budgets_[i].reserved});
+  }
   // Totals over every namespace.
-  HostPoolStats ps;
-  ObjectCounts c;
   for (const auto& [key, ns] : namespaces_) {
     HostPoolStats p = ns->pool->stats();
-    ps.reserved += p.reserved;
-    ps.used += p.used;
-    ps.largest_free = std::max(ps.largest_free, p.largest_free);
-    ps.free_in_segments += p.free_in_segments;
-    ps.largest_block = std::max(ps.largest_block, p.largest_block);
-    ps.segments += p.segments;
+    st.reserved += p.reserved;
+    st.used += p.used;
+    st.largest_free = std::max(st.largest_free, p.largest_free);
+    st.free_in_segments += p.free_in_segments;
+    st.largest_free_block = std::max(st.largest_free_block, p.largest_block);
+    st.segments += p.segments;
     const ObjectCounts& n = ns->table->counts();
-    c.creating += n.creating;
-    c.sealed += n.sealed;
-    c.deleted += n.deleted;
-    c.evictions += n.evictions;
-    c.evicted_bytes += n.evicted_bytes;
+    st.objects_creating += n.creating;
+    st.objects_sealed += n.sealed;
+    st.objects_deleted += n.deleted;
+    st.evictions += n.evictions;
+    st.evicted_bytes += n.evicted_bytes;
+    for (size_t i = 0; i < st.device_pools.size(); ++i) {
+      DevicePool::Stats d = ns->devices[i]->stats();
+      st.device_pools[i].used += d.used;
+      st.device_pools[i].chunks += d.chunks;
+    }
   }
-  if (namespaces_.empty()) ps.largest_free = budget_.capacity - budget_.reserved;
-  fb::FlatBufferBuilder fbb(512 + 32 * user_usage_.size());
-  std::vector<wire::UserUsage> users;
-  auto version = fbb.CreateString(options_.version);
-  auto socket = fbb.CreateString(options_.socket_path);
-  auto errors = fbb.CreateVector(errors_.data(), static_cast<size_t>(wire::Code::MAX) + 1);
+  if (namespaces_.empty()) st.largest_free = budget_.capacity - budget_.reserved;
+  st.prefault = options_.pool.prefault;
+  st.clients = static_cast<uint32_t>(sessions_.size());
+  st.connections = connections_;
+  st.gets_waiting = static_cast<uint32_t>(waits_.size());
+  st.requests = requests_;
+  st.errors.assign(errors_.begin(), errors_.begin() + static_cast<size_t>(wire::Code::MAX) + 1);
   for (const auto& [uid, u] : user_usage_) {
-    if (u.objects > 0) users.emplace_back(uid, u.objects, u.bytes);
+    if (u.objects > 0) st.users.push_back({uid, u.objects, u.bytes});
   }
-  auto users_vec = fbb.CreateVectorOfStructs(users);
-  auto device_pools = DevicePools(fbb);
-  auto unavailable = fbb.CreateString(options_.devices_unavailable);
-  auto uptime = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    std::chrono::steady_clock::now() - started_).count();
-  wire::StatusReplyBuilder b(fbb);
-  b.add_daemon_version(version);
-  b.add_daemon_pid(::getpid());
-  b.add_uptime_ms(static_cast<uint64_t>(uptime));
-  b.add_socket_path(socket);
-  b.add_capacity(budget_.capacity);
-  b.add_reserved(ps.reserved);
-  b.add_used(ps.used);
-  b.add_largest_free(ps.largest_free);
-  b.add_segments(ps.segments);
-  b.add_objects_creating(c.creating);
-  b.add_objects_sealed(c.sealed);
-  b.add_objects_deleted(c.deleted);
-  b.add_clients(static_cast<uint32_t>(sessions_.size()));
-  b.add_evictions(c.evictions);
-  b.add_evicted_bytes(c.evicted_bytes);
-  b.add_prefault(options_.pool.prefault);
-  b.add_gets_waiting(static_cast<uint32_t>(waits_.size()));
-  b.add_free_in_segments(ps.free_in_segments);
-  b.add_largest_free_block(ps.largest_block);
-  b.add_requests(requests_);
-  b.add_errors(errors);
-  b.add_connections(connections_);
-  b.add_users(users_vec);
-  b.add_user_quota_bytes(options_.user_quota.bytes);
-  b.add_user_quota_objects(options_.user_quota.objects);
-  b.add_client_quota_bytes(options_.client_quota.bytes);
-  b.add_client_quota_objects(options_.client_quota.objects);
-  b.add_per_user_namespaces(options_.per_user_namespaces);
-  b.add_namespaces(static_cast<uint32_t>(namespaces_.size()));
-  b.add_device_pools(device_pools);
-  b.add_devices_unavailable(unavailable);
-  fbb.Finish(b.Finish());
+  st.user_quota_bytes = options_.user_quota.bytes;
+  st.user_quota_objects = options_.user_quota.objects;
+  st.client_quota_bytes = options_.client_quota.bytes;
+  st.client_quota_objects = options_.client_quota.objects;
+  st.per_user_namespaces = options_.per_user_namespaces;
+  st.namespaces = static_cast<uint32_t>(namespaces_.size());
+  st.devices_unavailable = options_.devices_unavailable;
+  fb::FlatBufferBuilder fbb(512 + 32 * st.users.size());
+  fbb.Finish(BuildStatusReply(fbb, st));
   Reply(s, id, proto::ReplyType(MsgType::kStatus), fbb);
 }
 

@@ -30,6 +30,7 @@
 #include "daemon/device_pool.h"
 #include "daemon/host_pool.h"
 #include "daemon/object_table.h"
+#include "daemon/status_reply.h"
 #include "proto/fd_passing.h"
 #include "proto/wire.h"
 
