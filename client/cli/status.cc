@@ -26,7 +26,7 @@ std::string Duration(uint64_t ms) {
 
 std::string Micros(double ns) { return fmt::format("{:.1f} µs", ns / 1000.0); }
 
-// Members of one JSON object, added in order.
+// Members of one JSON object, added in order. A plain value for one thread.
 class JsonMembers {
  public:
   void Add(std::string_view key, std::string_view value) {
