@@ -39,7 +39,7 @@ class DeviceSet {
   // Device pool n is device n - 1.
   const DeviceInfo& device(size_t i) const { return devices_[i].info; }
   size_t backend_index(size_t i) const { return devices_[i].backend_index; }
-  PoolBudget* budget(size_t i) { return &devices_[i].budget; }
+  PoolBudget* mutable_budget(size_t i) { return &devices_[i].budget; }
   const PoolBudget& budget(size_t i) const { return devices_[i].budget; }
   DeviceBackend& backend() const { return *options_.backend; }
   uint64_t chunk_size() const { return options_.chunk_size; }

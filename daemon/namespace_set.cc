@@ -47,7 +47,7 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
     auto device = SegmentedPool::Create(
         std::make_unique<DeviceSource>(devices_.backend(), devices_.backend_index(i),
                                        devices_.device(i)),
-        {.budget = devices_.budget(i),
+        {.budget = devices_.mutable_budget(i),
          .segment_size = devices_.chunk_size(),
          .alignment = DeviceSource::kAlignment,
          .dedicated_divisor = 2,
@@ -110,6 +110,45 @@ PoolStats NamespaceSet::Stats(uint32_t pool) const {
     total.largest_free = host_budget_.capacity - host_budget_.reserved;
   }
   return total;
+}
+
+void NamespaceSet::Report(StoreStatus& st) const {
+  PoolStats host = Stats(0);
+  st.capacity = host_budget_.capacity;
+  st.reserved = host.reserved;
+  st.used = host.used;
+  st.largest_free = host.largest_free;
+  st.free_in_segments = host.free_in_segments;
+  st.largest_free_block = host.largest_block;
+  st.segments = host.segments;
+  ObjectCounts c = Counts();
+  st.objects_creating = c.creating;
+  st.objects_sealed = c.sealed;
+  st.objects_deleted = c.deleted;
+  st.evictions = c.evictions;
+  st.evicted_bytes = c.evicted_bytes;
+  st.prefault = options_.host.prefault;
+  st.per_user_namespaces = options_.per_user;
+  st.namespaces = static_cast<uint32_t>(namespaces_.size());
+  st.device_pools = DevicePools();
+}
+
+std::vector<DevicePoolInfo> NamespaceSet::DevicePools() const {
+  std::vector<DevicePoolInfo> pools;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    auto n = static_cast<uint32_t>(i + 1);
+    PoolStats use = Stats(n);
+    pools.push_back({.pool = n,
+                     .uuid = devices_.device(i).uuid,
+                     .name = devices_.device(i).name,
+                     .kind = devices_.backend().kind(),
+                     .capacity = devices_.budget(i).capacity,
+                     .chunk_size = devices_.chunk_size(),
+                     .reserved = devices_.budget(i).reserved,
+                     .used = use.used,
+                     .chunks = use.segments});
+  }
+  return pools;
 }
 
 ObjectCounts NamespaceSet::Counts() const {

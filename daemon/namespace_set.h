@@ -19,6 +19,8 @@
 
 #include "daemon/device_set.h"
 #include "daemon/namespace.h"
+#include "depot/device_pool_info.h"
+#include "depot/store_status.h"
 
 namespace depot {
 
@@ -67,11 +69,16 @@ class NamespaceSet {
   const PoolBudget& host_budget() const { return host_budget_; }
   size_t size() const { return namespaces_.size(); }
 
-  // Totals over every namespace, for status.
-  PoolStats Stats(uint32_t pool) const;
-  ObjectCounts Counts() const;
+  // Adds the totals over every namespace to a status: pools, objects, device pools.
+  void Report(StoreStatus& status) const;
+  // Every device pool: its GPU, its budget and its use.
+  std::vector<DevicePoolInfo> DevicePools() const;
+
 
  private:
+  // Totals over every namespace.
+  PoolStats Stats(uint32_t pool) const;
+  ObjectCounts Counts() const;
   NamespaceOptions options_;
   DeviceSet& devices_;
   NamespaceHooks hooks_;

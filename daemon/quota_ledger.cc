@@ -55,6 +55,16 @@ void QuotaLedger::Credit(uid_t uid, SessionId session, uint64_t bytes) {
   if (auto it = sessions_.find(session); it != sessions_.end()) forget(it->second);
 }
 
+void QuotaLedger::Report(StoreStatus& st) const {
+  for (const auto& [uid, u] : users_) {
+    if (u.objects > 0) st.users.push_back({uid, u.objects, u.bytes});
+  }
+  st.user_quota_bytes = user_.bytes;
+  st.user_quota_objects = user_.objects;
+  st.client_quota_bytes = client_.bytes;
+  st.client_quota_objects = client_.objects;
+}
+
 QuotaUsage QuotaLedger::OfSession(SessionId session) const {
   auto it = sessions_.find(session);
   return it == sessions_.end() ? QuotaUsage{} : it->second;

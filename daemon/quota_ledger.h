@@ -13,6 +13,7 @@
 
 #include "daemon/peer.h"
 #include "depot/status.h"
+#include "depot/store_status.h"
 
 namespace depot {
 
@@ -45,6 +46,8 @@ class QuotaLedger {
   void ForgetSession(SessionId session) { sessions_.erase(session); }
 
   QuotaUsage OfSession(SessionId session) const;
+  // Adds the limits and each user's usage to a status.
+  void Report(StoreStatus& status) const;
   // Users with objects (entries of users whose objects were all freed read as zero).
   const std::unordered_map<uid_t, QuotaUsage>& users() const { return users_; }
   const Quota& user_quota() const { return user_; }

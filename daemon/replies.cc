@@ -50,18 +50,15 @@ Offsets<wire::SegmentInfo> Segments(fb::FlatBufferBuilder& fbb, const Namespace&
   return fbb.CreateVector(infos);
 }
 
-Offsets<wire::DevicePoolInfo> DevicePools(fb::FlatBufferBuilder& fbb, const DeviceSet& devices,
-                                          const NamespaceSet& namespaces) {
+Offsets<wire::DevicePoolInfo> DevicePools(fb::FlatBufferBuilder& fbb,
+                                          const std::vector<DevicePoolInfo>& pools) {
   std::vector<fb::Offset<wire::DevicePoolInfo>> infos;
-  for (size_t i = 0; i < devices.size(); ++i) {
-    PoolStats total = namespaces.Stats(static_cast<uint32_t>(i + 1));
-    auto uuid = fbb.CreateString(devices.device(i).uuid);
-    auto name = fbb.CreateString(devices.device(i).name);
-    auto kind = fbb.CreateString(devices.backend().kind());
-    const PoolBudget& budget = devices.budget(i);
-    infos.push_back(wire::CreateDevicePoolInfo(fbb, static_cast<uint32_t>(i + 1), uuid, name, kind,
-                                               budget.capacity, devices.chunk_size(),
-                                               budget.reserved, total.used, total.segments));
+  for (const DevicePoolInfo& p : pools) {
+    auto uuid = fbb.CreateString(p.uuid);
+    auto name = fbb.CreateString(p.name);
+    auto kind = fbb.CreateString(p.kind);
+    infos.push_back(wire::CreateDevicePoolInfo(fbb, p.pool, uuid, name, kind, p.capacity,
+                                               p.chunk_size, p.reserved, p.used, p.chunks));
   }
   return fbb.CreateVector(infos);
 }

@@ -8,9 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "daemon/device_set.h"
 #include "daemon/namespace.h"
-#include "daemon/namespace_set.h"
+#include "depot/device_pool_info.h"
 #include "proto/wire.h"
 
 namespace depot::replies {
@@ -29,10 +28,9 @@ flatbuffers::Offset<wire::ObjectInfo> ObjectInfo(flatbuffers::FlatBufferBuilder&
 Offsets<wire::SegmentInfo> Segments(flatbuffers::FlatBufferBuilder& fbb, const Namespace& ns,
                                     const std::vector<uint64_t>& keys);
 
-// Every device pool, its use summed over the namespaces.
+// The device pools, as hello and status list them (NamespaceSet::DevicePools).
 Offsets<wire::DevicePoolInfo> DevicePools(flatbuffers::FlatBufferBuilder& fbb,
-                                          const DeviceSet& devices,
-                                          const NamespaceSet& namespaces);
+                                          const std::vector<DevicePoolInfo>& pools);
 
 // The notice that segment `id` of `pool` is gone (sent unasked, request id 0).
 std::vector<uint8_t> SegmentRetired(uint32_t pool, uint32_t id);

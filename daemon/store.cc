@@ -9,6 +9,7 @@
 
 #include "daemon/replies.h"
 #include "daemon/request_limits.h"
+#include "daemon/status_reply.h"
 #include "depot/units.h"
 
 namespace depot {
@@ -213,7 +214,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
                req.client_name() ? req.client_name()->str() : "");
   fb::FlatBufferBuilder fbb;
   auto version = fbb.CreateString(options_.version);
-  auto pools = replies::DevicePools(fbb, devices_, namespaces_);
+  auto pools = replies::DevicePools(fbb, namespaces_.DevicePools());
   auto unavailable = fbb.CreateString(devices_.unavailable());
   fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
                                     options_.max_message_size, proto::kMaxInlineSize,
@@ -458,56 +459,23 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
 }
 
 void Store::OnStatus(SessionId s, uint64_t id) {
-  // Totals over every namespace.
-  PoolStats ps = namespaces_.Stats(0);
-  ObjectCounts c = namespaces_.Counts();
-  const auto& user_usage = quotas_.users();
-  fb::FlatBufferBuilder fbb(512 + 32 * user_usage.size());
-  std::vector<wire::UserUsage> users;
-  auto version = fbb.CreateString(options_.version);
-  auto socket = fbb.CreateString(options_.socket_path);
-  auto errors = fbb.CreateVector(errors_.data(), static_cast<size_t>(wire::Code::MAX) + 1);
-  for (const auto& [uid, u] : user_usage) {
-    if (u.objects > 0) users.emplace_back(uid, u.objects, u.bytes);
-  }
-  auto users_vec = fbb.CreateVectorOfStructs(users);
-  auto device_pools = replies::DevicePools(fbb, devices_, namespaces_);
-  auto unavailable = fbb.CreateString(devices_.unavailable());
-  auto uptime = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    std::chrono::steady_clock::now() - started_).count();
-  wire::StatusReplyBuilder b(fbb);
-  b.add_daemon_version(version);
-  b.add_daemon_pid(::getpid());
-  b.add_uptime_ms(static_cast<uint64_t>(uptime));
-  b.add_socket_path(socket);
-  b.add_capacity(namespaces_.host_budget().capacity);
-  b.add_reserved(ps.reserved);
-  b.add_used(ps.used);
-  b.add_largest_free(ps.largest_free);
-  b.add_segments(ps.segments);
-  b.add_objects_creating(c.creating);
-  b.add_objects_sealed(c.sealed);
-  b.add_objects_deleted(c.deleted);
-  b.add_clients(static_cast<uint32_t>(sessions_.size()));
-  b.add_evictions(c.evictions);
-  b.add_evicted_bytes(c.evicted_bytes);
-  b.add_prefault(options_.namespaces.host.prefault);
-  b.add_gets_waiting(static_cast<uint32_t>(waits_.size()));
-  b.add_free_in_segments(ps.free_in_segments);
-  b.add_largest_free_block(ps.largest_block);
-  b.add_requests(requests_);
-  b.add_errors(errors);
-  b.add_connections(connections_);
-  b.add_users(users_vec);
-  b.add_user_quota_bytes(quotas_.user_quota().bytes);
-  b.add_user_quota_objects(quotas_.user_quota().objects);
-  b.add_client_quota_bytes(quotas_.client_quota().bytes);
-  b.add_client_quota_objects(quotas_.client_quota().objects);
-  b.add_per_user_namespaces(options_.namespaces.per_user);
-  b.add_namespaces(static_cast<uint32_t>(namespaces_.size()));
-  b.add_device_pools(device_pools);
-  b.add_devices_unavailable(unavailable);
-  fbb.Finish(b.Finish());
+  StoreStatus st;
+  st.daemon_version = options_.version;
+  st.socket_path = options_.socket_path;
+  st.daemon_pid = ::getpid();
+  st.uptime_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::steady_clock::now() - started_)
+                                           .count());
+  namespaces_.Report(st);
+  quotas_.Report(st);
+  st.clients = static_cast<uint32_t>(sessions_.size());
+  st.connections = connections_;
+  st.gets_waiting = static_cast<uint32_t>(waits_.size());
+  st.requests = requests_;
+  st.errors.assign(errors_.begin(), errors_.begin() + static_cast<size_t>(wire::Code::MAX) + 1);
+  st.devices_unavailable = devices_.unavailable();
+  fb::FlatBufferBuilder fbb(512 + 32 * st.users.size());
+  fbb.Finish(BuildStatusReply(fbb, st));
   Reply(s, id, MsgType::kStatus, fbb);
 }
 

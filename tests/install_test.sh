@@ -67,7 +67,8 @@ done
 step "cmake --install $build --prefix $prefix"
 run_logged "cmake --install failed" install cmake --install "$build" --prefix "$prefix"
 expected=(bin/depotctl bin/depotd lib/libdepot.so lib/libdepot.so.0 lib/libdepot.a
-          include/depot/client.h include/depot/guid.h include/depot/object.h include/depot/status.h include/depot/units.h
+          include/depot/client.h include/depot/device_pool_info.h include/depot/guid.h include/depot/object.h
+          include/depot/status.h include/depot/store_status.h include/depot/units.h
           lib/cmake/depot/depotConfig.cmake lib/cmake/depot/depotConfigVersion.cmake
           lib/cmake/depot/depotTargets.cmake lib/pkgconfig/depot.pc)
 for u in "${units[@]}"; do expected+=("lib/systemd/system/$u"); done

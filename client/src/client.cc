@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "client/src/connection.h"
+#include "client/src/status_reply.h"
 #include "common/socket_path.h"
 
 namespace depot {
@@ -393,42 +394,7 @@ Result<std::vector<DevicePoolInfo>> Client::DevicePools() const { return conn_->
 Result<StoreStatus> Client::GetStatus() {
   auto reply = CallWithoutArguments(*conn_, MsgType::kStatus);
   if (!reply.ok()) return reply.status();
-  const auto* r = proto::Body<wire::StatusReply>(reply->body);
-  StoreStatus s;
-  s.daemon_version = r->daemon_version() ? r->daemon_version()->str() : "";
-  s.daemon_pid = r->daemon_pid();
-  s.uptime_ms = r->uptime_ms();
-  s.socket_path = r->socket_path() ? r->socket_path()->str() : "";
-  s.capacity = r->capacity();
-  s.reserved = r->reserved();
-  s.used = r->used();
-  s.largest_free = r->largest_free();
-  s.segments = r->segments();
-  s.objects_creating = r->objects_creating();
-  s.objects_sealed = r->objects_sealed();
-  s.objects_deleted = r->objects_deleted();
-  s.clients = r->clients();
-  s.evictions = r->evictions();
-  s.evicted_bytes = r->evicted_bytes();
-  s.prefault = r->prefault();
-  s.gets_waiting = r->gets_waiting();
-  s.free_in_segments = r->free_in_segments();
-  s.largest_free_block = r->largest_free_block();
-  s.requests = r->requests();
-  s.connections = r->connections();
-  if (r->errors()) s.errors.assign(r->errors()->begin(), r->errors()->end());
-  if (r->users()) {
-    for (const wire::UserUsage* u : *r->users()) s.users.push_back({u->uid(), u->objects(), u->bytes()});
-  }
-  s.user_quota_bytes = r->user_quota_bytes();
-  s.user_quota_objects = r->user_quota_objects();
-  s.client_quota_bytes = r->client_quota_bytes();
-  s.client_quota_objects = r->client_quota_objects();
-  s.per_user_namespaces = r->per_user_namespaces();
-  s.namespaces = r->namespaces();
-  if (r->devices_unavailable()) s.devices_unavailable = r->devices_unavailable()->str();
-  s.device_pools = internal::DevicePoolsFromWire(r->device_pools());
-  return s;
+  return internal::StoreStatusFromReply(*proto::Body<wire::StatusReply>(reply->body));
 }
 
 Status Client::Ping() {

@@ -21,9 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "depot/device_pool_info.h"
 #include "depot/guid.h"
 #include "depot/object.h"
 #include "depot/status.h"
+#include "depot/store_status.h"
 
 namespace depot {
 
@@ -47,19 +49,6 @@ struct CreateOptions {
   // Where each frame lives; empty: every frame on the host. Frames on GPUs are device memory of
   // the daemon's device pools (see Client::DevicePools), never copied through the host.
   std::vector<Place> places;
-};
-
-// One GPU's device pool.
-struct DevicePoolInfo {
-  uint32_t pool = 0;  // as in FrameInfo::pool
-  std::string uuid;
-  std::string name;
-  std::string kind;   // how chunks are shared: "cuda" (a test build may show "memfd-test")
-  uint64_t capacity = 0;
-  uint64_t chunk_size = 0;
-  uint64_t reserved = 0;  // bytes in chunks
-  uint64_t used = 0;      // bytes allocated to frames
-  uint32_t chunks = 0;
 };
 
 struct FrameInfo {
@@ -90,54 +79,6 @@ struct ObjectInfo {
 struct ListPage {
   std::vector<ObjectInfo> objects;
   bool more = false;  // pass objects.back().guid as `after` for the next page
-};
-
-struct StoreStatus {
-  std::string daemon_version;
-  int32_t daemon_pid = 0;
-  uint64_t uptime_ms = 0;
-  std::string socket_path;
-  uint64_t capacity = 0;
-  uint64_t reserved = 0;      // bytes of shared memory held in segments
-  uint64_t used = 0;          // bytes allocated to objects
-  uint64_t largest_free = 0;  // largest object that fits without eviction
-  uint32_t segments = 0;
-  uint64_t objects_creating = 0;
-  uint64_t objects_sealed = 0;
-  uint64_t objects_deleted = 0;  // deleted, still referenced
-  uint32_t clients = 0;
-  uint64_t evictions = 0;
-  uint64_t evicted_bytes = 0;
-  bool prefault = false;
-  uint32_t gets_waiting = 0;        // gets parked until their objects are sealed
-  uint64_t free_in_segments = 0;    // free bytes inside the segments that exist now
-  uint64_t largest_free_block = 0;  // the largest free block among them
-  uint64_t requests = 0;            // requests answered since start
-  uint64_t connections = 0;         // connections accepted since start
-  std::vector<uint64_t> errors;     // error replies since start, indexed by Status::Code
-
-  // What each user has created and not freed yet, against the quotas (0: no limit).
-  struct UserUsage {
-    uint32_t uid = 0;
-    uint64_t objects = 0;
-    uint64_t bytes = 0;
-  };
-  std::vector<UserUsage> users;
-  uint64_t user_quota_bytes = 0;
-  uint64_t user_quota_objects = 0;
-  uint64_t client_quota_bytes = 0;
-  uint64_t client_quota_objects = 0;
-  bool per_user_namespaces = false;  // each user has objects and segments of its own
-  uint32_t namespaces = 0;
-  std::vector<DevicePoolInfo> device_pools;
-  std::string devices_unavailable;  // why there are no device pools, when there are none
-
-  // 0 when the free space inside the segments is one block, towards 1 as it splinters.
-  double fragmentation() const {
-    return free_in_segments == 0 ? 0.0
-                                 : 1.0 - static_cast<double>(largest_free_block) /
-                                             static_cast<double>(free_in_segments);
-  }
 };
 
 // One connected client, as the daemon sees it.

@@ -93,6 +93,20 @@ def test_get_many_delete_contains_list_status(client):
         client.get_many([client.put(b"z"), guids[0]])
 
 
+def test_status_has_every_field(client):
+    guid = client.put(b"counted")
+    status = client.status()
+    for key in ("daemon_version", "socket", "capacity", "free_in_segments", "fragmentation",
+                "objects_sealed", "connections", "errors", "per_user_namespaces", "namespaces",
+                "user_quota_bytes", "user_quota_objects", "client_quota_bytes",
+                "client_quota_objects", "users", "device_pools", "devices_unavailable"):
+        assert key in status, key
+    assert status["per_user_namespaces"] is False and status["namespaces"] == 1
+    mine = [u for u in status["users"] if u["uid"] == os.getuid()]
+    assert mine and mine[0]["objects"] >= 1 and mine[0]["bytes"] >= len(b"counted")
+    client.delete(guid)
+
+
 def test_create_seals_on_clean_exit(client):
     with client.create([3, 2], name="draft", metadata=b"m") as draft:
         draft.frames[0][:] = b"abc"

@@ -1,0 +1,204 @@
+// depotctl's commands on the daemon itself: status, clients, ping.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "client/cli/commands.h"
+#include "client/cli/format.h"
+#include "depot/units.h"
+
+namespace depotctl {
+namespace {
+
+std::string Duration(uint64_t ms) {
+  uint64_t s = ms / 1000;
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m {}s", s / 60, s % 60);
+  if (s < 86400) return fmt::format("{}h {}m", s / 3600, s % 3600 / 60);
+  return fmt::format("{}d {}h", s / 86400, s % 86400 / 3600);
+}
+
+std::string Micros(double ns) { return fmt::format("{:.1f} µs", ns / 1000.0); }
+
+// Members of one JSON object, added in order. A plain value for one thread.
+class JsonMembers {
+ public:
+  void Add(std::string_view key, std::string_view value) {
+    text_ += fmt::format("{}\"{}\":{}", text_.empty() ? "" : ",", key, value);
+  }
+  std::string Object() const { return "{" + text_ + "}"; }
+
+ private:
+  std::string text_;
+};
+
+// `depotctl --json status`: every scalar field of the status, nested by its group (see
+// DEPOT_STORE_STATUS_SCALARS), and the fields that are not scalars.
+std::string StatusJson(const depot::StoreStatus& s, const std::string& errors_json,
+                       const std::string& pools_json) {
+  std::map<std::string_view, JsonMembers> groups;
+  s.ForEachScalar([&](const depot::StoreStatusField& field, auto value) {
+    if (!field.group.empty()) groups[field.group].Add(field.key, fmt::format("{}", value));
+  });
+  groups["host_pool"].Add("free", fmt::format("{}", s.capacity - s.used));
+  groups["host_pool"].Add("fragmentation", fmt::format("{:.4f}", s.fragmentation()));
+  JsonMembers top;
+  top.Add("daemon_version", Json(s.daemon_version));
+  top.Add("socket", Json(s.socket_path));
+  // A group goes where its first field is.
+  s.ForEachScalar([&](const depot::StoreStatusField& field, auto value) {
+    if (field.group.empty()) {
+      top.Add(field.key, fmt::format("{}", value));
+    } else if (auto group = groups.extract(field.group)) {
+      top.Add(field.group, group.mapped().Object());
+    }
+  });
+  JsonMembers device_pools;
+  device_pools.Add("available", fmt::format("{}", !s.device_pools.empty()));
+  device_pools.Add("reason", Json(s.devices_unavailable));
+  device_pools.Add("pools", "[" + pools_json + "]");
+  top.Add("device_pools", device_pools.Object());
+  top.Add("errors", "{" + errors_json + "}");
+  std::string users_json;
+  for (const auto& u : s.users) {
+    users_json += fmt::format("{}{{\"uid\":{},\"objects\":{},\"bytes\":{}}}",
+                              users_json.empty() ? "" : ",", u.uid, u.objects, u.bytes);
+  }
+  top.Add("users", "[" + users_json + "]");
+  return top.Object();
+}
+
+}  // namespace
+
+int Status(depot::Client& c, bool json) {
+  auto s = c.GetStatus();
+  if (!s.ok()) return Fail(s.status(), "status");
+  std::string errors_json, errors_text;
+  uint64_t errors_total = 0;
+  for (size_t code = 1; code < s->errors.size(); ++code) {
+    if (s->errors[code] == 0) continue;
+    auto name = depot::Status::CodeName(static_cast<depot::Status::Code>(code));
+    errors_json +=
+        fmt::format("{}\"{}\":{}", errors_json.empty() ? "" : ",", name, s->errors[code]);
+    errors_text += fmt::format("{}{} {}", errors_text.empty() ? "" : ", ", name, s->errors[code]);
+    errors_total += s->errors[code];
+  }
+  std::string pools_json, pools_text;
+  for (const auto& p : s->device_pools) {
+    pools_json += fmt::format(
+        "{}{{\"pool\":{},\"uuid\":{},\"name\":{},\"kind\":{},\"capacity\":{},\"chunk_size\":{},"
+        "\"reserved\":{},\"used\":{},\"chunks\":{}}}",
+        pools_json.empty() ? "" : ",", p.pool, Json(p.uuid), Json(p.name), Json(p.kind), p.capacity,
+        p.chunk_size, p.reserved, p.used, p.chunks);
+    pools_text +=
+        fmt::format("\n  gpu{} {} ({}, {}): {} used of {}, {} in {} chunk{}", p.pool - 1, p.uuid,
+                    p.name, p.kind, depot::FormatBytes(p.used), depot::FormatBytes(p.capacity),
+                    depot::FormatBytes(p.reserved), p.chunks, p.chunks == 1 ? "" : "s");
+  }
+  if (json) {
+    fmt::print("{}\n", StatusJson(*s, errors_json, pools_json));
+    return kOk;
+  }
+  using depot::FormatBytes;
+  fmt::print("depotd {}, pid {}, up {}, socket {}\n", s->daemon_version, s->daemon_pid,
+             Duration(s->uptime_ms), s->socket_path);
+  fmt::print(
+      "host pool     {} used of {} ({} free), largest free block {}, fragmentation {:.0f}%\n",
+      FormatBytes(s->used), FormatBytes(s->capacity), FormatBytes(s->capacity - s->used),
+      FormatBytes(s->largest_free), 100 * s->fragmentation());
+  fmt::print("segments      {} holding {}{}\n", s->segments, FormatBytes(s->reserved),
+             s->prefault ? " (prefaulted)" : "");
+  if (s->device_pools.empty()) {
+    fmt::print("device pools  unavailable ({})\n", s->devices_unavailable);
+  } else {
+    fmt::print("device pools  {}{}\n", s->device_pools.size(), pools_text);
+  }
+  fmt::print("objects       {} sealed, {} being created, {} deleted but still referenced\n",
+             s->objects_sealed, s->objects_creating, s->objects_deleted);
+  fmt::print("clients       {} connected ({} since start), {} gets waiting\n", s->clients,
+             s->connections, s->gets_waiting);
+  fmt::print("evictions     {} ({})\n", s->evictions, FormatBytes(s->evicted_bytes));
+  fmt::print("requests      {} answered, {} errors{}\n", s->requests, errors_total,
+             errors_text.empty() ? "" : " (" + errors_text + ")");
+  fmt::print("namespaces    {}\n", s->per_user_namespaces
+                                       ? fmt::format("one per user ({} now)", s->namespaces)
+                                       : std::string("one, shared by every user"));
+  auto limit = [](uint64_t bytes, uint64_t objects) {
+    if (bytes == 0 && objects == 0) return std::string("none");
+    return fmt::format("{}, {}", bytes ? FormatBytes(bytes) : "any size",
+                       objects ? fmt::format("{} objects", objects) : "any number of objects");
+  };
+  fmt::print("quotas        per user: {}; per connection: {}\n",
+             limit(s->user_quota_bytes, s->user_quota_objects),
+             limit(s->client_quota_bytes, s->client_quota_objects));
+  for (const auto& u : s->users) {
+    fmt::print("  uid {:<8}  {} objects, {}{}\n", u.uid, u.objects, FormatBytes(u.bytes),
+               s->user_quota_bytes
+                   ? fmt::format(" ({:.0f}% of its quota)", 100.0 * u.bytes / s->user_quota_bytes)
+                   : "");
+  }
+  return kOk;
+}
+
+int Clients(depot::Client& c, bool json) {
+  auto clients = c.Clients();
+  if (!clients.ok()) return Fail(clients.status(), "clients");
+  if (json) {
+    fmt::print("[");
+    for (size_t i = 0; i < clients->size(); ++i) {
+      const auto& k = (*clients)[i];
+      fmt::print(
+          "{}\n{{\"session\":{},\"pid\":{},\"uid\":{},\"gid\":{},\"name\":{},\"process\":{},"
+          "\"references\":{},\"bytes_held\":{},\"creating\":{},\"requests\":{},"
+          "\"connected_unix_ns\":{},\"subscribed\":{},\"created_objects\":{},"
+          "\"created_bytes\":{}}}",
+          i ? "," : "", k.session_id, k.pid, k.uid, k.gid, Json(k.name), Json(k.process),
+          k.references, k.bytes_held, k.creating, k.requests, k.connected_unix_ns, k.subscribed,
+          k.created_objects, k.created_bytes);
+    }
+    fmt::print("{}]\n", clients->empty() ? "" : "\n");
+    return kOk;
+  }
+  fmt::print(
+      "{:>7}  {:>7}  {:>5}  {:<15}  {:<12}  {:>4}  {:>10}  {:>7}  {:>10}  {:>8}  {:>4}  {}\n",
+      "SESSION", "PID", "UID", "PROCESS", "NAME", "REFS", "HELD", "CREATED", "BYTES", "REQUESTS",
+      "AGE", "");
+  for (const auto& k : *clients) {
+    fmt::print(
+        "{:>7}  {:>7}  {:>5}  {:<15}  {:<12}  {:>4}  {:>10}  {:>7}  {:>10}  {:>8}  {:>4}  {}\n",
+        k.session_id, k.pid, k.uid, k.process, k.name, k.references,
+        depot::FormatBytes(k.bytes_held), k.created_objects, depot::FormatBytes(k.created_bytes),
+        k.requests, Age(k.connected_unix_ns),
+        k.subscribed ? "watching" : (k.creating ? fmt::format("creating {}", k.creating) : ""));
+  }
+  return kOk;
+}
+
+int Ping(depot::Client& c, bool json, uint64_t count) {
+  std::vector<double> ns;
+  for (uint64_t i = 0; i < count; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    depot::Status st = c.Ping();
+    auto t1 = std::chrono::steady_clock::now();
+    if (!st.ok()) return Fail(st, "ping");
+    ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+  }
+  std::sort(ns.begin(), ns.end());
+  double min = ns.front(), median = ns[ns.size() / 2], max = ns.back();
+  if (json) {
+    fmt::print("{{\"count\":{},\"min_ns\":{:.0f},\"median_ns\":{:.0f},\"max_ns\":{:.0f}}}\n", count,
+               min, median, max);
+  } else {
+    fmt::print("{} pings to {}: min {}, median {}, max {}\n", count, c.socket_path(), Micros(min),
+               Micros(median), Micros(max));
+  }
+  return kOk;
+}
+
+}  // namespace depotctl

@@ -1,0 +1,108 @@
+// StoreStatus: the daemon's status and counters (Client::GetStatus, `depotctl status`, the
+// Python client's status()).
+//
+// Its scalar fields are described once, in DEPOT_STORE_STATUS_SCALARS below; that list declares
+// the members and is what the daemon's reply builder, the client's reading of the reply, the
+// Python dict and `depotctl --json` all walk, so a field added to it reaches every one of them.
+// Each name is also the name of the field in the wire table StatusReply (proto/depot.fbs),
+// which must say the same type. The fields that are not scalars are declared by hand below.
+#ifndef DEPOT_STORE_STATUS_H_
+#define DEPOT_STORE_STATUS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "depot/device_pool_info.h"
+
+// X(name, type, group, key, meaning), one row per scalar field. `group` is the part of the store
+// the field describes ("" for the daemon as a whole) and `key` its name within that part:
+// `depotctl --json` nests the fields by group under those keys.
+#define DEPOT_STORE_STATUS_SCALARS(X)                                                             \
+  X(daemon_pid, int32_t, "", "daemon_pid", "the daemon's process id")                             \
+  X(uptime_ms, uint64_t, "", "uptime_ms", "milliseconds since the daemon started")                \
+  X(capacity, uint64_t, "host_pool", "capacity", "bytes of shared memory the host pool may hold") \
+  X(reserved, uint64_t, "host_pool", "reserved", "bytes of shared memory held in segments")       \
+  X(used, uint64_t, "host_pool", "used", "bytes allocated to objects")                            \
+  X(largest_free, uint64_t, "host_pool", "largest_free",                                          \
+    "the largest object that fits without eviction")                                              \
+  X(largest_free_block, uint64_t, "host_pool", "largest_free_block",                              \
+    "the largest free block inside the segments that exist now")                                  \
+  X(segments, uint32_t, "host_pool", "segments", "shared-memory segments that exist now")         \
+  X(prefault, bool, "host_pool", "prefault", "the whole capacity was reserved at start-up")       \
+  X(free_in_segments, uint64_t, "host_pool", "free_in_segments",                                  \
+    "free bytes inside the segments that exist now")                                              \
+  X(objects_creating, uint64_t, "objects", "creating", "objects being written, not sealed yet")   \
+  X(objects_sealed, uint64_t, "objects", "sealed", "sealed objects")                              \
+  X(objects_deleted, uint64_t, "objects", "deleted", "deleted objects still referenced")          \
+  X(clients, uint32_t, "", "clients", "connections open now")                                     \
+  X(connections, uint64_t, "", "connections", "connections accepted since start")                 \
+  X(gets_waiting, uint32_t, "", "gets_waiting", "gets parked until their objects are sealed")     \
+  X(evictions, uint64_t, "", "evictions", "evictable objects dropped to make room")               \
+  X(evicted_bytes, uint64_t, "", "evicted_bytes", "bytes those evictions gave back")              \
+  X(requests, uint64_t, "", "requests", "requests answered since start")                          \
+  X(per_user_namespaces, bool, "namespaces", "per_user",                                          \
+    "each user has objects and segments of its own")                                              \
+  X(namespaces, uint32_t, "namespaces", "count", "namespaces that exist now")                     \
+  X(user_quota_bytes, uint64_t, "quotas", "user_bytes", "bytes one user may hold; 0: no limit")   \
+  X(user_quota_objects, uint64_t, "quotas", "user_objects",                                       \
+    "objects one user may hold; 0: no limit")                                                     \
+  X(client_quota_bytes, uint64_t, "quotas", "client_bytes",                                       \
+    "bytes one connection may hold; 0: no limit")                                                 \
+  X(client_quota_objects, uint64_t, "quotas", "client_objects",                                   \
+    "objects one connection may hold; 0: no limit")
+
+namespace depot {
+
+// What DEPOT_STORE_STATUS_SCALARS says about one field, for code that walks them all.
+struct StoreStatusField {
+  std::string_view name;
+  std::string_view group;
+  std::string_view key;
+  std::string_view meaning;
+};
+
+// A snapshot of the daemon's status, totalled over every namespace. A plain value.
+struct StoreStatus {
+  std::string daemon_version;
+  std::string socket_path;
+#define DEPOT_STORE_STATUS_MEMBER(name, type, group, key, meaning) type name{};
+  DEPOT_STORE_STATUS_SCALARS(DEPOT_STORE_STATUS_MEMBER)
+#undef DEPOT_STORE_STATUS_MEMBER
+  std::vector<uint64_t> errors;  // error replies since start, indexed by Status::Code
+
+  // What each user has created and not freed yet, against the quotas (0: no limit).
+  struct UserUsage {
+    uint32_t uid = 0;
+    uint64_t objects = 0;
+    uint64_t bytes = 0;
+
+    bool operator==(const UserUsage&) const = default;
+  };
+  std::vector<UserUsage> users;  // every user with objects
+  std::vector<DevicePoolInfo> device_pools;
+  std::string devices_unavailable;  // why there are no device pools, when there are none
+
+  // 0 when the free space inside the segments is one block, towards 1 as it splinters.
+  double fragmentation() const {
+    return free_in_segments == 0 ? 0.0
+                                 : 1.0 - static_cast<double>(largest_free_block) /
+                                             static_cast<double>(free_in_segments);
+  }
+
+  // Calls f(const StoreStatusField&, value) for each scalar field, in the list's order.
+  template <typename F>
+  void ForEachScalar(F&& f) const {
+#define DEPOT_STORE_STATUS_VISIT(name, type, group, key, meaning) \
+  f(StoreStatusField{#name, group, key, meaning}, name);
+    DEPOT_STORE_STATUS_SCALARS(DEPOT_STORE_STATUS_VISIT)
+#undef DEPOT_STORE_STATUS_VISIT
+  }
+
+  bool operator==(const StoreStatus&) const = default;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_STORE_STATUS_H_

@@ -1,0 +1,68 @@
+// depot.Client: one connection to depotd, as Python sees it.
+#ifndef DEPOT_PYTHON_SRC_CLIENT_H_
+#define DEPOT_PYTHON_SRC_CLIENT_H_
+
+#include <pybind11/pybind11.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "depot/client.h"
+#include "python/src/draft.h"
+#include "python/src/subscription.h"
+
+namespace depot::python {
+
+namespace py = pybind11;
+
+// A Python Client: one connection to depotd, usable from many threads. It belongs to the
+// process that connected it; a child made by fork() must connect its own (the connection and
+// its mappings do not cross fork), and using an inherited one raises depot.Disconnected.
+class PyClient {
+ public:
+  explicit PyClient(std::optional<std::string> socket);
+
+  std::string socket() { return client().socket_path(); }
+
+  std::string Put(py::handle data, std::optional<std::string> name, py::object metadata,
+                  std::optional<std::string> guid, bool evictable);
+
+  PyDraft Create(std::vector<uint64_t> sizes, std::optional<std::string> name, py::object metadata,
+                 std::optional<std::string> guid, bool evictable);
+
+  depot::Object Get(const std::string& guid, std::optional<double> timeout);
+
+  // All or nothing: the first failure raises (and the objects already got are released).
+  std::vector<depot::Object> GetMany(const std::vector<std::string>& guids,
+                                     std::optional<double> timeout);
+
+  // One GUID or a list of them; raises for the first that could not be deleted.
+  void Delete(py::handle guids);
+
+  bool Contains(const std::string& guid);
+
+  py::dict Stat(const std::string& guid);
+
+  // Every object, page by page.
+  py::list List();
+
+  py::dict Status();
+
+  void Ping();
+
+  PySubscription Subscribe();
+
+ private:
+  // The connection, or Disconnected when called from a process other than the one that made it.
+  depot::Client& client();
+
+  pid_t pid_;
+  std::optional<depot::Client> client_;
+};
+
+}  // namespace depot::python
+
+#endif  // DEPOT_PYTHON_SRC_CLIENT_H_
