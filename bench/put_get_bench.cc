@@ -1,7 +1,8 @@
 // put_get_bench: put and get times for objects of 1 KiB to 1 GiB against their physical limits,
 // measured in the same run: memcpy of the same bytes for a put, and a bare Unix-socket round trip
 // between two processes for a get. Starts its own depotd (prefaulted pool) on a temporary socket.
-// This is the table in README.md; depot_bench makes the wider comparison.
+// scripts/bench prints it as an appendix (docs/performance.md); depot_bench makes the wider
+// comparison.
 //
 // Where the scheduler places the two ends of a round trip decides its cost on a VM (waking a
 // sleeping vCPU costs far more than a switch on the same one), so the daemon and the echo peer

@@ -336,8 +336,8 @@ TEST_CASE("config/depotd.conf documents every key at its default", "[options]") 
   ::unlink(path.c_str());
 }
 
-TEST_CASE("README's configuration table lists every key at its default", "[options]") {
-  std::ifstream in(DEPOT_SOURCE_DIR "/README.md");
+TEST_CASE("docs/configuration.md's table lists every key at its default", "[options]") {
+  std::ifstream in(DEPOT_SOURCE_DIR "/docs/configuration.md");
   REQUIRE(in);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (const ConfigKey& k : ConfigKeys()) {
