@@ -367,6 +367,13 @@ TEST_CASE("store: events name the session that caused them", "[store]") {
   REQUIRE(events.size() == 2);
   CHECK(events[0].As<wire::Event>()->dropped() == 2);
   CHECK(events[1].As<wire::Event>()->dropped() == 0);
+
+  // Today a subscriber that closes is sent its own disconnect (the Session, closed, drops it).
+  h.Close(watcher);
+  events = StoreHarness::Events(watcher);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].As<wire::Event>()->kind() == K::ClientDisconnected);
+  CHECK(events[0].As<wire::Event>()->session_id() == watcher.id);
 }
 
 TEST_CASE("store: a shared segment fd travels once, a dedicated one every time", "[store]") {
@@ -400,4 +407,32 @@ TEST_CASE("store: a shared segment fd travels once, a dedicated one every time",
   CHECK(h.Get(a, {z}).fds.size() == 1);
   CHECK(h.Get(b, {z, x}).fds.size() == 1);
   CHECK(h.Get(b, {z}).fds.size() == 1);
+}
+
+TEST_CASE("store: sessions that have a segment are told when it is given back", "[store]") {
+  StoreHarness h;  // 1 MiB segments: objects of 600 KiB take one each
+  Client& a = h.Hello();
+  Client& b = h.Hello();
+  Client& never = h.Hello();
+  Guid p = h.Put(a, 600 * kKiB);
+  Guid q = h.Put(a, 600 * kKiB);
+  Message got = h.Get(b, {p, q});
+  REQUIRE(got.fds.size() == 2);
+  h.Release(b, Handles(got));
+  h.Delete(a, {p});  // its segment is kept, empty, as the spare
+  CHECK(a.peer.received.empty());
+  h.Delete(a, {q});  // a second empty segment is given back
+  for (Client* c : {&a, &b}) {
+    REQUIRE(c->peer.received.size() == 1);
+    const Message& m = c->peer.received.front();
+    CHECK(m.type == static_cast<uint16_t>(MsgType::kSegmentsRetired));
+    const auto* retired = m.As<wire::SegmentsRetired>();
+    CHECK(retired->pool() == 0);
+    REQUIRE(retired->ids()->size() == 1);
+    CHECK(retired->ids()->Get(0) == got.As<wire::GetReply>()->segments()->Get(1)->id());
+  }
+  CHECK(never.peer.received.empty());
+  // The spare is reused without its fd again; a new segment's fd comes with the create.
+  CHECK(h.Create(a, {.sizes = {600 * kKiB}}).fds.empty());
+  CHECK(h.Create(a, {.sizes = {600 * kKiB}}).fds.size() == 1);
 }
