@@ -92,6 +92,7 @@ struct Client {
   bool open = true;
 };
 
+// A create request; the defaults ask for one host frame of 1 KiB and nothing else.
 struct CreateArgs {
   std::vector<uint64_t> sizes{1024};
   std::optional<Guid> guid{};
@@ -118,6 +119,9 @@ struct StatusSummary {
   uint64_t errors_of(Status::Code c) const { return errors.at(static_cast<size_t>(c)); }
 };
 
+// One test's store, the io_context its timers run on, and its clients. Each request helper sends
+// one request the way a Session would and takes its reply off the client's peer; events and
+// other messages the store sends on its own stay there. Not thread-safe.
 class StoreHarness {
  public:
   explicit StoreHarness(const StoreSetup& setup = {});
