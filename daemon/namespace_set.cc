@@ -83,15 +83,20 @@ void NamespaceSet::MaybeDrop(Namespace* ns) {
 Result<std::vector<Location>> NamespaceSet::Allocate(Namespace& ns, std::span<const uint64_t> sizes,
                                                      std::span<const uint32_t> pools,
                                                      SessionId by) {
+  // Spares are taken back once per try: a failed try may itself leave a new empty segment
+  // behind, and taking that back again would loop. Each eviction earns another try.
+  bool take_spares = true;
   while (true) {
     auto frames = ns.Allocate(sizes, pools);
     if (frames.ok() || !frames.status().IsStoreFull()) return frames;
-    // Other namespaces' spare segments go before this namespace's evictable objects.
-    uint64_t released = 0;
-    for (auto& [key, other] : namespaces_) {
-      if (other.get() != &ns) released += other->ReleaseSpares();
+    if (take_spares) {
+      take_spares = false;
+      uint64_t released = 0;
+      for (auto& [key, each] : namespaces_) released += each->ReleaseSpares();
+      if (released > 0) continue;
     }
-    if (released == 0 && (!options_.eviction || !ns.table().EvictLru(by))) return frames;
+    if (!options_.eviction || !ns.table().EvictLru(by)) return frames;
+    take_spares = true;
   }
 }
 

@@ -1,8 +1,8 @@
 // NamespaceSet holds the daemon's namespaces: the shared one, or one per user made on first use
 // and dropped once it has neither sessions nor objects. All namespaces draw on one host budget
 // (the capacity) and on each GPU's budget, so allocation is where they meet: a namespace short
-// of space first takes back the other namespaces' spare empty segments, then evicts its own
-// least recently used evictable objects.
+// of space first takes back the spare empty segments (its own and the other namespaces'), then
+// evicts its own least recently used evictable objects.
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_NAMESPACE_SET_H_
@@ -61,8 +61,8 @@ class NamespaceSet {
   // Forgets a per-user namespace left without sessions or objects (its segments go back).
   void MaybeDrop(Namespace* ns);
 
-  // Allocates every frame in `ns` for session `by`, taking back other namespaces' spares and
-  // then evicting `ns`'s least recently used evictable objects while that helps.
+  // Allocates every frame in `ns` for session `by`, taking back spare segments and then
+  // evicting `ns`'s least recently used evictable objects while that helps.
   Result<std::vector<Location>> Allocate(Namespace& ns, std::span<const uint64_t> sizes,
                                          std::span<const uint32_t> pools, SessionId by);
 

@@ -22,15 +22,6 @@ Status CheckCreate(const wire::CreateRequest& req, const RequestLimits& limits) 
     return invalid(fmt::format("name of {} bytes exceeds the limit of {} bytes", name_size,
                                proto::kMaxNameSize));
   }
-  uint64_t total = 0;
-  uint64_t capacity = limits.host_capacity;
-  for (uint64_t size : *req.frame_sizes()) {
-    if (size > capacity) {
-      return Status::StoreFull(fmt::format("a frame of {} is larger than the store's capacity of {}",
-                                           FormatBytes(size), FormatBytes(capacity)));
-    }
-    total += size;
-  }
   bool device_frames = false;
   if (req.frame_pools()) {
     if (req.frame_pools()->size() != nframes) {
@@ -47,6 +38,23 @@ Status CheckCreate(const wire::CreateRequest& req, const RequestLimits& limits) 
       return invalid(
           fmt::format("there is no device pool {} (this depotd has {})", p, limits.device_pools));
     }
+  }
+  uint64_t total = 0;       // every frame's bytes
+  uint64_t host_total = 0;  // those on the host
+  uint64_t capacity = limits.host_capacity;
+  for (size_t i = 0; i < nframes; ++i) {
+    uint64_t size = req.frame_sizes()->Get(i);
+    if (size > capacity) {
+      return Status::StoreFull(fmt::format("a frame of {} is larger than the store's capacity of {}",
+                                           FormatBytes(size), FormatBytes(capacity)));
+    }
+    total += size;
+    if (!req.frame_pools() || req.frame_pools()->Get(i) == 0) host_total += size;
+  }
+  // Refused before anything is evicted to make room that could never be enough.
+  if (host_total > capacity) {
+    return Status::StoreFull(fmt::format("the host frames' {} are more than the store's capacity of {}",
+                                         FormatBytes(host_total), FormatBytes(capacity)));
   }
   bool inline_data = req.inline_data() != nullptr;
   if (inline_data && device_frames) return invalid("device frames cannot travel inside a request");

@@ -103,7 +103,10 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
   ++requests_;
   ++it->second.requests;
   try {
-    return Dispatch(s, it->second, h, body);
+    Status st = Dispatch(s, it->second, h, body);
+    // The session closes on these; protocol errors were counted where they were found.
+    if (!st.ok() && !st.IsProtocolError()) ++errors_[static_cast<size_t>(st.code())];
+    return st;
   } catch (const std::bad_alloc&) {
     // The daemon's own memory (metadata, replies) ran out: this request fails, the rest go on.
     spdlog::error("out of memory answering {} from session {}", proto::TypeName(h.type), s);

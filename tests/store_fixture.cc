@@ -262,6 +262,7 @@ StatusSummary StoreHarness::StatusOf(Client& c) {
   const auto* r = m.As<wire::StatusReply>();
   StatusSummary s;
   s.used = r->used();
+  s.segments = r->segments();
   s.creating = r->objects_creating();
   s.sealed = r->objects_sealed();
   s.deleted = r->objects_deleted();

@@ -107,6 +107,7 @@ struct CreateArgs {
 // Status, the fields the tests read.
 struct StatusSummary {
   uint64_t used = 0;
+  uint32_t segments = 0;
   uint64_t creating = 0;
   uint64_t sealed = 0;
   uint64_t deleted = 0;

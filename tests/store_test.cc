@@ -113,12 +113,11 @@ TEST_CASE("store: who may connect", "[store]") {
     CHECK(hello(h, 1007, kOther, {8}).ok());
     CHECK(hello(h, 1005, kSocketGid).IsPermissionDenied());
   }
-  SECTION("a refusal is not counted among the errors of status") {
+  SECTION("a refusal is counted among the errors of status") {
     StoreHarness h;
     Client& watcher = h.Hello();
     CHECK(hello(h, 1007, kOther).IsPermissionDenied());
-    // Today only error replies the store writes itself, and protocol errors, are counted.
-    CHECK(h.StatusOf(watcher).errors_of(Status::Code::kPermissionDenied) == 0);
+    CHECK(h.StatusOf(watcher).errors_of(Status::Code::kPermissionDenied) == 1);
   }
 }
 
