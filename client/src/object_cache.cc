@@ -1,0 +1,23 @@
+#include "client/src/object_cache.h"
+
+namespace depot::internal {
+
+std::shared_ptr<Holding> ObjectCache::Find(const Guid& guid) {
+  std::lock_guard lk(mu_);
+  auto it = entries_.find(guid);
+  if (it == entries_.end()) return nullptr;
+  return it->second.holding.lock();
+}
+
+void ObjectCache::Remember(const std::shared_ptr<Holding>& h) {
+  std::lock_guard lk(mu_);
+  entries_[h->guid] = Entry{h, h.get()};
+}
+
+void ObjectCache::Forget(const Holding& h) {
+  std::lock_guard lk(mu_);
+  auto it = entries_.find(h.guid);
+  if (it != entries_.end() && it->second.raw == &h) entries_.erase(it);
+}
+
+}  // namespace depot::internal
