@@ -2,13 +2,6 @@
 
 namespace depot::internal {
 
-std::shared_ptr<Holding> ObjectCache::Find(const Guid& guid) {
-  std::lock_guard lk(mu_);
-  auto it = entries_.find(guid);
-  if (it == entries_.end()) return nullptr;
-  return it->second.holding.lock();
-}
-
 void ObjectCache::Remember(const std::shared_ptr<Holding>& h) {
   std::lock_guard lk(mu_);
   entries_[h->guid] = Entry{h, h.get()};

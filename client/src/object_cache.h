@@ -37,8 +37,14 @@ struct Holding {
 
 class ObjectCache {
  public:
-  // The holding of `guid` while an Object still holds it; null otherwise.
-  std::shared_ptr<Holding> Find(const Guid& guid);
+  // The holding of `guid` while an Object still holds it; null otherwise. Inline: a get of an
+  // object this process holds is this lookup and nothing more.
+  std::shared_ptr<Holding> Find(const Guid& guid) {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(guid);
+    if (it == entries_.end()) return nullptr;
+    return it->second.holding.lock();
+  }
   // Remembers `h` as the holding of its GUID.
   void Remember(const std::shared_ptr<Holding>& h);
   // `h`'s last Object is gone: forgets it, unless a newer holding of its GUID took its place.
