@@ -11,7 +11,6 @@
 namespace depot {
 
 namespace {
-constexpr size_t kReadChunk = 64 << 10;
 // Messages one session handles before the loop serves the others.
 constexpr int kMessagesPerTurn = 64;
 
@@ -34,7 +33,7 @@ Session::Session(Socket socket, Store& store, std::function<void(Session*)> on_c
     : socket_(std::move(socket)),
       store_(store),
       on_closed_(std::move(on_closed)),
-      in_(kReadChunk),
+      reader_(store.options().max_message_size),
       handshake_(socket_.get_executor()) {}
 
 void Session::Start() {
@@ -59,15 +58,9 @@ void Session::Start() {
 
 void Session::Read() {
   if (closed_ || failing_) return;
-  if (in_.size() - in_end_ < kReadChunk / 2) {
-    // Keep message starts where they are relative to 8-byte boundaries: move whole messages only.
-    std::memmove(in_.data(), in_.data() + in_begin_, in_end_ - in_begin_);
-    in_end_ -= in_begin_;
-    in_begin_ = 0;
-    if (in_.size() - in_end_ < kReadChunk / 2) in_.resize(in_end_ + kReadChunk);
-  }
+  std::span<uint8_t> space = reader_.Space();
   socket_.async_read_some(
-      boost::asio::buffer(in_.data() + in_end_, in_.size() - in_end_),
+      boost::asio::buffer(space.data(), space.size()),
       [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
         if (self->closed_) return;
         if (ec) {
@@ -78,7 +71,7 @@ void Session::Read() {
           self->Close();
           return;
         }
-        self->in_end_ += n;
+        self->reader_.Filled(n);
         self->Serve();
       });
 }
@@ -98,29 +91,24 @@ void Session::Serve() {
 }
 
 bool Session::ParseOne() {
-  if (in_end_ - in_begin_ < sizeof(proto::Header)) return false;
-  proto::Header h;
-  std::memcpy(&h, in_.data() + in_begin_, sizeof h);
-  if (std::string err = proto::CheckHeader(h, store_.options().max_message_size); !err.empty()) {
+  proto::FrameReader::Frame frame;
+  std::string err;
+  proto::FrameReader::Cut cut = reader_.Next(frame, err);
+  if (cut == proto::FrameReader::Cut::kPartial) return false;
+  const proto::Header& h = frame.header;
+  if (cut == proto::FrameReader::Cut::kBadHeader) {
     store_.NoteProtocolError();
     Fail(Status::ProtocolError(err), h.request_id);
     return false;
   }
-  size_t total = sizeof h + h.length;
-  if (in_end_ - in_begin_ < total) {
-    if (in_.size() - in_begin_ < total) in_.resize(in_begin_ + total + kReadChunk);
-    return false;
-  }
-  std::span<const uint8_t> body(in_.data() + in_begin_ + sizeof h, h.length);
-  if ((h.type & proto::kReplyBit) || !proto::VerifyBody(h.type, body)) {
+  if ((h.type & proto::kReplyBit) || !proto::VerifyBody(h.type, frame.body)) {
     store_.NoteProtocolError();
     Fail(Status::ProtocolError(fmt::format("malformed {} message: the body does not verify",
                                            proto::TypeName(h.type))),
          h.request_id);
     return false;
   }
-  Status st = store_.Handle(id_, h, body);
-  in_begin_ += total;
+  Status st = store_.Handle(id_, h, frame.body);
   if (!st.ok()) {
     Fail(st, h.request_id);
     return false;

@@ -19,6 +19,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "daemon/store.h"
+#include "proto/frame_reader.h"
 
 namespace depot {
 
@@ -68,9 +69,7 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   bool write_waiting_ = false;
   bool paused_ = false;        // Serve stopped because Throttled()
   bool greeted_ = false;       // hello was answered
-  std::vector<uint8_t> in_;    // bytes read, from in_begin_ to in_end_
-  size_t in_begin_ = 0;
-  size_t in_end_ = 0;
+  proto::FrameReader reader_;
   std::deque<Outbound> out_;
   boost::asio::steady_timer handshake_;
 };

@@ -1,15 +1,20 @@
-// Fuzz target for the frame decoder: the input is a byte stream as a peer would send it. Each
-// message goes through what both ends do before they trust a body (proto::CheckHeader, then
-// proto::VerifyBody for its type, requests and replies alike), and every verified body then has
-// every field read, as the daemon reads requests and the client reads replies. The verifier
-// is what stands between a hostile peer and those reads: under AddressSanitizer a read that
-// leaves the body is a finding.
+// Fuzz target for the frame decoder: the input is a byte stream as a peer would send it. It goes
+// through what both ends do before they trust a body: proto::FrameReader cuts it into messages
+// (checking each header), fed in reads of varying sizes so that headers and bodies straddle
+// reads and the buffer is compacted and grown; then proto::VerifyBody checks each body for its
+// type, requests and replies alike, and every verified body has every field read, as the daemon
+// reads requests and the client reads replies. The verifier is what stands between a hostile
+// peer and those reads: under AddressSanitizer a read that leaves the body is a finding.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
+#include "proto/frame_reader.h"
 #include "proto/wire.h"
 
 namespace depot::fuzz {
@@ -318,21 +323,33 @@ volatile uint64_t g_sink;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace depot;
+  using Cut = proto::FrameReader::Cut;
+  // Sizes of the successive reads, in a cycle: a byte at a time up to more than a read chunk.
+  static constexpr size_t kReadSizes[] = {1, 7, 24, 61, 509, 4093, 70001};
   fuzz::Sink sink;
+  proto::FrameReader reader;
   std::span<const uint8_t> in(data, size);
-  while (in.size() >= sizeof(proto::Header)) {
-    proto::Header h;
-    std::memcpy(&h, in.data(), sizeof h);
-    sink.Add(proto::TypeName(h.type).size());
+  size_t reads = 0;
+  proto::FrameReader::Frame frame;
+  std::string error;
+  while (true) {
+    Cut cut = reader.Next(frame, error);
+    if (cut == Cut::kPartial) {
+      if (in.empty()) break;  // a peer would wait for the rest
+      std::span<uint8_t> space = reader.Space();
+      size_t n = std::min({space.size(), in.size(), kReadSizes[reads++ % std::size(kReadSizes)]});
+      std::memcpy(space.data(), in.data(), n);
+      reader.Filled(n);
+      in = in.subspan(n);
+      continue;
+    }
+    sink.Add(proto::TypeName(frame.header.type).size());
     // Both ends stop reading a connection at the first bad header.
-    if (!proto::CheckHeader(h).empty()) break;
-    in = in.subspan(sizeof h);
-    if (in.size() < h.length) break;  // a peer would wait for the rest
+    if (cut == Cut::kBadHeader) break;
     // The body alone in an allocation of its own, so that any read past its end is caught.
-    std::vector<uint8_t> body(in.begin(), in.begin() + h.length);
-    in = in.subspan(h.length);
-    if (!proto::VerifyBody(h.type, body)) continue;
-    fuzz::ReadBody(sink, h.type, body);
+    std::vector<uint8_t> body(frame.body.begin(), frame.body.end());
+    if (!proto::VerifyBody(frame.header.type, body)) continue;
+    fuzz::ReadBody(sink, frame.header.type, body);
   }
   fuzz::g_sink = sink.value();
   return 0;

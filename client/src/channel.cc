@@ -1,0 +1,239 @@
+#include "client/src/channel.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "proto/fd_passing.h"
+
+namespace depot::internal {
+namespace {
+
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+Status FromError(const wire::ErrorReply& e) { return proto::ToStatus(e.code(), e.message()); }
+
+}  // namespace
+
+Channel::Channel(UniqueFd fd, std::string path, SegmentMap& segments)
+    : fd_(std::move(fd)), path_(std::move(path)), segments_(segments) {}
+
+Status Channel::Send(const std::vector<uint8_t>& bytes, bool* peer_closed) {
+  std::lock_guard lk(send_mu_);
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n = ::send(fd_.get(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (peer_closed) *peer_closed = errno == EPIPE || errno == ECONNRESET;
+      return Status::Disconnected(
+          fmt::format("lost the connection to depotd at {}: {}", path_, std::strerror(errno)));
+    }
+    sent += static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Result<Message> Channel::Call(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb,
+                              std::vector<uint8_t> ahead) {
+  uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  Slot slot;
+  {
+    std::lock_guard lk(mu_);
+    if (!broken_.ok()) return broken_;
+    pending_[id] = &slot;
+  }
+  std::vector<uint8_t> bytes = std::move(ahead);
+  std::vector<uint8_t> request = proto::Encode(static_cast<uint16_t>(type), id, fbb);
+  bytes.insert(bytes.end(), request.begin(), request.end());
+  bool peer_closed = false;
+  Status sent = Send(bytes, &peer_closed);
+  if (!sent.ok() && !peer_closed) {
+    std::lock_guard lk(mu_);
+    Fail(sent);
+  }
+  // When the daemon closed the connection, what it said before closing (an error saying why)
+  // is still there to read: the wait below reads it, or the end of the stream.
+  Status st = Wait(id, slot);
+  if (!st.ok()) return st;
+  if (slot.message.type() == static_cast<uint16_t>(proto::MsgType::kError)) {
+    return FromError(*proto::Body<wire::ErrorReply>(slot.message.body));
+  }
+  if (slot.message.type() != proto::ReplyType(type)) {
+    return Status::ProtocolError(fmt::format("depotd answered a {} with a {}",
+                                             proto::TypeName(static_cast<uint16_t>(type)),
+                                             proto::TypeName(slot.message.type())));
+  }
+  return std::move(slot.message);
+}
+
+Status Channel::Wait(uint64_t id, Slot& slot) {
+  std::unique_lock lk(mu_);
+  while (!slot.done) {
+    if (reading_) {
+      cv_.wait(lk);
+      continue;
+    }
+    reading_ = true;
+    lk.unlock();
+    Status st = ReadSome();
+    lk.lock();
+    reading_ = false;
+    if (!st.ok()) Fail(st);
+    cv_.notify_all();  // replies for others, or the reader role for the next waiter
+  }
+  pending_.erase(id);
+  return slot.status;
+}
+
+Result<Message> Channel::NextEvent(std::chrono::milliseconds timeout) {
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (timeout.count() >= 0) deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lk(mu_);
+  while (events_.empty()) {
+    if (!broken_.ok()) return broken_;
+    if (reading_) {
+      if (!deadline) {
+        cv_.wait(lk);
+      } else if (cv_.wait_until(lk, *deadline) == std::cv_status::timeout && events_.empty()) {
+        return Status::Timeout("no event before the timeout");
+      }
+      continue;
+    }
+    reading_ = true;
+    lk.unlock();
+    Status st = ReadSome(deadline);
+    lk.lock();
+    reading_ = false;
+    cv_.notify_all();
+    if (st.IsTimeout()) return st;
+    if (!st.ok()) Fail(st);
+  }
+  Message m = std::move(events_.front());
+  events_.pop_front();
+  return m;
+}
+
+void Channel::Fail(const Status& st) {
+  if (broken_.ok()) broken_ = st;
+  for (auto& [id, slot] : pending_) {
+    if (!slot->done) {
+      slot->done = true;
+      slot->status = broken_;
+    }
+  }
+  cv_.notify_all();
+}
+
+Status Channel::ReadSome(std::optional<std::chrono::steady_clock::time_point> deadline) {
+  proto::FrameReader::Frame frame;
+  std::string err;
+  while (true) {
+    bool dispatched = false;
+    while (true) {
+      proto::FrameReader::Cut cut = reader_.Next(frame, err);
+      if (cut == proto::FrameReader::Cut::kPartial) break;
+      if (cut == proto::FrameReader::Cut::kBadHeader) {
+        return Status::ProtocolError(fmt::format("from depotd at {}: {}", path_, err));
+      }
+      if (Status st = Dispatch(frame.header, frame.body); !st.ok()) return st;
+      dispatched = true;
+    }
+    if (dispatched) return Status::OK();
+    if (deadline) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline -
+                                                               std::chrono::steady_clock::now());
+      pollfd p{fd_.get(), POLLIN, 0};
+      int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+      if (ready == 0) return Status::Timeout("no event before the timeout");
+      if (ready < 0 && errno != EINTR) {
+        return Status::Disconnected(fmt::format("poll on {}: {}", path_, std::strerror(errno)));
+      }
+      if (ready < 0) continue;
+    }
+    std::vector<UniqueFd> fds;
+    std::span<uint8_t> space = reader_.Space();
+    // A reply usually comes within a few microseconds. Going to sleep and being woken costs far
+    // more than that when the daemon runs on another CPU (the wake of a halted vCPU), so look
+    // for it a little while first, yielding so that a daemon sharing this CPU can run.
+    ssize_t n = -1;
+    auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    do {
+      n = proto::RecvWithFds(fd_.get(), space, fds, MSG_DONTWAIT);
+      if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
+      ::sched_yield();
+    } while (std::chrono::steady_clock::now() < spin_until);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      n = proto::RecvWithFds(fd_.get(), space, fds, 0);
+    }
+    for (auto& fd : fds) fds_.push_back(std::move(fd));
+    if (n == 0) {
+      return Status::Disconnected(fmt::format("depotd at {} closed the connection", path_));
+    }
+    if (n < 0) {
+      return Status::Disconnected(
+          fmt::format("lost the connection to depotd at {}: {}", path_, std::strerror(errno)));
+    }
+    reader_.Filled(static_cast<size_t>(n));
+  }
+}
+
+Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body) {
+  if (!proto::VerifyBody(h.type, body)) {
+    return Status::ProtocolError(
+        fmt::format("depotd sent a malformed {}", proto::TypeName(h.type)));
+  }
+  if (h.type == static_cast<uint16_t>(proto::MsgType::kError) && h.request_id == 0) {
+    // An error about the connection itself (too many clients, for one): it ends the connection.
+    return FromError(*proto::Body<wire::ErrorReply>(body));
+  }
+  if (h.type == static_cast<uint16_t>(proto::MsgType::kEvent)) {
+    Message event;
+    event.header = h;
+    event.body.assign(body.begin(), body.end());
+    std::lock_guard lk(mu_);
+    events_.push_back(std::move(event));
+    return Status::OK();
+  }
+  if (h.type == static_cast<uint16_t>(proto::MsgType::kSegmentsRetired)) {
+    segments_.Retire(*proto::Body<wire::SegmentsRetired>(body));
+    return Status::OK();
+  }
+  Message msg;
+  msg.header = h;
+  const flatbuffers::Vector<flatbuffers::Offset<wire::SegmentInfo>>* infos = nullptr;
+  if (h.type == proto::ReplyType(proto::MsgType::kCreate)) {
+    infos = proto::Body<wire::CreateReply>(body)->segments();
+  } else if (h.type == proto::ReplyType(proto::MsgType::kGet)) {
+    infos = proto::Body<wire::GetReply>(body)->segments();
+  }
+  if (infos != nullptr) {
+    for (const wire::SegmentInfo* info : *infos) {
+      if (fds_.empty()) return Status::ProtocolError("depotd named a segment but sent no fd");
+      SegmentFd segment{info->pool(), info->id(), info->size(), std::move(fds_.front())};
+      fds_.pop_front();
+      if (info->dedicated()) {
+        msg.dedicated.push_back(std::move(segment));
+      } else {
+        segments_.AddShared(std::move(segment));
+      }
+    }
+  }
+  msg.body.assign(body.begin(), body.end());
+  std::lock_guard lk(mu_);
+  auto it = pending_.find(h.request_id);
+  if (it != pending_.end() && !it->second->done) {
+    it->second->message = std::move(msg);
+    it->second->done = true;
+  }
+  return Status::OK();
+}
+
+}  // namespace depot::internal
+

@@ -1,0 +1,24 @@
+#include "client/src/mmap_mapper.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace depot::internal {
+
+Result<void*> MmapMapper::Map(int fd, uint64_t size, uint32_t pool, bool writable) {
+  void* p = ::mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    return Status::Unavailable(
+        fmt::format("cannot map a segment of {} bytes: {}", size, std::strerror(errno)));
+  }
+  if (hugepages_ && pool == 0) ::madvise(p, size, MADV_HUGEPAGE);
+  return p;
+}
+
+void MmapMapper::Unmap(void* base, uint64_t size) { ::munmap(base, size); }
+
+}  // namespace depot::internal

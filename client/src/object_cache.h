@@ -1,0 +1,65 @@
+// internal::ObjectCache is the local object cache: the objects this process holds, by GUID, so
+// that a get of one it already holds costs no round trip. It remembers each Holding without
+// keeping it alive, and forgets it when the holding's last Object goes.
+//
+// Thread-safe: one mutex guards the map.
+#ifndef DEPOT_CLIENT_SRC_OBJECT_CACHE_H_
+#define DEPOT_CLIENT_SRC_OBJECT_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "depot/guid.h"
+#include "depot/object.h"
+
+namespace depot::internal {
+
+class Connection;
+
+// What an Object points at: one reference on the daemon, released when the last Object goes.
+struct Holding {
+  std::shared_ptr<Connection> conn;
+  Guid guid;
+  uint64_t handle = 0;
+  std::vector<std::span<const std::byte>> frames;
+  std::vector<std::byte> metadata;
+  std::optional<uint64_t> checksum;
+  std::vector<Place> places;  // empty: every frame on the host
+  std::vector<uint64_t> segment_uses;
+  uint64_t size = 0;
+  ~Holding();  // hands the reference back (Connection::Forget)
+};
+
+class ObjectCache {
+ public:
+  // The holding of `guid` while an Object still holds it; null otherwise. Inline: a get of an
+  // object this process holds is this lookup and nothing more.
+  std::shared_ptr<Holding> Find(const Guid& guid) {
+    std::lock_guard lk(mu_);
+    auto it = entries_.find(guid);
+    if (it == entries_.end()) return nullptr;
+    return it->second.holding.lock();
+  }
+  // Remembers `h` as the holding of its GUID.
+  void Remember(const std::shared_ptr<Holding>& h);
+  // `h`'s last Object is gone: forgets it, unless a newer holding of its GUID took its place.
+  void Forget(const Holding& h);
+
+ private:
+  struct Entry {
+    std::weak_ptr<Holding> holding;
+    const Holding* raw;  // which holding this is, once `holding` has expired
+  };
+
+  std::mutex mu_;
+  std::unordered_map<Guid, Entry> entries_;
+};
+
+}  // namespace depot::internal
+
+#endif  // DEPOT_CLIENT_SRC_OBJECT_CACHE_H_

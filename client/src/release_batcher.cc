@@ -1,0 +1,70 @@
+#include "client/src/release_batcher.h"
+
+namespace depot::internal {
+namespace {
+
+constexpr auto kReleaseDelay = std::chrono::milliseconds(1);
+constexpr size_t kMaxWaitingReleases = 256;
+
+}  // namespace
+
+ReleaseBatcher::~ReleaseBatcher() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
+}
+
+void ReleaseBatcher::Queue(uint64_t handle) {
+  std::vector<uint8_t> now;
+  bool wake = false;
+  {
+    std::lock_guard lk(mu_);
+    if (releases_.empty()) oldest_ = std::chrono::steady_clock::now();
+    releases_.push_back(handle);
+    if (releases_.size() >= kMaxWaitingReleases) now = TakeLocked();
+    if (!flusher_.joinable()) flusher_ = std::thread([this] { Flush(); });
+    // Only an idle flusher needs waking: a busy one already waits for the oldest release's time.
+    wake = flusher_idle_;
+  }
+  if (wake) cv_.notify_one();
+  if (!now.empty()) channel_.Send(now);  // a broken connection released everything already
+}
+
+std::vector<uint8_t> ReleaseBatcher::Take() {
+  std::lock_guard lk(mu_);
+  return TakeLocked();
+}
+
+std::vector<uint8_t> ReleaseBatcher::TakeLocked() {
+  if (releases_.empty()) return {};
+  flatbuffers::FlatBufferBuilder fbb(64 + 8 * releases_.size());
+  fbb.Finish(wire::CreateReleaseRequest(fbb, fbb.CreateVector(releases_)));
+  releases_.clear();
+  return proto::Encode(static_cast<uint16_t>(proto::MsgType::kRelease), 0, fbb);
+}
+
+void ReleaseBatcher::Flush() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    if (releases_.empty()) {
+      flusher_idle_ = true;
+      cv_.wait(lk);
+      flusher_idle_ = false;
+      continue;
+    }
+    auto due = oldest_ + kReleaseDelay;
+    if (std::chrono::steady_clock::now() < due) {
+      cv_.wait_until(lk, due);
+      continue;
+    }
+    std::vector<uint8_t> bytes = TakeLocked();
+    lk.unlock();
+    channel_.Send(bytes);
+    lk.lock();
+  }
+}
+
+}  // namespace depot::internal

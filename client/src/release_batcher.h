@@ -1,0 +1,52 @@
+// internal::ReleaseBatcher sends the releases of dropped Objects. A release waits here a moment
+// so that it rides with the next request (one write, one wake of the daemon); a flusher thread,
+// started with the first release, sends what still waits after kReleaseDelay, and a long queue
+// is sent at once. Releases that wait when the batcher goes are not sent: the connection is
+// closing, and the daemon drops a closed connection's references.
+//
+// Thread-safe.
+#ifndef DEPOT_CLIENT_SRC_RELEASE_BATCHER_H_
+#define DEPOT_CLIENT_SRC_RELEASE_BATCHER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "client/src/channel.h"
+
+namespace depot::internal {
+
+class ReleaseBatcher {
+ public:
+  // Sends on `channel`, which must outlive the batcher.
+  explicit ReleaseBatcher(Channel& channel) : channel_(channel) {}
+  ~ReleaseBatcher();  // stops the flusher
+  ReleaseBatcher(const ReleaseBatcher&) = delete;
+  ReleaseBatcher& operator=(const ReleaseBatcher&) = delete;
+
+  // Releases the reference `handle` names, soon.
+  void Queue(uint64_t handle);
+  // The waiting releases as one encoded message, to send ahead of a request; empty when none
+  // wait.
+  std::vector<uint8_t> Take();
+
+ private:
+  std::vector<uint8_t> TakeLocked();  // Take, with mu_ held
+  void Flush();                       // the flusher thread
+
+  Channel& channel_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint64_t> releases_;
+  std::chrono::steady_clock::time_point oldest_;
+  bool stopping_ = false;
+  bool flusher_idle_ = false;  // waiting for a release, with no deadline
+  std::thread flusher_;        // started with the first release
+};
+
+}  // namespace depot::internal
+
+#endif  // DEPOT_CLIENT_SRC_RELEASE_BATCHER_H_

@@ -1,0 +1,104 @@
+// internal::SegmentMap is the segments, host segments and device chunks, that this process has
+// mapped, by pool and id. The daemon sends each segment's fd once; a segment is mapped on first
+// use (read-only for gets, read-write for this process's creates) through a Mapper: MmapMapper,
+// or CudaMapper for a CUDA pool's chunk. Each frame of a live Object or Draft counts one use of
+// its segment. A shared segment stays mapped for the objects to come until the daemon retires
+// it; a retired one, or one dedicated to a single object, is unmapped when its last use goes.
+//
+// Thread-safe: one mutex guards the map.
+#ifndef DEPOT_CLIENT_SRC_SEGMENT_MAP_H_
+#define DEPOT_CLIENT_SRC_SEGMENT_MAP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "client/src/cuda_mapper.h"
+#include "client/src/mmap_mapper.h"
+#include "client/src/pools.h"
+#include "common/unique_fd.h"
+#include "depot/status.h"
+#include "proto/wire.h"
+
+namespace depot::internal {
+
+// A segment's fd, as a reply brought it.
+struct SegmentFd {
+  uint32_t pool;
+  uint32_t id;
+  uint64_t size;
+  UniqueFd fd;
+};
+
+class SegmentMap {
+ public:
+  // `pools` and `cuda` must outlive the map.
+  SegmentMap(const Pools& pools, CudaMapper& cuda) : pools_(pools), cuda_(cuda) {}
+  ~SegmentMap();  // unmaps every segment
+  SegmentMap(const SegmentMap&) = delete;
+  SegmentMap& operator=(const SegmentMap&) = delete;
+
+  // Whether the daemon asks for huge pages on host segments. Set while connecting.
+  void set_hugepages(bool on) { mmap_.set_hugepages(on); }
+
+  // A shared segment, from the reply that first named it (kept unless already known).
+  void AddShared(SegmentFd segment);
+  // The daemon retired these segments: each is unmapped now if unused, else when its last use
+  // goes.
+  void Retire(const wire::SegmentsRetired& notice);
+
+  // Resolves frame locations of a reply to pointers in this process, mapping segments as
+  // needed (read-write for `writable`). `dedicated` holds the fds of the reply's dedicated
+  // segments; they are taken. Records one segment use per frame in `uses`; the caller gives
+  // them back with DropUses. For writable frames, `unpopulated` receives the address ranges
+  // whose page tables this process has not filled yet (the caller fills them, outside the lock).
+  Result<std::vector<std::span<std::byte>>> MapFrames(
+      const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable,
+      std::vector<SegmentFd>& dedicated, std::vector<uint64_t>& uses,
+      std::vector<std::span<std::byte>>* unpopulated = nullptr);
+  void DropUses(const std::vector<uint64_t>& uses);
+
+  // Registers every host mapping, present and to come, with CUDA (see Client::PinHostMemory).
+  Status PinHostMemory();
+
+ private:
+  struct Segment {
+    UniqueFd fd;
+    uint64_t size = 0;
+    bool dedicated = false;
+    bool retired = false;
+    void* ro = nullptr;
+    void* rw = nullptr;
+    uint32_t uses = 0;
+    // Granules of the read-write mapping whose page tables are filled. Filling them once per
+    // process in one call is cheaper than a fault per page, and filling them again is not free.
+    std::vector<bool> rw_populated;
+    uint32_t pool = 0;    // 0: host; otherwise a device chunk
+    bool cuda = false;    // mapped by CudaMapper: ro and rw are device addresses
+    bool pinned = false;  // ro (or else rw) is registered with CUDA
+  };
+
+  // Maps segment `s` read-write or read-only into `base` (its rw or ro), and pins a host
+  // mapping when pin_host_ is set. mu_ held.
+  Status Map(Segment& s, bool writable, void*& base);
+  // Registers a host mapping with CUDA when pin_host_ is set. mu_ held.
+  Status Pin(Segment& s, void* base);
+  void Unmap(Segment& s);
+  // CudaMapper for a CUDA pool's chunks, MmapMapper for every other segment.
+  Mapper& MapperFor(bool cuda) { return cuda ? static_cast<Mapper&>(cuda_) : mmap_; }
+
+  const Pools& pools_;
+  CudaMapper& cuda_;
+  MmapMapper mmap_;
+
+  std::mutex mu_;
+  bool pin_host_ = false;  // register host mappings with CUDA (PinHostMemory)
+  std::unordered_map<uint64_t, Segment> segments_;  // by SegmentKey(pool, id)
+};
+
+}  // namespace depot::internal
+
+#endif  // DEPOT_CLIENT_SRC_SEGMENT_MAP_H_

@@ -1,0 +1,63 @@
+// proto::FrameReader cuts the byte stream from a peer into messages. Both ends read with it: the
+// daemon's sessions (requests) and the client's channel (replies and pushed messages).
+//
+// The caller does the reading: Space() is where the next read goes, Filled() says how many bytes
+// it put there, and Next() hands out each message once it is whole. Each header is checked
+// (CheckHeader, with this reader's body limit) as soon as it is whole, so that a peer cannot make
+// the buffer grow past the limit; the buffer grows to hold any message within it. Only whole
+// messages are moved and every message is a multiple of 8 bytes long, so each header and body
+// keeps its place relative to 8-byte boundaries: bodies are read in place, and FlatBuffers
+// needs that alignment.
+//
+// Not thread-safe: one reader at a time.
+#ifndef DEPOT_PROTO_FRAME_READER_H_
+#define DEPOT_PROTO_FRAME_READER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "proto/wire.h"
+
+namespace depot::proto {
+
+class FrameReader {
+ public:
+  // One message: its header and its body (`header.length` bytes, not verified yet). The body is
+  // a view of the reader's buffer, valid until the next call to Space().
+  struct Frame {
+    Header header{};
+    std::span<const uint8_t> body;
+  };
+  enum class Cut {
+    kMessage,    // a whole message is in `frame`
+    kPartial,    // the next message is not all here yet: read more
+    kBadHeader,  // the next header fails CheckHeader; the stream cannot be cut any further
+  };
+
+  // Accepts bodies of up to `max_body` bytes.
+  explicit FrameReader(uint32_t max_body = kMaxMessageSize);
+
+  // Takes the next message from the bytes read so far. On kBadHeader, `frame.header` holds the
+  // header (its request id is the one to answer) and `error` says what is wrong with it.
+  Cut Next(Frame& frame, std::string& error);
+
+  // Where the next read should put its bytes: at least half a read chunk, made by moving the
+  // unread bytes to the front of the buffer or growing it.
+  std::span<uint8_t> Space();
+
+  // The last read put `n` bytes at the start of Space().
+  void Filled(size_t n) { end_ += n; }
+
+ private:
+  uint32_t max_body_;
+  std::vector<uint8_t> buffer_;  // bytes read, unread from begin_ to end_
+  size_t begin_ = 0;
+  size_t end_ = 0;
+};
+
+}  // namespace depot::proto
+
+#endif  // DEPOT_PROTO_FRAME_READER_H_
