@@ -1,6 +1,6 @@
 #include "daemon/event_bus.h"
 
-#include <chrono>
+#include "common/wall_clock.h"
 
 namespace depot {
 namespace fb = flatbuffers;
@@ -41,9 +41,7 @@ void EventBus::Emit(wire::EventKind kind, const StoredObject* object, SessionId 
     if (object) name = fbb.CreateString(object->name().data(), object->name().size());
     wire::EventBuilder b(fbb);
     b.add_kind(kind);
-    b.add_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count());
+    b.add_unix_ns(WallClockNs());
     wire::Guid g;
     if (object) {
       g = proto::ToWire(object->guid);

@@ -1,24 +1,15 @@
 #include "daemon/namespace_set.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/wall_clock.h"
 #include "daemon/device_source.h"
 #include "daemon/shm_source.h"
 
 namespace depot {
-namespace {
-
-int64_t WallClockNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 NamespaceSet::NamespaceSet(NamespaceOptions options, DeviceSet& devices, NamespaceHooks hooks)
     : options_(std::move(options)), devices_(devices), hooks_(std::move(hooks)) {

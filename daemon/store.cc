@@ -7,26 +7,18 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/wall_clock.h"
 #include "daemon/replies.h"
 #include "daemon/request_limits.h"
 #include "daemon/status_reply.h"
 #include "depot/units.h"
 
 namespace depot {
-namespace {
 
 using proto::FromWire;
 using proto::MsgType;
 using proto::ToWire;
 namespace fb = flatbuffers;
-
-int64_t WallClockNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 Store::Store(boost::asio::io_context& io, StoreOptions options)
     : io_(io),
