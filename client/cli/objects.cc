@@ -23,18 +23,6 @@
 namespace depotctl {
 namespace {
 
-const char* StateName(depot::ObjectInfo::State s) {
-  switch (s) {
-    case depot::ObjectInfo::State::kCreating:
-      return "creating";
-    case depot::ObjectInfo::State::kSealed:
-      return "sealed";
-    case depot::ObjectInfo::State::kDeleted:
-      return "deleted";
-  }
-  return "?";
-}
-
 // Where each frame lives, e.g. "3 host" or "1 host, 2 gpu1".
 std::string Places(const std::vector<depot::FrameInfo>& frames) {
   std::map<uint32_t, int> per_pool;
@@ -57,7 +45,7 @@ std::string InfoJson(const depot::ObjectInfo& o, bool with_metadata) {
       "{{\"guid\":\"{}\",\"name\":{},\"state\":\"{}\",\"size\":{},\"frames\":[{}],\"refcount\":{},"
       "\"evictable\":{},\"created_unix_ns\":{},\"sealed_unix_ns\":{},\"creator_pid\":{},"
       "\"creator_uid\":{},\"metadata_size\":{}",
-      o.guid.ToString(), Json(o.name), StateName(o.state), o.size, frames, o.refcount, o.evictable,
+      o.guid.ToString(), Json(o.name), depot::ObjectInfo::StateName(o.state), o.size, frames, o.refcount, o.evictable,
       o.created_unix_ns, o.sealed_unix_ns, o.creator_pid, o.creator_uid, o.metadata_size);
   if (o.checksum) out += fmt::format(",\"checksum\":\"{:016x}\"", *o.checksum);
   if (with_metadata) {
@@ -69,7 +57,7 @@ std::string InfoJson(const depot::ObjectInfo& o, bool with_metadata) {
 }
 
 bool Matches(const depot::ObjectInfo& o, const LsOptions& opt) {
-  if (!opt.state.empty() && opt.state != StateName(o.state)) return false;
+  if (!opt.state.empty() && opt.state != depot::ObjectInfo::StateName(o.state)) return false;
   return opt.name_glob.empty() || ::fnmatch(opt.name_glob.c_str(), o.name.c_str(), 0) == 0;
 }
 
@@ -116,7 +104,7 @@ int Ls(depot::Client& c, bool json, const LsOptions& opt) {
       fmt::print("{}{}", shown ? ",\n" : "\n", InfoJson(o, false));
     } else {
       fmt::print("{:<36}  {:<8}  {:>10}  {:<8}  {:>4}  {:>4}  {:>13}  {}\n", o.guid.ToString(),
-                 StateName(o.state), depot::FormatBytes(o.size), Places(o.frames), o.refcount,
+                 depot::ObjectInfo::StateName(o.state), depot::FormatBytes(o.size), Places(o.frames), o.refcount,
                  Age(o.created_unix_ns), fmt::format("{}/{}", o.creator_pid, o.creator_uid),
                  o.name);
     }
@@ -171,7 +159,7 @@ int Stat(depot::Client& c, bool json, const std::string& arg) {
     return kOk;
   }
   fmt::print("guid:      {}\nname:      {}\nstate:     {}\nsize:      {} ({} bytes)\n",
-             o->guid.ToString(), o->name, StateName(o->state), depot::FormatBytes(o->size),
+             o->guid.ToString(), o->name, depot::ObjectInfo::StateName(o->state), depot::FormatBytes(o->size),
              o->size);
   fmt::print("refcount:  {}\nevictable: {}\ncreator:   pid {} uid {}\ncreated:   {} ago\n",
              o->refcount, o->evictable ? "yes" : "no", o->creator_pid, o->creator_uid,

@@ -60,6 +60,18 @@ struct FrameInfo {
 
 struct ObjectInfo {
   enum class State { kCreating, kSealed, kDeleted };
+  // "creating", "sealed" or "deleted", as depotctl and Python show it.
+  static const char* StateName(State s) {
+    switch (s) {
+      case State::kCreating:
+        return "creating";
+      case State::kSealed:
+        return "sealed";
+      case State::kDeleted:
+        return "deleted";
+    }
+    return "unknown";
+  }
   Guid guid;
   std::string name;
   State state = State::kCreating;

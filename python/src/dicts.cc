@@ -4,23 +4,8 @@
 #include <string_view>
 
 namespace depot::python {
-namespace {
 
 using namespace py::literals;
-
-std::string_view StateName(depot::ObjectInfo::State s) {
-  switch (s) {
-    case depot::ObjectInfo::State::kCreating:
-      return "creating";
-    case depot::ObjectInfo::State::kSealed:
-      return "sealed";
-    case depot::ObjectInfo::State::kDeleted:
-      return "deleted";
-  }
-  return "unknown";
-}
-
-}  // namespace
 
 py::dict ToDict(const depot::ObjectInfo& o) {
   py::list frames;
@@ -28,7 +13,8 @@ py::dict ToDict(const depot::ObjectInfo& o) {
     frames.append(py::dict("pool"_a = f.pool, "segment"_a = f.segment, "offset"_a = f.offset,
                            "size"_a = f.size));
   }
-  py::dict d("guid"_a = o.guid.ToString(), "name"_a = o.name, "state"_a = StateName(o.state),
+  py::dict d("guid"_a = o.guid.ToString(), "name"_a = o.name,
+             "state"_a = depot::ObjectInfo::StateName(o.state),
              "size"_a = o.size, "frames"_a = frames, "refcount"_a = o.refcount,
              "evictable"_a = o.evictable, "created_unix_ns"_a = o.created_unix_ns,
              "sealed_unix_ns"_a = o.sealed_unix_ns, "creator_pid"_a = o.creator_pid,
