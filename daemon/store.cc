@@ -366,8 +366,8 @@ void Store::AnswerGet(GetWait& w) {
     auto metadata = fbb.CreateVector(o->metadata().data(), o->metadata().size());
     std::optional<uint64_t> checksum;
     if (o->has_checksum) checksum = o->checksum;
-    results.push_back(
-        wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, frames, metadata, checksum));
+    results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, frames, metadata,
+                                            checksum, o->creator_uid, o->creator_pid));
   }
   auto results_vec = fbb.CreateVector(results);
   auto segments = replies::Segments(fbb, *st.ns, keys);

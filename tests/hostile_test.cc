@@ -61,3 +61,29 @@ TEST_CASE("another user cannot delete an object, while its creator, root and dep
   Guid other = PutAs(d, kBob, 100000, 8);
   CHECK(d.Connect().Delete(other).ok());  // root administers the store
 }
+
+TEST_CASE("a proposed GUID taken first by another user is told apart by its creator",
+          "[hostile]") {
+  NeedRoot();
+  Daemon d = StartShared();
+  const Guid proposed = Guid::Random();
+  // Mallory takes the GUID that Alice announced to Bob.
+  CHECK(RunAs(kMallory, kMallory, {}, [&] {
+          CreateOptions o;
+          o.guid = proposed;
+          return d.Connect().Put(Pattern(5000, 66), o).ok() ? 0 : 1;
+        }) == 0);
+  int alice = RunAs(kAlice, kAlice, {}, [&] {
+    CreateOptions o;
+    o.guid = proposed;
+    return d.Connect().Put(Pattern(5000, 1), o).status().IsAlreadyExists() ? 0 : 1;
+  });
+  CHECK(alice == 0);
+  // Bob, expecting Alice's object, sees whose it is before he trusts the bytes.
+  int bob = RunAs(kBob, kBob, {}, [&] {
+    auto obj = d.Connect().Get(proposed);
+    if (!obj.ok()) return 1;
+    return obj->creator_uid() == kMallory && obj->creator_pid() > 0 ? 0 : 2;
+  });
+  CHECK(bob == 0);
+}

@@ -54,6 +54,9 @@ TEST_CASE("an object put by one process is read byte for byte by another", "[put
       REQUIRE(obj->frame_count() == 1);
       CHECK(obj->size() == size);
       CHECK(SameBytes(obj->frame(0), Pattern(size, static_cast<uint32_t>(size))));
+      CHECK(obj->creator_uid() == ::getuid());  // the child's, which is this user
+      CHECK(obj->creator_pid() != ::getpid());
+      CHECK(obj->creator_pid() > 0);
     }
   }
 }

@@ -86,6 +86,8 @@ Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Mes
     h->metadata.assign(m, m + r.metadata()->size());
   }
   if (r.checksum()) h->checksum = *r.checksum();
+  h->creator_uid = r.creator_uid();
+  h->creator_pid = r.creator_pid();
   cache_.Remember(h);
   return Object(std::move(h));
 }

@@ -35,6 +35,8 @@ Place Object::place(size_t i) const {
 std::span<const std::byte> Object::metadata() const { return h_->metadata; }
 uint64_t Object::size() const { return h_->size; }
 std::optional<uint64_t> Object::checksum() const { return h_->checksum; }
+uint32_t Object::creator_uid() const { return h_->creator_uid; }
+int32_t Object::creator_pid() const { return h_->creator_pid; }
 
 Status Object::Verify() const {
   if (!h_->checksum) {

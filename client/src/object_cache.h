@@ -29,6 +29,8 @@ struct Holding {
   std::vector<std::span<const std::byte>> frames;
   std::vector<std::byte> metadata;
   std::optional<uint64_t> checksum;
+  uint32_t creator_uid = 0;
+  int32_t creator_pid = 0;
   std::vector<Place> places;  // empty: every frame on the host
   std::vector<uint64_t> segment_uses;
   uint64_t size = 0;

@@ -55,6 +55,12 @@ class Object {
   // asked for one (CreateOptions::checksum; host frames only).
   std::optional<uint64_t> checksum() const;
 
+  // Who created the object: its user and process, as the kernel vouched for them when the
+  // creator connected. A GUID proposed in advance belongs to whoever creates it first, so a
+  // consumer of such a GUID checks the creator before it trusts the bytes.
+  uint32_t creator_uid() const;
+  int32_t creator_pid() const;
+
   // Hashes the bytes again, here and without copying them, and compares with checksum(). OK when
   // they match; DataLoss when they do not; InvalidArgument when no checksum was recorded.
   Status Verify() const;

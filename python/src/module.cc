@@ -66,6 +66,10 @@ object is deleted; the reference is released when the last of them goes.)")
           },
           "The metadata bytes given at put or create.")
       .def_property_readonly("size", &depot::Object::size, "Total bytes over all frames.")
+      .def_property_readonly("creator_uid", &depot::Object::creator_uid,
+                             "The uid of the process that created the object.")
+      .def_property_readonly("creator_pid", &depot::Object::creator_pid,
+                             "The pid of the process that created the object.")
       .def("__len__", &depot::Object::frame_count)
       .def(
           "populate",

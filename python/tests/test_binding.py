@@ -70,6 +70,12 @@ def test_proposed_guid_and_already_exists(client):
         client.put(b"y", guid=guid)
 
 
+def test_object_names_its_creator(client):
+    obj = client.get(client.put(b"x" * 100000))
+    assert obj.creator_uid == os.getuid()
+    assert obj.creator_pid == os.getpid()
+
+
 def test_frames_are_read_only(client):
     view = client.get(client.put(b"abc")).frames[0]
     assert view.readonly
