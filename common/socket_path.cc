@@ -1,5 +1,6 @@
 #include "common/socket_path.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -10,8 +11,18 @@ namespace depot {
 
 std::string DefaultSocketPath() {
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
-  if (xdg != nullptr && *xdg != '\0') return std::string(xdg) + "/depot/depot.sock";
-  return fmt::format("/tmp/depot-{}/depot.sock", ::getuid());
+  return DefaultSocketPathFor(xdg != nullptr ? xdg : "", ::getuid());
+}
+
+std::string DefaultSocketPathFor(const std::string& xdg_runtime_dir, uid_t uid,
+                                 const std::string& run_user) {
+  if (!xdg_runtime_dir.empty()) return xdg_runtime_dir + "/depot/depot.sock";
+  std::string runtime = fmt::format("{}/{}", run_user, uid);
+  struct stat st {};
+  if (::stat(runtime.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == uid) {
+    return runtime + "/depot/depot.sock";
+  }
+  return fmt::format("/tmp/depot-{}/depot.sock", uid);
 }
 
 }  // namespace depot

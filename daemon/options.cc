@@ -123,8 +123,10 @@ std::string JoinIds(const std::vector<Id>& ids) {
 const std::vector<Key>& Keys() {
   using O = DaemonOptions;
   static const std::vector<Key> keys = {
-      {{"socket", "$XDG_RUNTIME_DIR/depot/depot.sock, else /tmp/depot-$UID/depot.sock",
-        "Unix socket the daemon serves"},
+      {{"socket",
+        "$XDG_RUNTIME_DIR/depot/depot.sock, else /run/user/$UID/depot/depot.sock, else "
+        "/tmp/depot-$UID/depot.sock",
+        "Unix socket the daemon serves (in a directory of its own that nobody else may write)"},
        [](O& o, const std::string& v, uint64_t) -> std::string {
          if (v.empty()) return "needs a path";
          o.socket_path = v;

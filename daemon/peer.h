@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "depot/status.h"
 
 namespace depot {
 
@@ -32,6 +33,11 @@ struct PeerCredentials {
   gid_t gid = 0;
   std::vector<gid_t> groups;  // supplementary groups
 };
+
+// The credentials of the client connected on `fd`. An error, saying why, when the kernel does not
+// tell its pid, uid and gid: the caller refuses the connection (a default would be uid 0, root).
+// Its supplementary groups are best effort: without them it is admitted on its uid and gid only.
+Result<PeerCredentials> ReadPeerCredentials(int fd);
 
 }  // namespace depot
 

@@ -1,9 +1,8 @@
-// Server owns the listening socket and the connected sessions. Before it binds, it makes sure it
-// is the only daemon for its socket path: it holds an exclusive lock on "<socket>.lock" for its
-// whole life, refuses to start while another daemon holds it or answers on the socket, and
-// replaces a stale socket file left by a daemon that died. Under socket activation it adopts the
-// listening socket systemd passed instead of binding; the lock still applies, but the socket file
-// is systemd's: depotd neither replaces, chmods nor removes it.
+// Server owns the listening socket and the connected sessions. It serves the path a SocketClaim
+// holds (the one daemon there, in a directory of its own); under socket activation it adopts the
+// listening socket systemd passed instead of binding, and the socket file is systemd's: depotd
+// neither replaces, chmods nor removes it. A connection whose credentials the kernel does not
+// tell is refused before it becomes a session: nobody is admitted as a guess.
 #ifndef DEPOT_DAEMON_SERVER_H_
 #define DEPOT_DAEMON_SERVER_H_
 
@@ -18,38 +17,11 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "daemon/session.h"
+#include "daemon/socket_claim.h"
 #include "daemon/store.h"
 #include "proto/fd_passing.h"
 
 namespace depot {
-
-// Proof that this process is the one daemon for a socket path (the held lock).
-class SocketClaim {
- public:
-  // Creates the socket's directory when missing (mode 0700), takes the lock, and removes a stale
-  // socket file. Unavailable, naming the path and what to do, when another daemon has it.
-  static Result<SocketClaim> Acquire(const std::string& socket_path);
-
-  // The same lock for a socket that the service manager passed already listening (socket
-  // activation), bound to `socket_path`. The socket file belongs to systemd: it is not probed
-  // (systemd itself answers there until depotd runs) and never removed. The claim carries
-  // `listening` until Server::Start adopts it.
-  static Result<SocketClaim> Adopt(const std::string& socket_path, UniqueFd listening);
-
-  const std::string& path() const { return path_; }
-  // True when the socket was passed by systemd rather than bound by this daemon.
-  bool passed() const { return passed_; }
-
- private:
-  friend class Server;
-  // Opens "<socket>.lock", takes its exclusive lock and records this pid in it.
-  static Result<SocketClaim> Lock(const std::string& socket_path);
-
-  std::string path_;
-  UniqueFd lock_;
-  bool passed_ = false;
-  UniqueFd listening_;  // the passed socket, until Server::Start takes it
-};
 
 struct ServerOptions {
   uint32_t socket_mode = 0660;

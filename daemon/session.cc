@@ -13,20 +13,6 @@ namespace depot {
 namespace {
 // Messages one session handles before the loop serves the others.
 constexpr int kMessagesPerTurn = 64;
-
-std::vector<gid_t> PeerGroups(int fd) {
-  std::vector<gid_t> groups(64);
-  for (int tries = 0; tries < 2; ++tries) {
-    socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) == 0) {
-      groups.resize(len / sizeof(gid_t));
-      return groups;
-    }
-    if (errno != ERANGE) break;
-    groups.resize(len / sizeof(gid_t));
-  }
-  return {};
-}
 }  // namespace
 
 Session::Session(Socket socket, Store& store, std::function<void(Session*)> on_closed)
@@ -36,13 +22,8 @@ Session::Session(Socket socket, Store& store, std::function<void(Session*)> on_c
       reader_(store.options().max_message_size),
       handshake_(socket_.get_executor()) {}
 
-void Session::Start() {
-  int fd = socket_.native_handle();
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-    creds_ = {cred.pid, cred.uid, cred.gid, PeerGroups(fd)};
-  }
+void Session::Start(PeerCredentials creds) {
+  creds_ = std::move(creds);
   boost::system::error_code ec;
   socket_.non_blocking(true, ec);
   id_ = store_.Open(this, creds_);

@@ -30,8 +30,9 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   // `on_closed` runs once, after the store forgot the session.
   Session(Socket socket, Store& store, std::function<void(Session*)> on_closed);
 
-  // Records the peer's credentials, registers with the store and starts reading.
-  void Start();
+  // Records the peer's credentials (ReadPeerCredentials), registers with the store and starts
+  // reading.
+  void Start(PeerCredentials creds);
 
   // Closes the connection now; the store drops everything the session held.
   void Close();

@@ -2,6 +2,7 @@
 // line and config file (daemon/options.h).
 #include "daemon/options.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -172,7 +173,7 @@ TEST_CASE("ParseOptions rejects bad input, naming the flag", "[options]") {
 }
 
 TEST_CASE("DefaultSocketPath honours XDG_RUNTIME_DIR", "[options]") {
-  const std::string fallback = "/tmp/depot-" + std::to_string(::getuid()) + "/depot.sock";
+  const std::string fallback = DefaultSocketPathFor("", ::getuid());
   {
     XdgRuntimeDir env("/run/user/4321");
     CHECK(DefaultSocketPath() == "/run/user/4321/depot/depot.sock");
@@ -186,6 +187,32 @@ TEST_CASE("DefaultSocketPath honours XDG_RUNTIME_DIR", "[options]") {
     XdgRuntimeDir env(nullptr);
     CHECK(DefaultSocketPath() == fallback);
   }
+}
+
+TEST_CASE("without XDG_RUNTIME_DIR the default is the user's own /run/user/$UID, else /tmp",
+          "[options]") {
+  char tmpl[] = "/tmp/depot-run-user-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string run_user = tmpl;
+  const uid_t me = ::getuid();
+  const std::string mine = run_user + "/" + std::to_string(me);
+  const std::string tmp = "/tmp/depot-" + std::to_string(me) + "/depot.sock";
+  // XDG_RUNTIME_DIR wins whatever exists.
+  CHECK(DefaultSocketPathFor("/x", me, run_user) == "/x/depot/depot.sock");
+  // No runtime directory: /tmp.
+  CHECK(DefaultSocketPathFor("", me, run_user) == tmp);
+  // The user's own runtime directory.
+  REQUIRE(::mkdir(mine.c_str(), 0700) == 0);
+  CHECK(DefaultSocketPathFor("", me, run_user) == mine + "/depot/depot.sock");
+  // A directory at /run/user/$UID that someone else owns is not the user's runtime directory.
+  const uid_t other = me + 1;
+  const std::string theirs = run_user + "/" + std::to_string(other);
+  REQUIRE(::mkdir(theirs.c_str(), 0700) == 0);  // ours, not `other`'s
+  CHECK(DefaultSocketPathFor("", other, run_user) ==
+        "/tmp/depot-" + std::to_string(other) + "/depot.sock");
+  ::rmdir(theirs.c_str());
+  ::rmdir(mine.c_str());
+  ::rmdir(run_user.c_str());
 }
 
 // Writes `text` to a fresh file and returns its path.

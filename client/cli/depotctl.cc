@@ -18,7 +18,8 @@
 namespace depotctl {
 namespace {
 
-constexpr const char kUsage[] = R"(usage: depotctl [--socket PATH] [--json] COMMAND [ARGS]
+constexpr const char kUsage[] =
+    R"(usage: depotctl [--socket PATH] [--daemon-uid UID] [--json] COMMAND [ARGS]
 
 Commands:
   status                      the daemon: pools, objects, clients, counters
@@ -38,8 +39,11 @@ Commands:
   ping [--count N]            round-trip latency over N pings (default 10)
 
 The socket is --socket, else $DEPOT_SOCKET, else $XDG_RUNTIME_DIR/depot/depot.sock, else
-/tmp/depot-$UID/depot.sock. --json prints JSON (one object, an array, or for watch one object
-a line). Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 no daemon.
+/run/user/$UID/depot/depot.sock, else /tmp/depot-$UID/depot.sock. A daemon is trusted when it
+runs as you or root, or as the owner of a socket directory only root could have made (the
+service's /run/depot); --daemon-uid (else $DEPOT_DAEMON_UID) names one more uid to trust.
+--json prints JSON (one object, an array, or for watch one object a line). Exit codes: 0 ok,
+1 error, 2 usage, 3 not found, 4 no daemon.
 )";
 
 int Main(int argc, char** argv) {
@@ -71,11 +75,18 @@ int Main(int argc, char** argv) {
       create.checksum = true;
     } else if (a == "--socket" || a == "-o" || a == "--output" || a == "--name" ||
                a == "--metadata" || a == "--limit" || a == "--count" || a == "-n" ||
-               a == "--state" || a == "--sort") {
+               a == "--state" || a == "--sort" || a == "--daemon-uid") {
       if (i + 1 >= argc) return Usage(a + " needs a value");
       std::string v = argv[++i];
       if (a == "--socket") {
         connect.socket_path = v;
+      } else if (a == "--daemon-uid") {
+        char* end = nullptr;
+        unsigned long uid = std::strtoul(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || uid >= static_cast<uid_t>(-1)) {
+          return Usage(a + " needs a uid (a number)");
+        }
+        connect.trusted_daemon_uid = static_cast<uid_t>(uid);
       } else if (a == "--name") {
         create.name = v;
         ls.name_glob = v;

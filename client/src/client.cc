@@ -7,6 +7,7 @@
 
 #include "client/src/checksum.h"
 #include "client/src/connection.h"
+#include "client/src/daemon_trust.h"
 #include "client/src/status_reply.h"
 #include "common/socket_path.h"
 
@@ -112,7 +113,9 @@ Result<Client> Client::Connect(const ConnectOptions& options) {
     const char* env = std::getenv("DEPOT_SOCKET");
     path = env != nullptr && *env != '\0' ? env : DefaultSocketPath();
   }
-  auto conn = Connection::Open(path, options.client_name);
+  auto trusted = internal::NamedDaemonUid(options.trusted_daemon_uid);
+  if (!trusted.ok()) return trusted.status();
+  auto conn = Connection::Open(path, options.client_name, *trusted);
   if (!conn.ok()) return conn.status();
   return Client(std::move(*conn));
 }
@@ -321,7 +324,7 @@ Result<std::vector<ClientInfo>> Client::Clients() {
 }
 
 Result<Subscription> Client::Subscribe() {
-  auto conn = Connection::Open(conn_->path(), "events");
+  auto conn = Connection::Open(conn_->path(), "events", conn_->trusted_daemon_uid());
   if (!conn.ok()) return conn.status();
   auto reply = CallWithoutArguments(**conn, MsgType::kSubscribe);
   if (!reply.ok()) return reply.status();

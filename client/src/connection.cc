@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "client/src/daemon_trust.h"
 #include "common/unix_socket.h"
 
 namespace depot::internal {
@@ -17,7 +18,8 @@ Connection::Connection(UniqueFd fd, std::string path)
     : channel_(std::move(fd), std::move(path), segments_) {}
 
 Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
-                                                     const std::string& name) {
+                                                     const std::string& name,
+                                                     std::optional<uid_t> trusted_daemon_uid) {
   UniqueFd fd = ConnectUnix(path);
   if (!fd.valid() && errno == ENAMETOOLONG) {
     return Status::InvalidArgument(fmt::format("socket path {} is too long", path));
@@ -28,7 +30,11 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
         "Or start one with `depotd --socket {}`, or point DEPOT_SOCKET at the right socket",
         path, std::strerror(errno), path));
   }
+  if (Status trusted = CheckDaemon(fd.get(), path, trusted_daemon_uid); !trusted.ok()) {
+    return trusted;
+  }
   std::shared_ptr<Connection> conn(new Connection(std::move(fd), path));
+  conn->trusted_daemon_uid_ = trusted_daemon_uid;
   flatbuffers::FlatBufferBuilder fbb(128);
   auto client_name = fbb.CreateString(name);
   fbb.Finish(wire::CreateHelloRequest(fbb, proto::kProtocolVersion, client_name));

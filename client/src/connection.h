@@ -31,7 +31,10 @@ namespace depot::internal {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  static Result<std::shared_ptr<Connection>> Open(const std::string& path, const std::string& name);
+  // Connects to `path`, checks who answers (CheckDaemon, trusting also `trusted_daemon_uid`) and
+  // says hello as `name`.
+  static Result<std::shared_ptr<Connection>> Open(const std::string& path, const std::string& name,
+                                                  std::optional<uid_t> trusted_daemon_uid);
 
   // Sends a request, with the releases that wait, and waits for its reply (Channel::Call).
   Result<Message> Call(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb) {
@@ -69,6 +72,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   const std::string& path() const { return channel_.path(); }
+  // The daemon uid this connection was told to trust, for another connection to the same daemon.
+  std::optional<uid_t> trusted_daemon_uid() const { return trusted_daemon_uid_; }
 
  private:
   Connection(UniqueFd fd, std::string path);
@@ -83,6 +88,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   SegmentMap segments_{pools_, cuda_};
   ReleaseBatcher releases_{channel_};
   ObjectCache cache_;
+  std::optional<uid_t> trusted_daemon_uid_;
 };
 
 }  // namespace depot::internal

@@ -13,6 +13,8 @@
 #ifndef DEPOT_CLIENT_H_
 #define DEPOT_CLIENT_H_
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -36,6 +38,11 @@ inline constexpr std::chrono::milliseconds kForever{-1};
 struct ConnectOptions {
   std::string socket_path;  // empty: $DEPOT_SOCKET, else DefaultSocketPath()
   std::string client_name;  // shown in the daemon's log
+  // A daemon's uid to trust besides this process's own, root's, and that of the owner of a socket
+  // directory only root could have made (such as the service's /run/depot). Unset:
+  // $DEPOT_DAEMON_UID when set. Connect refuses any other daemon, PermissionDenied: another user
+  // could have placed it at the socket path.
+  std::optional<uid_t> trusted_daemon_uid = std::nullopt;
 };
 
 struct CreateOptions {
@@ -146,11 +153,14 @@ class Subscription {
 
 class Client {
  public:
-  // Connects and says hello. Unavailable when no daemon listens at the socket; ProtocolError
-  // when the daemon speaks another protocol version (the message names both).
+  // Connects, checks who answers (see ConnectOptions::trusted_daemon_uid) and says hello.
+  // Unavailable when no daemon listens at the socket; PermissionDenied when the daemon that
+  // answers is not one to trust (the message says why and how to trust it); ProtocolError when
+  // the daemon speaks another protocol version (the message names both).
   static Result<Client> Connect(const ConnectOptions& options = {});
 
-  // $XDG_RUNTIME_DIR/depot/depot.sock, else /tmp/depot-$UID/depot.sock.
+  // $XDG_RUNTIME_DIR/depot/depot.sock, else /run/user/$UID/depot/depot.sock when that runtime
+  // directory exists, else /tmp/depot-$UID/depot.sock.
   static std::string DefaultSocketPath();
 
   // Copies `data` into a new sealed object of one frame and returns its GUID. Small objects

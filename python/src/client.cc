@@ -13,9 +13,11 @@
 
 namespace depot::python {
 
-PyClient::PyClient(std::optional<std::string> socket) : pid_(::getpid()) {
+PyClient::PyClient(std::optional<std::string> socket, std::optional<uid_t> daemon_uid)
+    : pid_(::getpid()) {
   depot::ConnectOptions options;
   options.socket_path = socket.value_or("");
+  options.trusted_daemon_uid = daemon_uid;
   options.client_name = "python";
   client_.emplace(Check(WithoutGil([&] { return depot::Client::Connect(options); })));
 }

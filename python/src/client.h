@@ -23,7 +23,8 @@ namespace py = pybind11;
 // its mappings do not cross fork), and using an inherited one raises depot.Disconnected.
 class PyClient {
  public:
-  explicit PyClient(std::optional<std::string> socket);
+  // `daemon_uid`: a daemon's uid to trust besides the usual ones (ConnectOptions).
+  PyClient(std::optional<std::string> socket, std::optional<uid_t> daemon_uid);
 
   std::string socket() { return client().socket_path(); }
 

@@ -100,10 +100,14 @@ raises. Do not write through the views after sealing.)")
 
   py::class_<PyClient>(m, "Client", R"(A connection to depotd, shared safely by threads.
 
-`socket` defaults to $DEPOT_SOCKET, else the default socket path. Every call that talks to the
-daemon releases the GIL. A Client belongs to the process that made it: after fork(), connect a
-new one in the child.)")
-      .def(py::init<std::optional<std::string>>(), "socket"_a = py::none())
+`socket` defaults to $DEPOT_SOCKET, else the default socket path. The client trusts a daemon
+that runs as its own uid or root, or as the owner of a socket directory only root could have
+made (the service's /run/depot); `daemon_uid` (else $DEPOT_DAEMON_UID) names one more uid to
+trust. Any other daemon raises PermissionDenied: another user could have placed it there.
+Every call that talks to the daemon releases the GIL. A Client belongs to the process that made
+it: after fork(), connect a new one in the child.)")
+      .def(py::init<std::optional<std::string>, std::optional<uid_t>>(), "socket"_a = py::none(),
+           py::kw_only(), "daemon_uid"_a = py::none())
       .def_property_readonly("socket", &PyClient::socket)
       .def("put", &PyClient::Put, "data"_a, py::kw_only(), "name"_a = py::none(),
            "metadata"_a = py::none(), "guid"_a = py::none(), "evictable"_a = false,
