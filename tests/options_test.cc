@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/system_memory.h"
 #include "depot/units.h"
 
 namespace depot {
@@ -104,6 +105,15 @@ TEST_CASE("ParseOptions defaults", "[options]") {
   auto ample_memory = ParseOptions({}, 16 * kGiB, 100 * kGiB);
   REQUIRE(ample_memory.ok());
   CHECK(ample_memory->capacity == 4 * kGiB);
+}
+
+TEST_CASE("ParseCgroupMemoryMax reads bytes, and max as no limit", "[options]") {
+  CHECK(ParseCgroupMemoryMax("1073741824\n") == uint64_t{1} << 30);
+  CHECK_FALSE(ParseCgroupMemoryMax("max\n").has_value());
+  CHECK_FALSE(ParseCgroupMemoryMax("").has_value());
+  CHECK_FALSE(ParseCgroupMemoryMax("12 34").has_value());
+  CHECK(AvailableMemory() > 0);
+  CHECK(AvailableMemory() <= PhysicalMemory());
 }
 
 TEST_CASE("ParseOptions takes values after a space or an equals sign", "[options]") {
