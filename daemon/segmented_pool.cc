@@ -121,10 +121,11 @@ void SegmentedPool::Free(const Location& location) {
   if (!seg.allocator.empty() || options_.prefault) return;
   if (!seg.dedicated) {
     // Keep one empty shared segment per owner so that a put/delete cycle does not create one
-    // each time.
+    // each time, but no more than kMaxSpares in all: every spare is memory held for nobody.
+    uint32_t spares = 1;
     for (auto& [id, other] : segments_) {
-      if (id != seg.id && !other.dedicated && other.owner == seg.owner &&
-          other.allocator.empty()) {
+      if (id == seg.id || other.dedicated || !other.allocator.empty()) continue;
+      if (other.owner == seg.owner || ++spares > kMaxSpares) {
         Retire(it);
         return;
       }

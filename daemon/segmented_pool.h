@@ -5,8 +5,8 @@
 // finds the first shared segment of its owner with room; when none has room, a new segment is
 // made: a shared one of the segment size (or less, for the last of the budget), or, for an object
 // larger than the dedicated threshold, a segment of its own. Segments that fall empty are given
-// back, one empty shared segment per owner kept as a spare so that a put/delete cycle does not
-// make one each time. With prefault, one segment of the whole budget is made at start-up and
+// back, one empty shared segment per owner kept as a spare (at most kMaxSpares in all) so that a
+// put/delete cycle does not make one each time. With prefault, one segment of the whole budget is made at start-up and
 // kept, and every owner's objects share it (see docs/design.md).
 //
 // Not thread-safe: the daemon's single loop owns it.
@@ -50,6 +50,8 @@ class SegmentedPool {
  public:
   // The owner of the segment that prefault makes: every uid's objects go there.
   static constexpr uint32_t kAnyOwner = UINT32_MAX;
+  // Empty shared segments kept, over all owners.
+  static constexpr uint32_t kMaxSpares = 4;
 
   struct Segment {
     uint32_t id;

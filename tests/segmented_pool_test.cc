@@ -194,6 +194,15 @@ TEST_CASE("Objects of different owners never share a segment, and each owner kee
   CHECK(f.pool->stats().segments == 0);
 }
 
+TEST_CASE("Spares are kept per owner, at most four in all", "[segmented_pool]") {
+  PoolFixture f(16 * kMiB);
+  std::vector<Location> blocks;
+  for (uint32_t owner = 1; owner <= 6; ++owner) blocks.push_back(f.Allocate(100, owner));
+  for (const Location& l : blocks) f.pool->Free(l);
+  CHECK(f.pool->stats().segments == SegmentedPool::kMaxSpares);
+  CHECK(f.retired.size() == 6 - SegmentedPool::kMaxSpares);
+}
+
 TEST_CASE("The host pool reports StoreFull with sizes and refuses 0 bytes", "[segmented_pool]") {
   PoolFixture f(2 * kMiB);
   CHECK(f.pool->Allocate(0, kOwner).status().IsInvalidArgument());
