@@ -44,8 +44,9 @@ void WarnAboutMemory(const DaemonOptions& o) {
                 text.find("[within_size]") != std::string::npos ||
                 text.find("[force]") != std::string::npos;
     if (!huge) {
-      spdlog::warn("hugepages = on has no effect: shared-memory huge pages are off "
-                   "(echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled)");
+      spdlog::warn(
+          "hugepages = on has no effect: shared-memory huge pages are off "
+          "(echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled)");
     }
   }
 }

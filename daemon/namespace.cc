@@ -5,8 +5,7 @@
 namespace depot {
 
 Result<std::vector<Location>> Namespace::Allocate(std::span<const uint64_t> sizes,
-                                                  std::span<const uint32_t> pools,
-                                                  uint32_t owner) {
+                                                  std::span<const uint32_t> pools, uint32_t owner) {
   std::vector<Location> frames;
   frames.reserve(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {

@@ -65,8 +65,7 @@ class NamespaceSet {
   // own), taking back spare segments (every uid's, in every namespace) and then evicting `ns`'s
   // least recently used evictable objects while that helps.
   Result<std::vector<Location>> Allocate(Namespace& ns, std::span<const uint64_t> sizes,
-                                         std::span<const uint32_t> pools, SessionId by,
-                                         uid_t uid);
+                                         std::span<const uint32_t> pools, SessionId by, uid_t uid);
 
   const PoolBudget& host_budget() const { return host_budget_; }
   size_t size() const { return namespaces_.size(); }

@@ -70,7 +70,7 @@ void SegmentedPool::Unmap(Segment& seg) {
 }
 
 Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool dedicated,
-                                                         uint32_t owner) {
+                                                          uint32_t owner) {
   uint32_t id = next_id_++;
   auto memory = source_->Create(id, size);
   if (!memory.ok()) return memory.status();

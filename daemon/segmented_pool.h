@@ -6,8 +6,8 @@
 // made: a shared one of the segment size (or less, for the last of the budget), or, for an object
 // larger than the dedicated threshold, a segment of its own. Segments that fall empty are given
 // back, one empty shared segment per owner kept as a spare (at most kMaxSpares in all) so that a
-// put/delete cycle does not make one each time. With prefault, one segment of the whole budget is made at start-up and
-// kept, and every owner's objects share it (see docs/design.md).
+// put/delete cycle does not make one each time. With prefault, one segment of the whole budget is
+// made at start-up and kept, and every owner's objects share it (see docs/design.md).
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_SEGMENTED_POOL_H_

@@ -47,8 +47,8 @@ Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size) {
   UniqueFd read_only(
       ::open(fmt::format("/proc/self/fd/{}", fd.get()).c_str(), O_RDONLY | O_CLOEXEC));
   if (!read_only.valid()) {
-    return Status::Unavailable(fmt::format("cannot reopen segment {} read-only: {}", name,
-                                           std::strerror(errno)));
+    return Status::Unavailable(
+        fmt::format("cannot reopen segment {} read-only: {}", name, std::strerror(errno)));
   }
   SegmentMemory memory{std::move(fd), size, name};
   memory.read_only_fd = std::move(read_only);

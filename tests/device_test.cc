@@ -257,9 +257,8 @@ std::vector<std::pair<int, int>> ChunkFds() {
   std::vector<std::pair<int, int>> fds;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    if (!std::filesystem::read_symlink(e.path(), ec).string().starts_with("/memfd:depot-test-gpu")) {
-      continue;
-    }
+    std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!target.starts_with("/memfd:depot-test-gpu")) continue;
     int fd = std::stoi(e.path().filename().string());
     fds.emplace_back(fd, ::fcntl(fd, F_GETFL) & O_ACCMODE);
   }
@@ -324,7 +323,8 @@ TEST_CASE("creators of two uids never share a device chunk", "[device]") {
   CreateOptions o;
   o.places = {kGpu0};
   auto put_as = [&](uid_t uid, uint32_t seed) {
-    int rc = RunAs(uid, uid, {}, [&] { return d.Connect().Put(Pattern(4096, seed), o).ok() ? 0 : 1; });
+    int rc =
+        RunAs(uid, uid, {}, [&] { return d.Connect().Put(Pattern(4096, seed), o).ok() ? 0 : 1; });
     REQUIRE(rc == 0);
   };
   put_as(kAlice, 1);

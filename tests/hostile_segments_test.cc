@@ -29,9 +29,9 @@ constexpr size_t kSize = 100000;
 // A daemon that Alice, Bob and Mallory may all use, in the shared namespace. Each uid creates in
 // segments of its own, so they are made smaller than the 64 MiB capacity.
 Daemon StartShared(std::vector<std::string> extra = {"--segment-size", "8MiB"}) {
-  std::vector<std::string> args = {"--allow-users", std::to_string(kAlice) + "," +
-                                                        std::to_string(kBob) + "," +
-                                                        std::to_string(kMallory)};
+  std::vector<std::string> args = {
+      "--allow-users",
+      std::to_string(kAlice) + "," + std::to_string(kBob) + "," + std::to_string(kMallory)};
   args.insert(args.end(), extra.begin(), extra.end());
   return StartOpen(std::move(args));
 }
@@ -123,8 +123,8 @@ TEST_CASE("a reader cannot make its descriptor or mapping writable", "[hostile]"
       }
     }
     // Make the library's read-only mapping writable: refused.
-    auto* page = reinterpret_cast<std::byte*>(
-        reinterpret_cast<uintptr_t>(obj->frame(0).data()) & ~uintptr_t{4095});
+    auto* page = reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(obj->frame(0).data()) &
+                                              ~uintptr_t{4095});
     if (::mprotect(page, 4096, PROT_READ | PROT_WRITE) == 0) {
       std::memset(const_cast<std::byte*>(obj->frame(0).data()), 0xee, 64);
       return 4;

@@ -1,7 +1,6 @@
 // Bad input gets a clear error and harms nobody else: garbage on the socket, wrong versions,
 // oversized or malformed messages, limits, a second daemon, a crashed daemon, a full /dev/shm,
 // a silent or flooding peer, too few file descriptors, clients killed at random points.
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <set>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -90,8 +88,6 @@ std::vector<uint8_t> HeaderBytes(proto::Header h) {
   std::memcpy(v.data(), &h, sizeof h);
   return v;
 }
-
-
 
 }  // namespace
 
@@ -264,7 +260,7 @@ TEST_CASE("a daemon killed with SIGKILL leaves no segment behind", "[robustness]
     auto id = crashed.Connect().Put(Pattern(1 << 20, 1));
     REQUIRE(id.ok());
     CHECK(SegmentsOf(crashed.pid(), prefix).size() == 1);  // named, for /proc and depotctl
-    CHECK(shm_files() == 0);                                // but no file has that name
+    CHECK(shm_files() == 0);                               // but no file has that name
     crashed.Stop(SIGKILL);
   }
   CHECK(shm_files() == 0);

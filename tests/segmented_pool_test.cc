@@ -488,11 +488,11 @@ TEST_CASE("Per-owner segments: reserved against used with many owners", "[segmen
       peak_reserved = std::max(peak_reserved, f.pool->stats().reserved);
     }
     PoolStats st = f.pool->stats();
-    std::printf("%u owner(s): %zu objects, used %s, reserved %s (%.1f%% over), %u segments; "
-                "peak reserved %s\n",
-                owners, live.size(), FormatBytes(st.used).c_str(),
-                FormatBytes(st.reserved).c_str(), 100.0 * (st.reserved - st.used) / st.used,
-                st.segments, FormatBytes(peak_reserved).c_str());
+    std::printf(
+        "%u owner(s): %zu objects, used %s, reserved %s (%.1f%% over), %u segments; "
+        "peak reserved %s\n",
+        owners, live.size(), FormatBytes(st.used).c_str(), FormatBytes(st.reserved).c_str(),
+        100.0 * (st.reserved - st.used) / st.used, st.segments, FormatBytes(peak_reserved).c_str());
     CHECK(st.reserved <= st.used + owners * 2 * kSegment + kSegment);
   }
 }
