@@ -1,13 +1,31 @@
-// What memory this machine has, for sizing the pools.
+// What memory this machine, and this process's cgroup, have: for sizing the pools and for saying
+// why a segment could not be reserved.
 #ifndef DEPOT_COMMON_SYSTEM_MEMORY_H_
 #define DEPOT_COMMON_SYSTEM_MEMORY_H_
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
 
 namespace depot {
 
 // Physical memory of this machine in bytes.
 uint64_t PhysicalMemory();
+
+// The memory limit of this process's cgroup (memory.max in cgroup v2, memory.limit_in_bytes in
+// v1), or nullopt when it has none ("max") or it cannot be read.
+std::optional<uint64_t> CgroupMemoryLimit();
+
+// What memory.max says: bytes, or nullopt for "max" or anything unreadable.
+std::optional<uint64_t> ParseCgroupMemoryMax(std::string_view text);
+
+// Bytes this process can still reserve: the kernel's MemAvailable, at most what its cgroup's
+// limit leaves (memory.max - memory.current).
+uint64_t AvailableMemory();
+
+// "1.2 GiB available, cgroup limit 4.0 GiB" (or "no cgroup limit"), for messages.
+std::string DescribeAvailableMemory();
 
 }  // namespace depot
 

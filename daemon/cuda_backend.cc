@@ -72,7 +72,7 @@ class CudaBackend : public DeviceBackend {
       cu_->MemRelease(handle);
       return Status::Unavailable(cu_->Error(r, "cuMemExportToShareableHandle"));
     }
-    return DeviceChunk{UniqueFd(fd), handle, size};
+    return DeviceChunk{UniqueFd(fd), handle, size, UniqueFd()};
   }
 
   void ReleaseChunk(size_t, DeviceChunk& chunk) override {

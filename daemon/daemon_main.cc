@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -17,7 +18,6 @@
 #include "daemon/daemon_main.h"
 #include "daemon/options.h"
 #include "daemon/server.h"
-#include "daemon/shm_source.h"
 #include "daemon/store.h"
 #include "daemon/systemd.h"
 #include "depot/units.h"
@@ -25,27 +25,28 @@
 namespace depot {
 namespace {
 
-// Says plainly when /dev/shm cannot give what the configuration asks for.
-void WarnAboutShm(const DaemonOptions& o) {
-  uint64_t shm_free = ShmSource::ShmAvailable();
-  if (shm_free < o.capacity) {
+// Says plainly when the memory this daemon may use cannot give what the configuration asks for.
+void WarnAboutMemory(const DaemonOptions& o) {
+  uint64_t available = AvailableMemory();
+  if (available < o.capacity) {
     spdlog::warn(
-        "/dev/shm has {} free but the capacity is {}: creates will fail with StoreFull once "
-        "/dev/shm is full; enlarge it (mount -o remount,size=... /dev/shm) or lower the capacity",
-        FormatBytes(shm_free), FormatBytes(o.capacity));
+        "the capacity is {} but only {} ({}): creates will fail with StoreFull once memory is "
+        "short, and a cgroup at its limit may have the daemon killed; lower the capacity or give "
+        "the daemon more memory (MemoryMax= of its unit)",
+        FormatBytes(o.capacity), FormatBytes(available), DescribeAvailableMemory());
   }
   if (o.hugepages) {
-    std::ifstream mounts("/proc/mounts");
-    std::string dev, dir, type, flags;
-    bool huge = false;
-    while (mounts >> dev >> dir >> type >> flags) {
-      if (dir == "/dev/shm") huge = flags.find("huge=") != std::string::npos &&
-                                    flags.find("huge=never") == std::string::npos;
-      mounts.ignore(1 << 20, '\n');
-    }
+    // Segments are memfds: the kernel's internal shmem mount, whose huge-page policy is this.
+    std::ifstream policy("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+    std::string text((std::istreambuf_iterator<char>(policy)), std::istreambuf_iterator<char>());
+    bool huge = text.find("[advise]") != std::string::npos ||
+                text.find("[always]") != std::string::npos ||
+                text.find("[within_size]") != std::string::npos ||
+                text.find("[force]") != std::string::npos;
     if (!huge) {
-      spdlog::warn("hugepages = on has no effect: /dev/shm is not mounted with huge=advise, "
-                   "within_size or always (mount -o remount,huge=advise /dev/shm)");
+      spdlog::warn(
+          "hugepages = on has no effect: shared-memory huge pages are off "
+          "(echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled)");
     }
   }
 }
@@ -100,12 +101,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   }
   // Under socket activation this is the passed socket's path, whatever the configuration says.
   const std::string socket_path = claim->path();
-  std::string prefix = ShmSource::NamePrefix(socket_path);
-  if (int stale = ShmSource::RemoveStale(prefix); stale > 0) {
-    spdlog::warn("removed {} shared-memory segment(s) left by a previous depotd on {}", stale,
-                 socket_path);
-  }
-  WarnAboutShm(opts);
+  WarnAboutMemory(opts);
 
   boost::asio::io_context io;
   std::string devices_unavailable;
@@ -129,10 +125,10 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   if (struct stat sock {}; ::stat(socket_path.c_str(), &sock) == 0) {
     (*store)->SetSocketGroup(sock.st_gid);
   }
-  spdlog::info("depotd {} serving {} (pid {}): host pool {}{}, segments of {}, /dev/shm free {}",
+  spdlog::info("depotd {} serving {} (pid {}): host pool {}{}, segments of {}, memory: {}",
                DEPOT_VERSION, socket_path, ::getpid(), FormatBytes(opts.capacity),
                opts.prefault ? " (prefaulted)" : "", FormatBytes(opts.segment_size),
-               FormatBytes(ShmSource::ShmAvailable()));
+               DescribeAvailableMemory());
   spdlog::info("device pools: {}", (*store)->DeviceSummary());
 
   // Ready once the loop runs: the socket listens and the pool exists (prefaulted when asked),
@@ -166,7 +162,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   io.run();
   server->reset();
   store->reset();
-  spdlog::info("depotd stopped; shared-memory segments removed");
+  spdlog::info("depotd stopped; shared-memory segments released");
   return 0;
 }
 
@@ -174,7 +170,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
 
 int DaemonMain(int argc, char** argv, const DeviceBackendFactory& make_backend) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  auto opts = ParseOptions(args, PhysicalMemory(), ShmSource::ShmAvailable());
+  auto opts = ParseOptions(args, PhysicalMemory(), AvailableMemory());
   if (!opts.ok()) {
     std::fprintf(stderr, "depotd: %s\n", opts.status().message().c_str());
     return 2;

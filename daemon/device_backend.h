@@ -29,6 +29,9 @@ struct DeviceChunk {
   UniqueFd fd;   // sent to clients, who import it
   uint64_t handle = 0;  // the backend's own (CUmemGenericAllocationHandle)
   uint64_t size = 0;
+  // Sent for gets where the backend has one (the tests' memfd stand-in); a CUDA chunk has none:
+  // an importer sets its own access to device memory (cuMemSetAccess), so gets send `fd`.
+  UniqueFd read_only_fd;
 };
 
 class DeviceBackend {

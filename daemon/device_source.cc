@@ -8,11 +8,12 @@ Result<SegmentMemory> DeviceSource::Create(uint32_t id, uint64_t size) {
   auto chunk = backend_.CreateChunk(index_, size);
   if (!chunk.ok()) return chunk.status();
   return SegmentMemory{std::move(chunk->fd), chunk->size, fmt::format("{} chunk {}", uuid_, id),
-                       chunk->handle};
+                       chunk->handle, std::move(chunk->read_only_fd)};
 }
 
 void DeviceSource::Release(SegmentMemory& memory) {
-  DeviceChunk chunk{std::move(memory.fd), memory.handle, memory.size};
+  DeviceChunk chunk{std::move(memory.fd), memory.handle, memory.size,
+                    std::move(memory.read_only_fd)};
   backend_.ReleaseChunk(index_, chunk);
 }
 

@@ -5,7 +5,7 @@
 namespace depot {
 
 Result<std::vector<Location>> Namespace::Allocate(std::span<const uint64_t> sizes,
-                                                  std::span<const uint32_t> pools) {
+                                                  std::span<const uint32_t> pools, uint32_t owner) {
   std::vector<Location> frames;
   frames.reserve(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -14,7 +14,7 @@ Result<std::vector<Location>> Namespace::Allocate(std::span<const uint64_t> size
       frames.push_back(Location{.pool = pool});
       continue;
     }
-    auto loc = pools_[pool]->Allocate(sizes[i]);
+    auto loc = pools_[pool]->Allocate(sizes[i], owner);
     if (!loc.ok()) {
       Free(frames);
       return loc.status();
@@ -44,7 +44,7 @@ Status Namespace::WriteInline(std::span<const Location> frames, std::span<const 
 
 SegmentRef Namespace::SegmentOf(uint32_t pool, uint32_t id) const {
   const SegmentedPool::Segment* seg = pools_.at(pool)->segment(id);
-  return {seg->fd(), seg->size(), seg->dedicated};
+  return {seg->fd(), seg->read_only_fd(), seg->size(), seg->dedicated};
 }
 
 uint64_t Namespace::ReleaseSpares() {

@@ -21,7 +21,8 @@ namespace depot {
 
 // A host segment or device chunk that a live object's frame names.
 struct SegmentRef {
-  int fd;
+  int fd;            // read-write: for creators of objects in it (all of its owner's uid)
+  int read_only_fd;  // for readers
   uint64_t size;
   bool dedicated;
 };
@@ -43,9 +44,10 @@ class Namespace {
   const SegmentedPool& pool(uint32_t n) const { return *pools_[n]; }
 
   // Allocates every frame (size 0 takes no memory) in pool `pools[i]` (empty: all on the host),
-  // all or nothing. StoreFull from the pool that had no room.
+  // in segments of `owner` (the creator's uid), all or nothing. StoreFull from the pool that had
+  // no room.
   Result<std::vector<Location>> Allocate(std::span<const uint64_t> sizes,
-                                         std::span<const uint32_t> pools);
+                                         std::span<const uint32_t> pools, uint32_t owner);
   void Free(std::span<const Location> frames);
 
   // Writes `data` (the frames' bytes back to back) into host frames: the small objects that

@@ -72,13 +72,13 @@ void NamespaceSet::MaybeDrop(Namespace* ns) {
 }
 
 Result<std::vector<Location>> NamespaceSet::Allocate(Namespace& ns, std::span<const uint64_t> sizes,
-                                                     std::span<const uint32_t> pools,
-                                                     SessionId by) {
+                                                     std::span<const uint32_t> pools, SessionId by,
+                                                     uid_t uid) {
   // Spares are taken back once per try: a failed try may itself leave a new empty segment
   // behind, and taking that back again would loop. Each eviction earns another try.
   bool take_spares = true;
   while (true) {
-    auto frames = ns.Allocate(sizes, pools);
+    auto frames = ns.Allocate(sizes, pools, static_cast<uint32_t>(uid));
     if (frames.ok() || !frames.status().IsStoreFull()) return frames;
     if (take_spares) {
       take_spares = false;

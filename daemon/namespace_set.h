@@ -61,10 +61,11 @@ class NamespaceSet {
   // Forgets a per-user namespace left without sessions or objects (its segments go back).
   void MaybeDrop(Namespace* ns);
 
-  // Allocates every frame in `ns` for session `by`, taking back spare segments and then
-  // evicting `ns`'s least recently used evictable objects while that helps.
+  // Allocates every frame in `ns` for session `by` of user `uid` (in segments of that uid's
+  // own), taking back spare segments (every uid's, in every namespace) and then evicting `ns`'s
+  // least recently used evictable objects while that helps.
   Result<std::vector<Location>> Allocate(Namespace& ns, std::span<const uint64_t> sizes,
-                                         std::span<const uint32_t> pools, SessionId by);
+                                         std::span<const uint32_t> pools, SessionId by, uid_t uid);
 
   const PoolBudget& host_budget() const { return host_budget_; }
   size_t size() const { return namespaces_.size(); }

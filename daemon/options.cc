@@ -142,7 +142,7 @@ const std::vector<Key>& Keys() {
          return "";
        },
        [](const O& o) { return o.socket_group; }},
-      {{"capacity", "25%", "host pool size: bytes, 512MiB, 8GiB, or a % of RAM (default at most /dev/shm's free space)"},
+      {{"capacity", "25%", "host pool size: bytes, 512MiB, 8GiB, or a % of RAM (default at most the memory available, within the cgroup's limit)"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.capacity, v, phys, 1 << 20, uint64_t{1} << 50);
        },
@@ -152,7 +152,7 @@ const std::vector<Key>& Keys() {
          return SetSize(o.segment_size, v, phys, 1 << 20, uint64_t{1} << 40);
        },
        [](const O& o) { return std::to_string(o.segment_size); }},
-      {{"hugepages", "off", "ask for transparent huge pages on mappings (needs /dev/shm mounted with huge=)"},
+      {{"hugepages", "off", "ask for transparent huge pages on mappings (needs shmem_enabled = advise or more)"},
        [](O& o, const std::string& v, uint64_t) { return SetBool(o.hugepages, v); },
        [](const O& o) { return OnOff(o.hugepages); }},
       {{"prefault", "off", "reserve the whole capacity at start-up and keep it"},
@@ -346,7 +346,7 @@ const std::vector<ConfigKey>& ConfigKeys() {
   return docs;
 }
 
-DaemonOptions DefaultOptions(uint64_t physical_memory, uint64_t shm_available) {
+DaemonOptions DefaultOptions(uint64_t physical_memory, uint64_t memory_available) {
   DaemonOptions o;
   for (const Key& k : Keys()) {
     // The socket's default is described, not written: it depends on the environment.
@@ -355,7 +355,7 @@ DaemonOptions DefaultOptions(uint64_t physical_memory, uint64_t shm_available) {
     assert(err.empty() && "every default in the key table is accepted by its key");
   }
   o.socket_path = DefaultSocketPath();
-  o.capacity = std::min(o.capacity, shm_available);
+  o.capacity = std::min(o.capacity, memory_available);
   return o;
 }
 
@@ -365,8 +365,8 @@ bool HasDefault(const DaemonOptions& o, std::string_view key) {
 }
 
 Result<DaemonOptions> ParseOptions(const std::vector<std::string>& args, uint64_t physical_memory,
-                                   uint64_t shm_available) {
-  DaemonOptions o = DefaultOptions(physical_memory, shm_available);
+                                   uint64_t memory_available) {
+  DaemonOptions o = DefaultOptions(physical_memory, memory_available);
 
   // Split the flags into NAME and VALUE first: the file named by --config applies before them.
   struct Flag {

@@ -63,18 +63,18 @@ struct ConfigKey {
 const std::vector<ConfigKey>& ConfigKeys();
 
 // Every key at its default: `physical_memory` sizes percentages; the capacity is 25% of it, at
-// most `shm_available`; the socket is DefaultSocketPath().
-DaemonOptions DefaultOptions(uint64_t physical_memory, uint64_t shm_available);
+// most `memory_available`; the socket is DefaultSocketPath().
+DaemonOptions DefaultOptions(uint64_t physical_memory, uint64_t memory_available);
 
 // True when `key` has its default value in `o`.
 bool HasDefault(const DaemonOptions& o, std::string_view key);
 
 // Builds the configuration from argv (without argv[0]): the defaults, then the file named by
 // --config, then the flags. `physical_memory` sizes percentages; the default capacity is 25% of
-// it, at most `shm_available`. InvalidArgument naming the flag, or the file, line and key, for
+// it, at most `memory_available`. InvalidArgument naming the flag, or the file, line and key, for
 // anything it cannot accept.
 Result<DaemonOptions> ParseOptions(const std::vector<std::string>& args, uint64_t physical_memory,
-                                   uint64_t shm_available);
+                                   uint64_t memory_available);
 
 // Checks what single keys cannot: keys that cannot go together, and what the configuration
 // names on this machine (the socket's group). InvalidArgument saying what to change.

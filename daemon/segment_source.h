@@ -17,10 +17,13 @@ namespace depot {
 
 // One segment's memory.
 struct SegmentMemory {
-  UniqueFd fd;  // sent to clients, who map or import it
+  UniqueFd fd;  // read-write: sent to the creators of objects in it, who map or import it
   uint64_t size = 0;
   std::string name;     // for logs and messages: "depot-1000-ab12cd-7", "GPU-… chunk 7"
   uint64_t handle = 0;  // the backend's own, for device chunks (CUmemGenericAllocationHandle)
+  // Read-only: sent for gets. Invalid where the memory has no such descriptor (a CUDA chunk,
+  // whose importer sets its own access); then gets are sent `fd`.
+  UniqueFd read_only_fd;
 };
 
 class SegmentSource {

@@ -35,7 +35,7 @@ Result<std::unique_ptr<SegmentedPool>> SegmentedPool::Create(std::unique_ptr<Seg
   if (pool->options_.prefault) {
     // One segment holds the whole budget, so any object up to the capacity fits in it.
     const PoolBudget& b = *pool->budget_;
-    auto seg = pool->AddSegment(b.capacity - b.reserved, false);
+    auto seg = pool->AddSegment(b.capacity - b.reserved, false, kAnyOwner);
     if (!seg.ok()) return seg.status();
   }
   return pool;
@@ -69,7 +69,8 @@ void SegmentedPool::Unmap(Segment& seg) {
   seg.map = nullptr;
 }
 
-Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool dedicated) {
+Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool dedicated,
+                                                          uint32_t owner) {
   uint32_t id = next_id_++;
   auto memory = source_->Create(id, size);
   if (!memory.ok()) return memory.status();
@@ -77,11 +78,11 @@ Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool de
   reserved_ += bytes;
   budget_->reserved += bytes;
   auto [it, inserted] = segments_.emplace(
-      id, Segment{id, std::move(*memory), dedicated, Allocator(bytes, options_.alignment)});
+      id, Segment{id, std::move(*memory), dedicated, owner, Allocator(bytes, options_.alignment)});
   return &it->second;
 }
 
-Result<Location> SegmentedPool::Allocate(uint64_t size) {
+Result<Location> SegmentedPool::Allocate(uint64_t size, uint32_t owner) {
   auto full = [&](std::string_view why) {
     PoolStats s = stats();
     std::string_view where = source_->describe();
@@ -94,7 +95,7 @@ Result<Location> SegmentedPool::Allocate(uint64_t size) {
   if (size > budget_->capacity) return full("larger than the whole capacity");
 
   for (auto& [id, seg] : segments_) {
-    if (seg.dedicated) continue;
+    if (seg.dedicated || (seg.owner != owner && seg.owner != kAnyOwner)) continue;
     if (auto offset = seg.allocator.Allocate(size)) {
       return Location{.segment = id, .offset = *offset, .size = size};
     }
@@ -106,7 +107,7 @@ Result<Location> SegmentedPool::Allocate(uint64_t size) {
   uint64_t seg_size =
       dedicated ? RoundUp(size, granularity_) : std::min(options_.segment_size, left);
   if (seg_size > left || seg_size < size) return full("no free block is large enough");
-  auto seg = AddSegment(seg_size, dedicated);
+  auto seg = AddSegment(seg_size, dedicated, owner);
   if (!seg.ok()) return seg.status();
   // A fresh segment of at least `size` bytes, in whole granules, always has room.
   auto offset = (*seg)->allocator.Allocate(size);
@@ -119,9 +120,12 @@ void SegmentedPool::Free(const Location& location) {
   Segment& seg = it->second;
   if (!seg.allocator.empty() || options_.prefault) return;
   if (!seg.dedicated) {
-    // Keep one empty shared segment so that a put/delete cycle does not create one each time.
+    // Keep one empty shared segment per owner so that a put/delete cycle does not create one
+    // each time, but no more than kMaxSpares in all: every spare is memory held for nobody.
+    uint32_t spares = 1;
     for (auto& [id, other] : segments_) {
-      if (id != seg.id && !other.dedicated && other.allocator.empty()) {
+      if (id == seg.id || other.dedicated || !other.allocator.empty()) continue;
+      if (other.owner == seg.owner || ++spares > kMaxSpares) {
         Retire(it);
         return;
       }

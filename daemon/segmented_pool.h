@@ -1,11 +1,13 @@
 // SegmentedPool is one pool of memory for frames, on the host or on one GPU: segments taken from a
 // SegmentSource on demand up to a budget (shared with other pools), objects carved out of them by
-// an Allocator per segment. An object finds the first shared segment with room; when none has
-// room, a new segment is made: a shared one of the segment size (or less, for the last of the
-// budget), or, for an object larger than the dedicated threshold, a segment of its own. Segments
-// that fall empty are given back, one empty shared segment kept as a spare so that a put/delete
-// cycle does not make one each time. With prefault, one segment of the whole budget is made at
-// start-up and kept.
+// an Allocator per segment. Every segment has an owner, the uid whose objects it holds: whoever
+// may write into a segment (its read-write descriptor) reaches only objects of that uid. An object
+// finds the first shared segment of its owner with room; when none has room, a new segment is
+// made: a shared one of the segment size (or less, for the last of the budget), or, for an object
+// larger than the dedicated threshold, a segment of its own. Segments that fall empty are given
+// back, one empty shared segment per owner kept as a spare (at most kMaxSpares in all) so that a
+// put/delete cycle does not make one each time. With prefault, one segment of the whole budget is
+// made at start-up and kept, and every owner's objects share it (see docs/design.md).
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_SEGMENTED_POOL_H_
@@ -46,13 +48,23 @@ struct PoolStats {
 
 class SegmentedPool {
  public:
+  // The owner of the segment that prefault makes: every uid's objects go there.
+  static constexpr uint32_t kAnyOwner = UINT32_MAX;
+  // Empty shared segments kept, over all owners.
+  static constexpr uint32_t kMaxSpares = 4;
+
   struct Segment {
     uint32_t id;
     SegmentMemory memory;
     bool dedicated;  // holds one object larger than the dedicated threshold
+    uint32_t owner;  // the uid whose objects it holds, or kAnyOwner
     Allocator allocator;
     uint8_t* map = nullptr;  // the daemon's own mapping, made for inline writes (see Map)
     int fd() const { return memory.fd.get(); }
+    // The descriptor for readers: read-only where the memory has one.
+    int read_only_fd() const {
+      return memory.read_only_fd.valid() ? memory.read_only_fd.get() : memory.fd.get();
+    }
     uint64_t size() const { return memory.size; }
     const std::string& name() const { return memory.name; }
   };
@@ -72,9 +84,10 @@ class SegmentedPool {
   SegmentedPool(const SegmentedPool&) = delete;
   SegmentedPool& operator=(const SegmentedPool&) = delete;
 
-  // Reserves `size` (> 0) bytes, aligned. StoreFull, with the sizes in the message, when neither
-  // a segment nor the budget left can hold it, or when the source has no room for a new segment.
-  Result<Location> Allocate(uint64_t size);
+  // Reserves `size` (> 0) bytes, aligned, in a segment of `owner` (a uid). StoreFull, with the
+  // sizes in the message, when neither a segment nor the budget left can hold it, or when the
+  // source has no room for a new segment.
+  Result<Location> Allocate(uint64_t size, uint32_t owner);
 
   // Returns a block from Allocate. A segment left empty may be given back (see class comment).
   void Free(const Location& location);
@@ -95,7 +108,7 @@ class SegmentedPool {
  private:
   SegmentedPool(std::unique_ptr<SegmentSource> source, SegmentedPoolOptions options,
                 RetireFn on_retire);
-  Result<Segment*> AddSegment(uint64_t size, bool dedicated);
+  Result<Segment*> AddSegment(uint64_t size, bool dedicated, uint32_t owner);
   void Retire(std::map<uint32_t, Segment>::iterator it);
   static void Unmap(Segment& seg);
 

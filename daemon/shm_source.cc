@@ -1,86 +1,73 @@
 #include "daemon/shm_source.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <sys/statvfs.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <fmt/format.h>
 
+#include "common/system_memory.h"
 #include "depot/units.h"
 
 namespace depot {
-namespace bip = boost::interprocess;
 
-namespace {
-
-constexpr const char* kShmDir = "/dev/shm";
-
-}  // namespace
+Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size) {
+  // Boost.Interprocess makes only named POSIX objects, which cannot carry seals; memfd_create can.
+  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) {
+    return Status::Unavailable(
+        fmt::format("cannot create segment {}: memfd_create: {}", name, std::strerror(errno)));
+  }
+  // A memfd is born mode 0777: whoever holds any descriptor of it could reopen it read-write
+  // through /proc/self/fd/N. Mode 0600 leaves that to the daemon's own user (and root).
+  if (::fchmod(fd.get(), 0600) != 0) {
+    return Status::Unavailable(
+        fmt::format("cannot restrict segment {}: {}", name, std::strerror(errno)));
+  }
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+    return Status::StoreFull(fmt::format("cannot size segment {} to {}: {}", name,
+                                         FormatBytes(size), std::strerror(errno)));
+  }
+  // Reserve every page now: memory that runs out later would SIGBUS whoever touches the page.
+  if (int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(size)); err != 0) {
+    return Status::StoreFull(fmt::format(
+        "cannot reserve {} of memory for segment {}: {} ({}); lower the capacity or give the "
+        "daemon more memory",
+        FormatBytes(size), name, std::strerror(err), DescribeAvailableMemory()));
+  }
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return Status::Unavailable(
+        fmt::format("cannot seal segment {}: {}", name, std::strerror(errno)));
+  }
+  // A descriptor opened O_RDONLY cannot back a writable shared mapping, nor be made to.
+  UniqueFd read_only(
+      ::open(fmt::format("/proc/self/fd/{}", fd.get()).c_str(), O_RDONLY | O_CLOEXEC));
+  if (!read_only.valid()) {
+    return Status::Unavailable(
+        fmt::format("cannot reopen segment {} read-only: {}", name, std::strerror(errno)));
+  }
+  SegmentMemory memory{std::move(fd), size, name, 0, UniqueFd()};
+  memory.read_only_fd = std::move(read_only);
+  return memory;
+}
 
 Result<SegmentMemory> ShmSource::Create(uint32_t id, uint64_t size) {
-  std::string name = name_prefix_ + std::to_string(id);
-  bip::shared_memory_object shm;
-  try {
-    shm = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
-                                    bip::permissions(0600));
-    shm.truncate(static_cast<bip::offset_t>(size));
-  } catch (const bip::interprocess_exception& e) {
-    bip::shared_memory_object::remove(name.c_str());
-    return Status::StoreFull(fmt::format("cannot create shared-memory segment {}/{} of {}: {}",
-                                         kShmDir, name, FormatBytes(size), e.what()));
-  }
-  // Reserve every page now: a tmpfs that runs out later would SIGBUS the client that touches it.
-  int err = ::posix_fallocate(shm.get_mapping_handle().handle, 0, static_cast<off_t>(size));
-  if (err != 0) {
-    bip::shared_memory_object::remove(name.c_str());
-    return Status::StoreFull(
-        fmt::format("cannot reserve {} in {} for a new segment: {} ({} free there); enlarge {} "
-                    "(mount -o remount,size=... {}) or lower the capacity",
-                    FormatBytes(size), kShmDir, std::strerror(err), FormatBytes(ShmAvailable()),
-                    kShmDir, kShmDir));
-  }
-  // The segment outlives the Boost object, which closes its own descriptor.
-  UniqueFd fd(::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0));
-  if (!fd.valid()) {
-    bip::shared_memory_object::remove(name.c_str());
-    return Status::Unavailable(fmt::format("cannot keep shared-memory segment {}/{}: {}", kShmDir,
-                                           name, std::strerror(errno)));
-  }
-  return SegmentMemory{std::move(fd), size, std::move(name)};
+  return SealedMemfd(name_prefix_ + std::to_string(id), size);
 }
 
 void ShmSource::Release(SegmentMemory& memory) {
-  bip::shared_memory_object::remove(memory.name.c_str());
   memory.fd.reset();
+  memory.read_only_fd.reset();
 }
 
 std::string ShmSource::NamePrefix(const std::string& socket_path) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (char c : socket_path) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
   return fmt::format("depot-{}-{:012x}-", ::getuid(), h & 0xffffffffffffull);
-}
-
-int ShmSource::RemoveStale(const std::string& prefix) {
-  DIR* dir = ::opendir(kShmDir);
-  if (dir == nullptr) return 0;
-  int removed = 0;
-  while (dirent* e = ::readdir(dir)) {
-    std::string_view name(e->d_name);
-    if (name.starts_with(prefix) && bip::shared_memory_object::remove(e->d_name)) ++removed;
-  }
-  ::closedir(dir);
-  return removed;
-}
-
-uint64_t ShmSource::ShmAvailable() {
-  struct statvfs st {};
-  if (::statvfs(kShmDir, &st) != 0) return 0;
-  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
 }
 
 }  // namespace depot

@@ -1,7 +1,9 @@
-// ShmSource makes the host pool's segments: named POSIX shared-memory segments (Boost.Interprocess,
-// mode 0600), each reserved in full with posix_fallocate when it is made, so that a full /dev/shm
-// is an error here, never a SIGBUS in a client later. Its static helpers are what the daemon
-// knows about /dev/shm: segment names, leftovers of a crashed daemon, free space.
+// ShmSource makes the host pool's segments: sealed memfds. Each is reserved in full when it is
+// made, so that memory short at that moment is an error here, never a SIGBUS in a client later;
+// each is sealed against shrinking and growing, so that no client holding its descriptor can
+// resize it under the daemon and the other clients; and none has a name in /dev/shm, so there is
+// nothing to squat and nothing left behind by a crash. Every segment has a read-write descriptor,
+// sent to its creators, and a read-only one, sent for gets (see SealedMemfd).
 //
 // Not thread-safe: the daemon's single loop owns it, through its pool.
 #ifndef DEPOT_DAEMON_SHM_SOURCE_H_
@@ -15,29 +17,28 @@
 
 namespace depot {
 
+// A memfd of `size` bytes named `name` (it shows in /proc/PID/maps as /memfd:NAME), reserved in
+// full, sealed with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, and reopened read-only through
+// /proc/self/fd: a mapping of the read-only descriptor cannot be made writable (EACCES), whatever
+// its holder asks. StoreFull, saying how much memory there is, when it cannot be reserved.
+Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size);
+
 class ShmSource : public SegmentSource {
  public:
   // Segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7".
   explicit ShmSource(std::string name_prefix) : name_prefix_(std::move(name_prefix)) {}
 
   Result<SegmentMemory> Create(uint32_t id, uint64_t size) override;
-  // Unlinks the segment's name.
+  // Closes the daemon's descriptors; the memory goes when the last client's mapping does.
   void Release(SegmentMemory& memory) override;
   // Segments are whole pages, so a client's mapping of one holds no byte of anything else.
   uint64_t granularity() const override { return kPage; }
   std::string_view describe() const override { return ""; }
 
   // The segment name prefix for a daemon serving `socket_path`: it carries the user and a hash of
-  // the path, so a daemon restarted on the same socket finds what a crashed one left, and daemons
-  // on other sockets are untouched.
+  // the path, so that logs, depotctl and /proc/PID/maps tell one daemon's segments from
+  // another's. Names are labels only: no file has them.
   static std::string NamePrefix(const std::string& socket_path);
-
-  // Unlinks leftover segments whose names start with `prefix` (from a daemon that crashed).
-  // Returns how many were removed.
-  static int RemoveStale(const std::string& prefix);
-
-  // Free bytes of the filesystem behind POSIX shared memory (/dev/shm).
-  static uint64_t ShmAvailable();
 
   // What a pool of `capacity` bytes can use: whole pages, so every segment's allocator spans it.
   static uint64_t UsableCapacity(uint64_t capacity) { return capacity / kPage * kPage; }

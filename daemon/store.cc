@@ -242,7 +242,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
     return ReplyError(s, id, q);
   }
 
-  auto frames = namespaces_.Allocate(ns, sizes, pools, s);
+  auto frames = namespaces_.Allocate(ns, sizes, pools, s, st.creds.uid);
   if (!frames.ok()) {
     spdlog::warn("create for pid {}: {}", st.creds.pid, frames.status().message());
     return ReplyError(s, id, frames.status());
@@ -275,7 +275,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   if (inline_data) {
     ns.table().Seal(s, guid, req.checksum());
     waits_.Wake(ns.table(), guid);
-  } else if (Status c = segments_.Collect(s, obj->frames(), keys, fds); !c.ok()) {
+  } else if (Status c = segments_.Collect(s, obj->frames(), true, keys, fds); !c.ok()) {
     ns.table().Abort(s, guid);
     return ReplyError(s, id, c);
   }
@@ -355,7 +355,7 @@ void Store::AnswerGet(GetWait& w) {
       results.push_back(wire::CreateGetResult(fbb, &g, ToWire(err.code()), msg));
       continue;
     }
-    if (Status c = segments_.Collect(w.session, o->frames(), keys, fds); !c.ok()) {
+    if (Status c = segments_.Collect(w.session, o->frames(), false, keys, fds); !c.ok()) {
       // Nothing is handed over: give back every reference this get took.
       for (const StoredObject* held : w.acquired) {
         if (held != nullptr) w.table->Release(w.session, held->id);

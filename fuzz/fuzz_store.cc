@@ -16,7 +16,6 @@
 //
 // Checks, besides the sanitizers: every message the store sends is a valid frame, and once every
 // session is closed and every object deleted, status says the pool has no byte in use.
-#include <dirent.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -96,22 +95,8 @@ std::vector<uint8_t> Hello() {
   return proto::Encode(static_cast<uint16_t>(MsgType::kHello), 1, fbb);
 }
 
-// Segments of processes that died (a crash found) are removed; a live fuzzer's are left alone.
-void RemoveDeadSegments() {
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return;
-  while (dirent* e = ::readdir(dir)) {
-    int pid = 0;
-    if (std::sscanf(e->d_name, "depot-fuzz-%d-", &pid) != 1 || pid <= 0) continue;
-    if (::kill(pid, 0) != 0 && errno == ESRCH)
-      ::unlink(fmt::format("/dev/shm/{}", e->d_name).c_str());
-  }
-  ::closedir(dir);
-}
-
 bool Init() {
   spdlog::set_level(spdlog::level::off);
-  RemoveDeadSegments();
   return true;
 }
 

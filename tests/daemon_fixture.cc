@@ -25,6 +25,20 @@ void Skip(const std::string& why) {
   std::_Exit(77);
 }
 
+std::map<std::string, std::string> SegmentsOf(pid_t pid, const std::string& prefix) {
+  std::map<std::string, std::string> segments;
+  const std::string memfd = "/memfd:" + prefix;
+  std::error_code ec;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!target.starts_with(memfd)) continue;
+    std::string name = target.substr(7, target.find(' ') - 7);  // without " (deleted)"
+    segments.emplace(name, e.path().string());
+  }
+  return segments;
+}
+
 std::string TempDir() {
   char tmpl[] = "/tmp/depot-test-XXXXXX";
   char* d = ::mkdtemp(tmpl);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ class Daemon {
   std::string socket_;
   pid_t pid_ = -1;
 };
+
+// The segments (memfds) that process `pid` holds whose names start with `prefix`, by name, each
+// with a path that opens it (/proc/PID/fd/N); a daemon's segments have no other name.
+std::map<std::string, std::string> SegmentsOf(pid_t pid, const std::string& prefix);
 
 // Makes a fresh temporary directory and returns its path.
 std::string TempDir();

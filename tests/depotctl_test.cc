@@ -267,11 +267,13 @@ TEST_CASE("verify: a checksum recorded at seal catches bytes changed afterwards"
   CHECK(Ctl(d, {"verify", plain->ToString()}, &out) == 1);
   CHECK_THAT(out, Contains("sealed without a checksum"));
 
-  // Change one byte behind the store's back, through the segment file (as a stray writer could).
+  // Change one byte behind the store's back, through the daemon's own descriptor of the segment
+  // (as a stray writer of the daemon's uid could).
   auto info = c.Stat(*large);
   REQUIRE(info.ok());
   const FrameInfo& f = info->frames.at(0);
-  std::string path = "/dev/shm/" + ShmSource::NamePrefix(d.socket()) + std::to_string(f.segment);
+  std::string name = ShmSource::NamePrefix(d.socket()) + std::to_string(f.segment);
+  std::string path = SegmentsOf(d.pid(), name).at(name);
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   REQUIRE(fd >= 0);
   char b = 0;

@@ -3,14 +3,22 @@
 // segments (memfd_depotd), which exercises the device protocol, sub-allocation in chunks, chunk
 // fd passing, the client's chunk cache and cleanup. None of this is GPU coverage: that is
 // cuda_test, on a machine with a GPU.
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
 
 #include <catch2/catch.hpp>
 
 #include "tests/daemon_fixture.h"
+#include "tests/other_users.h"
 
 using namespace depot;
 using namespace depot::test;
@@ -240,4 +248,98 @@ TEST_CASE("checksums are refused for objects with device frames", "[device]") {
   auto draft = d.Connect().Create({4096, 4096}, o);
   REQUIRE(draft.status().IsInvalidArgument());
   CHECK(draft.status().message().find("host frames only") != std::string::npos);
+}
+
+namespace {
+
+// The stand-in's chunks this process holds (what the daemon sent it), with their access modes.
+std::vector<std::pair<int, int>> ChunkFds() {
+  std::vector<std::pair<int, int>> fds;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!target.starts_with("/memfd:depot-test-gpu")) continue;
+    int fd = std::stoi(e.path().filename().string());
+    fds.emplace_back(fd, ::fcntl(fd, F_GETFL) & O_ACCMODE);
+  }
+  return fds;
+}
+
+}  // namespace
+
+// Where the memory allows it (the memfd stand-in; a CUDA importer sets its own access), device
+// chunks follow the host's rules: gets bring a read-only descriptor, and no descriptor resizes.
+TEST_CASE("a reader's device chunk is read-only and no chunk can be resized", "[device]") {
+  Daemon d = StandIn();
+  CreateOptions o;
+  o.places = {kGpu0};
+  auto id = d.Connect().Put(Pattern(64 << 10, 3), o);
+  REQUIRE(id.ok());
+  int reader = RunChild([&] {
+    Client c = d.Connect();
+    auto obj = c.Get(*id);
+    if (!obj.ok()) return 10;
+    auto fds = ChunkFds();
+    if (fds.empty()) return 11;
+    for (auto [fd, mode] : fds) {
+      if (mode != O_RDONLY) return 1;
+      errno = 0;
+      if (::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) != MAP_FAILED) return 2;
+      if (errno != EACCES) return 3;
+      if (::ftruncate(fd, 0) == 0) return 4;
+    }
+    return 0;
+  });
+  CHECK(reader == 0);
+  int creator = RunChild([&] {
+    Client c = d.Connect();
+    auto draft = c.Create({4096}, o);
+    if (!draft.ok()) return 10;
+    auto fds = ChunkFds();
+    if (fds.empty()) return 11;
+    for (auto [fd, mode] : fds) {
+      if (mode != O_RDWR) return 1;
+      errno = 0;
+      if (::ftruncate(fd, 0) == 0 || errno != EPERM) return 2;
+      if (::ftruncate(fd, 1 << 30) == 0 || errno != EPERM) return 3;
+    }
+    return 0;
+  });
+  CHECK(creator == 0);
+  Client c = d.Connect();
+  auto obj = c.Get(*id);
+  REQUIRE(obj.ok());
+  CHECK(std::memcmp(obj->frame(0).data(), Pattern(64 << 10, 3).data(), 64 << 10) == 0);
+}
+
+TEST_CASE("creators of two uids never share a device chunk", "[device]") {
+  NeedRoot();
+  std::string dir = TempDir();
+  REQUIRE(::chmod(dir.c_str(), 0755) == 0);
+  Daemon d(dir + "/depot.sock",
+           {"--capacity", "64MiB", "--device-chunk-size", "16MiB", "--socket-mode", "0666",
+            "--allow-users", std::to_string(kAlice) + "," + std::to_string(kBob)},
+           {}, MEMFD_DEPOTD_PATH);
+  CreateOptions o;
+  o.places = {kGpu0};
+  auto put_as = [&](uid_t uid, uint32_t seed) {
+    int rc =
+        RunAs(uid, uid, {}, [&] { return d.Connect().Put(Pattern(4096, seed), o).ok() ? 0 : 1; });
+    REQUIRE(rc == 0);
+  };
+  put_as(kAlice, 1);
+  put_as(kBob, 2);
+  put_as(kAlice, 3);
+  auto page = d.Connect().List();
+  REQUIRE(page.ok());
+  std::map<uid_t, std::set<uint32_t>> chunks;
+  Client c = d.Connect();
+  for (const ObjectInfo& info : page->objects) {
+    auto st = c.Stat(info.guid);
+    REQUIRE(st.ok());
+    chunks[info.creator_uid].insert(st->frames.at(0).segment);
+  }
+  REQUIRE(chunks[kAlice].size() == 1);  // alice's two objects share her chunk
+  REQUIRE(chunks[kBob].size() == 1);
+  CHECK(*chunks[kAlice].begin() != *chunks[kBob].begin());
 }

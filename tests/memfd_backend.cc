@@ -1,13 +1,10 @@
 #include "tests/memfd_backend.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 
 #include <fmt/format.h>
+
+#include "daemon/shm_source.h"
 
 namespace depot::test {
 
@@ -24,19 +21,18 @@ Result<std::vector<DeviceInfo>> MemfdBackend::Devices() {
 }
 
 Result<DeviceChunk> MemfdBackend::CreateChunk(size_t index, uint64_t size) {
-  int fd = ::memfd_create(fmt::format("depot-test-gpu{}-chunk", index).c_str(), MFD_CLOEXEC);
-  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    if (fd >= 0) ::close(fd);
-    return Status::StoreFull(
-        fmt::format("memfd chunk of {} bytes: {}", size, std::strerror(errno)));
-  }
+  // Sealed and with a read-only twin, as host segments are, so that tests can show device chunks
+  // keep the same rules where the memory allows them.
+  auto memory = SealedMemfd(fmt::format("depot-test-gpu{}-chunk", index), size);
+  if (!memory.ok()) return memory.status();
   ++live_;
-  return DeviceChunk{UniqueFd(fd), ++chunks_, size};
+  return DeviceChunk{std::move(memory->fd), ++chunks_, size, std::move(memory->read_only_fd)};
 }
 
 void MemfdBackend::ReleaseChunk(size_t, DeviceChunk& chunk) {
   --live_;
   chunk.fd = UniqueFd();
+  chunk.read_only_fd = UniqueFd();
 }
 
 }  // namespace depot::test

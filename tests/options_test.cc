@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/system_memory.h"
 #include "depot/units.h"
 
 namespace depot {
@@ -92,19 +93,28 @@ TEST_CASE("FormatBytes prints one decimal above a KiB", "[units]") {
 }
 
 TEST_CASE("ParseOptions defaults", "[options]") {
-  auto small_shm = ParseOptions({}, 16 * kGiB, 2 * kGiB);
-  REQUIRE(small_shm.ok());
-  CHECK(small_shm->capacity == 2 * kGiB);
-  CHECK(small_shm->socket_path == DefaultSocketPath());
-  CHECK(small_shm->segment_size == 64 * kMiB);
-  CHECK_FALSE(small_shm->prefault);
-  CHECK(small_shm->log_level == "info");
-  CHECK_FALSE(small_shm->help);
-  CHECK_FALSE(small_shm->version);
+  auto little_memory = ParseOptions({}, 16 * kGiB, 2 * kGiB);
+  REQUIRE(little_memory.ok());
+  CHECK(little_memory->capacity == 2 * kGiB);
+  CHECK(little_memory->socket_path == DefaultSocketPath());
+  CHECK(little_memory->segment_size == 64 * kMiB);
+  CHECK_FALSE(little_memory->prefault);
+  CHECK(little_memory->log_level == "info");
+  CHECK_FALSE(little_memory->help);
+  CHECK_FALSE(little_memory->version);
 
-  auto large_shm = ParseOptions({}, 16 * kGiB, 100 * kGiB);
-  REQUIRE(large_shm.ok());
-  CHECK(large_shm->capacity == 4 * kGiB);
+  auto ample_memory = ParseOptions({}, 16 * kGiB, 100 * kGiB);
+  REQUIRE(ample_memory.ok());
+  CHECK(ample_memory->capacity == 4 * kGiB);
+}
+
+TEST_CASE("ParseCgroupMemoryMax reads bytes, and max as no limit", "[options]") {
+  CHECK(ParseCgroupMemoryMax("1073741824\n") == uint64_t{1} << 30);
+  CHECK_FALSE(ParseCgroupMemoryMax("max\n").has_value());
+  CHECK_FALSE(ParseCgroupMemoryMax("").has_value());
+  CHECK_FALSE(ParseCgroupMemoryMax("12 34").has_value());
+  CHECK(AvailableMemory() > 0);
+  CHECK(AvailableMemory() <= PhysicalMemory());
 }
 
 TEST_CASE("ParseOptions takes values after a space or an equals sign", "[options]") {

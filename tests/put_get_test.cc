@@ -95,7 +95,7 @@ TEST_CASE("a get maps the daemon's pages read-only without copying them", "[put_
   std::string consumer_map = MappingOf(obj->frame(0).data());
   INFO("consumer: " << consumer_map << "\nproducer: " << producer_map);
   REQUIRE(!consumer_map.empty());
-  CHECK(consumer_map.find("/dev/shm/depot-") != std::string::npos);
+  CHECK(consumer_map.find("/memfd:depot-") != std::string::npos);
   CHECK(consumer_map.find(" r--s ") != std::string::npos);  // read-only, shared
   // Same device and inode as the producer's mapping: the very same pages.
   auto inode = [](const std::string& line) {

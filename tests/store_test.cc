@@ -1,6 +1,7 @@
 // Tests of the daemon's request handling (daemon/store.h) without sockets or processes: a real
 // Store with a small real host pool, driven through fake peers (tests/store_fixture.h). Parked
 // gets, disconnects and eviction are in store_waits_test.cc.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -24,6 +25,8 @@ Status Ping(StoreHarness& h, Client& c) {
   fbb.Finish(wire::CreateEmptyReply(fbb));
   return h.Send(c, MsgType::kPing, fbb);
 }
+
+int AccessMode(const UniqueFd& fd) { return ::fcntl(fd.get(), F_GETFL) & O_ACCMODE; }
 
 off_t FdSize(const UniqueFd& fd) {
   struct stat st {};
@@ -376,7 +379,7 @@ TEST_CASE("store: events name the session that caused them", "[store]") {
   CHECK(events[0].As<wire::Event>()->session_id() == watcher.id);
 }
 
-TEST_CASE("store: a shared segment fd travels once, a dedicated one every time", "[store]") {
+TEST_CASE("store: a shared segment's fds travel once each, a dedicated one every time", "[store]") {
   StoreHarness h;  // 1 MiB segments
   Client& a = h.Hello();
   Client& b = h.Hello();
@@ -393,20 +396,52 @@ TEST_CASE("store: a shared segment fd travels once, a dedicated one every time",
   Guid y = CreatedGuid(second);
   h.Seal(a, x);
   h.Seal(a, y);
+  // Creates bring the read-write fd; gets the read-only one, even to the creator.
+  CHECK(AccessMode(first.fds[0]) == O_RDWR);
+  Message own = h.Get(a, {x, y});
+  REQUIRE(own.fds.size() == 1);
+  CHECK(AccessMode(own.fds[0]) == O_RDONLY);
   CHECK(h.Get(a, {x, y}).fds.empty());
-  CHECK(h.Get(b, {x, y}).fds.size() == 1);  // one segment
+  Message other = h.Get(b, {x, y});
+  REQUIRE(other.fds.size() == 1);  // one segment
+  CHECK(AccessMode(other.fds[0]) == O_RDONLY);
   CHECK(h.Get(b, {x}).fds.empty());
 
   Message big = h.Create(a, {.sizes = {2 * kMiB}});
   REQUIRE(big.fds.size() == 1);
   CHECK(big.As<wire::CreateReply>()->segments()->Get(0)->dedicated());
   CHECK(FdSize(big.fds[0]) == static_cast<off_t>(2 * kMiB));
+  CHECK(AccessMode(big.fds[0]) == O_RDWR);
   Guid z = CreatedGuid(big);
   h.Seal(a, z);
   CHECK(h.Get(a, {z, z}).fds.size() == 1);  // once per reply
   CHECK(h.Get(a, {z}).fds.size() == 1);
   CHECK(h.Get(b, {z, x}).fds.size() == 1);
-  CHECK(h.Get(b, {z}).fds.size() == 1);
+  Message dedicated = h.Get(b, {z});
+  REQUIRE(dedicated.fds.size() == 1);
+  CHECK(AccessMode(dedicated.fds[0]) == O_RDONLY);
+}
+
+TEST_CASE("store: each uid creates in segments of its own", "[store]") {
+  StoreHarness h;
+  Client& alice = h.Hello(41001);
+  Client& bob = h.Hello(41002);
+  Client& alice2 = h.Hello(41001);
+  auto segment_of = [](const Message& m) {
+    return m.As<wire::CreateReply>()->frames()->Get(0)->segment();
+  };
+  Message a = h.Create(alice, {.sizes = {kKiB}});
+  Message b = h.Create(bob, {.sizes = {kKiB}});
+  Message a2 = h.Create(alice2, {.sizes = {kKiB}});
+  CHECK(segment_of(a) != segment_of(b));
+  CHECK(segment_of(a2) == segment_of(a));  // one uid's sessions share its segments
+  REQUIRE(b.fds.size() == 1);
+  CHECK(AccessMode(b.fds[0]) == O_RDWR);
+  h.Seal(alice, CreatedGuid(a));
+  // Bob reads alice's object through a read-only fd of alice's segment.
+  Message got = h.Get(bob, {CreatedGuid(a)});
+  REQUIRE(got.fds.size() == 1);
+  CHECK(AccessMode(got.fds[0]) == O_RDONLY);
 }
 
 TEST_CASE("store: sessions that have a segment are told when it is given back", "[store]") {

@@ -68,7 +68,7 @@ def private_memory():
     once, from the daemon, instead."""
     import psutil
     return sum(m.private_clean + m.private_dirty for m in psutil.Process().memory_maps()
-               if not m.path.startswith("/dev/shm/"))
+               if not m.path.startswith("/memfd:depot-"))
 
 
 def look(x):

@@ -1,5 +1,7 @@
 #include "client/src/segment_map.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -20,10 +22,17 @@ SegmentMap::~SegmentMap() {
 void SegmentMap::AddShared(SegmentFd segment) {
   std::lock_guard lk(mu_);
   auto [it, inserted] = segments_.try_emplace(SegmentKey(segment.pool, segment.id));
-  if (!inserted) return;
-  it->second.fd = std::move(segment.fd);
-  it->second.size = segment.size;
-  it->second.pool = segment.pool;
+  if (inserted) {
+    it->second.size = segment.size;
+    it->second.pool = segment.pool;
+  }
+  Keep(it->second, std::move(segment.fd));
+}
+
+void SegmentMap::Keep(Segment& s, UniqueFd fd) {
+  int mode = ::fcntl(fd.get(), F_GETFL);
+  UniqueFd& slot = mode >= 0 && (mode & O_ACCMODE) == O_RDONLY ? s.ro_fd : s.rw_fd;
+  if (!slot.valid()) slot = std::move(fd);
 }
 
 void SegmentMap::Retire(const wire::SegmentsRetired& notice) {
@@ -51,12 +60,11 @@ Result<std::vector<std::span<std::byte>>> SegmentMap::MapFrames(
     if (!d.fd.valid()) continue;
     auto [it, inserted] = segments_.try_emplace(SegmentKey(d.pool, d.id));
     if (inserted) {
-      it->second.fd = std::move(d.fd);
       it->second.size = d.size;
       it->second.dedicated = true;
       it->second.pool = d.pool;
     }
-    d.fd.reset();
+    Keep(it->second, std::move(d.fd));
   }
   Status failed;
   for (const wire::FrameLocation* f : *frames) {
@@ -129,7 +137,14 @@ Status SegmentMap::PinHostMemory() {
 
 Status SegmentMap::Map(Segment& s, bool writable, void*& base) {
   bool cuda = s.pool != 0 && pools_.IsCuda(s.pool);
-  auto mapped = MapperFor(cuda).Map(s.fd.get(), s.size, s.pool, writable);
+  // A read-only mapping comes from the read-only fd; only a device chunk without one (CUDA) is
+  // read through the one fd the daemon has for it.
+  const UniqueFd& fd = writable || (s.pool != 0 && !s.ro_fd.valid()) ? s.rw_fd : s.ro_fd;
+  if (!fd.valid()) {
+    return Status::ProtocolError(fmt::format("depotd sent no {} fd for segment of pool {}",
+                                             writable ? "read-write" : "read-only", s.pool));
+  }
+  auto mapped = MapperFor(cuda).Map(fd.get(), s.size, s.pool, writable);
   if (!mapped.ok()) return mapped.status();
   s.cuda = cuda;
   base = *mapped;

@@ -1,7 +1,9 @@
 // internal::SegmentMap is the segments, host segments and device chunks, that this process has
-// mapped, by pool and id. The daemon sends each segment's fd once; a segment is mapped on first
-// use (read-only for gets, read-write for this process's creates) through a Mapper: MmapMapper,
-// or CudaMapper for a CUDA pool's chunk. Each frame of a live Object or Draft counts one use of
+// mapped, by pool and id. The daemon sends each segment's fds once: a read-only one with gets and
+// a read-write one with this process's creates; a segment is mapped on first use (read-only from
+// the read-only fd for gets, read-write from the read-write fd for creates) through a Mapper:
+// MmapMapper, or CudaMapper for a CUDA pool's chunk (which has one fd for both: its importer sets
+// its own access). Each frame of a live Object or Draft counts one use of
 // its segment. A shared segment stays mapped for the objects to come until the daemon retires
 // it; a retired one, or one dedicated to a single object, is unmapped when its last use goes.
 //
@@ -25,7 +27,7 @@
 
 namespace depot::internal {
 
-// A segment's fd, as a reply brought it.
+// A segment's fd, as a reply brought it: read-only or read-write, as its access mode says.
 struct SegmentFd {
   uint32_t pool;
   uint32_t id;
@@ -66,7 +68,8 @@ class SegmentMap {
 
  private:
   struct Segment {
-    UniqueFd fd;
+    UniqueFd ro_fd;  // opened O_RDONLY: maps read-only only
+    UniqueFd rw_fd;  // sent with creates (and, for a CUDA chunk, with gets too)
     uint64_t size = 0;
     bool dedicated = false;
     bool retired = false;
@@ -81,6 +84,8 @@ class SegmentMap {
     bool pinned = false;  // ro (or else rw) is registered with CUDA
   };
 
+  // Keeps a received fd in the slot its access mode names (unless that slot has one). mu_ held.
+  static void Keep(Segment& s, UniqueFd fd);
   // Maps segment `s` read-write or read-only into `base` (its rw or ro), and pins a host
   // mapping when pin_host_ is set. mu_ held.
   Status Map(Segment& s, bool writable, void*& base);

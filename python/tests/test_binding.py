@@ -242,12 +242,12 @@ def test_draft_view_outliving_the_draft_aborts_when_it_goes(client):
 
 
 def shm_mappings():
-    """(start, end) of this process's mappings of shared memory files."""
+    """(start, end) of this process's mappings of depot segments (memfds)."""
     ranges = []
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split()
-            if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
+            if len(fields) >= 6 and fields[5].startswith("/memfd:depot-"):
                 start, end = (int(x, 16) for x in fields[0].split("-"))
                 ranges.append((start, end))
     return ranges
