@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -176,6 +177,15 @@ void Store::Reply(SessionId session, uint64_t request_id, MsgType type, fb::Flat
                   std::vector<UniqueFd> fds) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
+  if (fbb.GetSize() > options_.max_message_size) {
+    // No request may make the daemon queue an unbounded reply (nor one its client would refuse).
+    return ReplyError(session, request_id,
+                      Status::InvalidArgument(fmt::format(
+                          "the {} reply would be {} bytes, more than the limit of {} bytes "
+                          "(max_message_size)",
+                          proto::TypeName(static_cast<uint16_t>(type)), fbb.GetSize(),
+                          options_.max_message_size)));
+  }
   it->second.peer->Send(proto::Encode(proto::ReplyType(type), request_id, fbb), std::move(fds));
 }
 
@@ -345,10 +355,21 @@ void Store::AnswerGet(GetWait& w) {
   if (sit == sessions_.end()) return;
   SessionState& st = sit->second;
 
+  // Gives back every reference this get took: nothing is handed over.
+  auto release_all = [&w] {
+    for (const StoredObject* held : w.acquired) {
+      if (held != nullptr) w.table->Release(w.session, held->id);
+    }
+  };
   fb::FlatBufferBuilder fbb(1024);
   std::vector<fb::Offset<wire::GetResult>> results;
-  std::vector<uint64_t> keys;
-  std::vector<UniqueFd> fds;
+  // A GUID named again shares the first result's frames and metadata (FlatBuffers lets tables
+  // share vectors), so that repeating one GUID cannot multiply the reply's size.
+  struct Built {
+    fb::Offset<fb::Vector<const wire::FrameLocation*>> frames;
+    fb::Offset<fb::Vector<uint8_t>> metadata;
+  };
+  std::unordered_map<ObjectId, Built> built;
   for (size_t i = 0; i < w.guids.size(); ++i) {
     wire::Guid g = ToWire(w.guids[i]);
     const StoredObject* o = w.acquired[i];
@@ -363,19 +384,33 @@ void Store::AnswerGet(GetWait& w) {
       results.push_back(wire::CreateGetResult(fbb, &g, ToWire(err.code()), msg));
       continue;
     }
-    if (Status c = segments_.Collect(w.session, o->frames(), keys, fds); !c.ok()) {
-      // Nothing is handed over: give back every reference this get took.
-      for (const StoredObject* held : w.acquired) {
-        if (held != nullptr) w.table->Release(w.session, held->id);
-      }
-      return ReplyError(w.session, w.request_id, c);
+    auto [b, first] = built.try_emplace(o->id);
+    if (first) {
+      b->second.frames = replies::Frames(fbb, o->frames());
+      b->second.metadata = fbb.CreateVector(o->metadata().data(), o->metadata().size());
     }
-    auto frames = replies::Frames(fbb, o->frames());
-    auto metadata = fbb.CreateVector(o->metadata().data(), o->metadata().size());
     std::optional<uint64_t> checksum;
     if (o->has_checksum) checksum = o->checksum;
-    results.push_back(
-        wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, frames, metadata, checksum));
+    results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, b->second.frames,
+                                            b->second.metadata, checksum));
+  }
+  // Checked before any segment is recorded as sent: a refused reply hands nothing over.
+  if (fbb.GetSize() > options_.max_message_size) {
+    release_all();
+    return ReplyError(w.session, w.request_id,
+                      Status::InvalidArgument(fmt::format(
+                          "the reply to this get would be larger than the limit of {} bytes "
+                          "(max_message_size): ask for fewer objects at a time",
+                          options_.max_message_size)));
+  }
+  std::vector<uint64_t> keys;
+  std::vector<UniqueFd> fds;
+  for (const StoredObject* o : w.acquired) {
+    if (o == nullptr) continue;
+    if (Status c = segments_.Collect(w.session, o->frames(), keys, fds); !c.ok()) {
+      release_all();
+      return ReplyError(w.session, w.request_id, c);
+    }
   }
   auto results_vec = fbb.CreateVector(results);
   auto segments = replies::Segments(fbb, *st.ns, keys);
