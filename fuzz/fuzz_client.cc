@@ -6,8 +6,8 @@
 //
 // Input: a sequence of records, each
 //   one byte            low 2 bits: how many fds ride with the record's first byte; bit 2: wait
-//                       for the client's next request first (a reply read before its request
-//                       was sent answers nothing: the client drops it)
+//                       (20 ms at most) for the client's next request first (a reply read before
+//                       its request was sent answers nothing: the client drops it)
 //   4 bytes per fd      the memfd's size (little-endian, modulo 4 MiB)
 //   2 bytes             the record's length L (little-endian)
 //   L bytes             stream bytes, sent as they are
@@ -15,6 +15,7 @@
 //
 // Checks, besides the sanitizers: the client never crashes (a SIGBUS from a frame past the end of
 // its file is a finding), and never hangs: the fake ends the stream after the last record.
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -84,8 +85,12 @@ bool Discard(int sock, size_t n) {
   return true;
 }
 
-// Reads the client's next request (the client library frames its own requests correctly).
+// Reads the client's next request (the client library frames its own requests correctly). When
+// none comes within a moment (the client waits for a reply the input sent early, with the wrong
+// id, or not at all) it goes on: the input decides what comes next, and no input can hang both.
 bool AwaitRequest(int sock) {
+  pollfd p{sock, POLLIN, 0};
+  if (::poll(&p, 1, 20) == 0) return true;
   proto::Header h{};
   ssize_t got = ::recv(sock, &h, sizeof h, MSG_WAITALL);
   return got == static_cast<ssize_t>(sizeof h) && Discard(sock, h.length);

@@ -667,8 +667,8 @@ void WriteClientCorpus(const std::filesystem::path& dir) {
   Write(dir, "errors", Records()
                            .Send(ClientHelloReply())
                            .Send(proto::EncodeError(2, wire::Code::StoreFull, "full"))
-                           .Send(proto::EncodeError(4, wire::Code::QuotaExceeded, "quota"))
-                           .Send(proto::EncodeError(5, wire::Code::Timeout, "late"))
+                           .Send(proto::EncodeError(3, wire::Code::QuotaExceeded, "quota"))
+                           .Send(proto::EncodeError(4, wire::Code::Timeout, "late"))
                            .bytes());
 }
 }  // namespace
