@@ -222,6 +222,7 @@ std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
       out[wanted[k]] = conn_->Adopt(guids[wanted[k]], *r, *reply);
     }
   }
+  conn_->DropIdle(*reply);
   return out;
 }
 

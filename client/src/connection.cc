@@ -138,6 +138,7 @@ Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg
   // granule, outside the segment lock (a fault per page costs more).
   for (auto r : unpopulated) ::madvise(r.data(), r.size(), MADV_POPULATE_WRITE);
   Guid guid = proto::FromWire(*reply.guid());
+  segments_.DropIdle(msg.dedicated);
   if (!frames.ok()) {
     flatbuffers::FlatBufferBuilder fbb(64);
     wire::Guid g = proto::ToWire(guid);

@@ -40,6 +40,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Gives back segment uses that MapFrames recorded.
   void DropUses(const std::vector<uint64_t>& uses) { segments_.DropUses(uses); }
+  // Every result of `reply` is handled: closes its dedicated segments that nothing uses.
+  void DropIdle(const Message& reply) { segments_.DropIdle(reply.dedicated); }
 
   // The daemon's device pools (from hello); Unavailable with the daemon's reason when none.
   Result<std::vector<DevicePoolInfo>> DevicePools() const { return pools_.Devices(); }

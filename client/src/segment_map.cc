@@ -47,12 +47,10 @@ Result<std::vector<std::span<std::byte>>> SegmentMap::MapFrames(
   std::vector<std::span<std::byte>> out;
   if (frames == nullptr) return out;
   std::lock_guard lk(mu_);
-  std::vector<uint64_t> adopted;  // dedicated segments this call took in
   for (auto& d : dedicated) {
     if (!d.fd.valid()) continue;
     auto [it, inserted] = segments_.try_emplace(SegmentKey(d.pool, d.id));
     if (inserted) {
-      adopted.push_back(it->first);
       it->second.fd = std::move(d.fd);
       it->second.size = d.size;
       it->second.dedicated = true;
@@ -101,16 +99,8 @@ Result<std::vector<std::span<std::byte>>> SegmentMap::MapFrames(
     // Give back what this call took, under the lock we hold.
     for (uint64_t key : uses) --segments_[key].uses;
     uses.clear();
+    return failed;
   }
-  // A dedicated segment that no frame uses now (the mapping failed, or no frame named it) would
-  // never be dropped: unmap it and close its fd.
-  for (uint64_t key : adopted) {
-    auto it = segments_.find(key);
-    if (it == segments_.end() || it->second.uses > 0) continue;
-    Unmap(it->second);
-    segments_.erase(it);
-  }
-  if (!failed.ok()) return failed;
   return out;
 }
 
@@ -123,6 +113,16 @@ void SegmentMap::DropUses(const std::vector<uint64_t>& uses) {
       Unmap(it->second);
       segments_.erase(it);
     }
+  }
+}
+
+void SegmentMap::DropIdle(const std::vector<SegmentFd>& dedicated) {
+  std::lock_guard lk(mu_);
+  for (const SegmentFd& d : dedicated) {
+    auto it = segments_.find(SegmentKey(d.pool, d.id));
+    if (it == segments_.end() || !it->second.dedicated || it->second.uses > 0) continue;
+    Unmap(it->second);
+    segments_.erase(it);
   }
 }
 
