@@ -173,7 +173,7 @@ const std::vector<Key>& Keys() {
        // At most 65536, so that the clients reply (a few hundred bytes each) fits in a message.
        [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_clients, v, 1, 1 << 16); },
        [](const O& o) { return std::to_string(o.max_clients); }},
-      {{"max_message_size", "64MiB", "largest request accepted; a larger one closes its connection"},
+      {{"max_message_size", "64MiB", "largest request accepted (a larger one closes its connection) and largest reply built"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.max_message_size, v, phys, 1 << 20, proto::kMaxMessageSize);
        },

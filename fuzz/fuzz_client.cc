@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -74,13 +75,17 @@ bool Take(std::span<const uint8_t>& in, size_t n, uint8_t* out) {
   return true;
 }
 
-// Reads `n` bytes of what the client sent; false at the end of its stream.
-bool Discard(int sock, size_t n) {
+// Reads `n` bytes of what the client sent into `out` (nullptr: drops them); false at the end of
+// its stream.
+bool Read(int sock, void* out, size_t n) {
   std::array<uint8_t, 4096> sink;
+  auto* to = static_cast<uint8_t*>(out);
   while (n > 0) {
-    ssize_t got = ::recv(sock, sink.data(), std::min(n, sink.size()), 0);
+    ssize_t got = ::recv(sock, to ? to : sink.data(), std::min(n, sink.size()), 0);
+    if (got < 0 && errno == EINTR) continue;  // libFuzzer's timer
     if (got <= 0) return false;
     n -= static_cast<size_t>(got);
+    if (to) to += got;
   }
   return true;
 }
@@ -90,10 +95,13 @@ bool Discard(int sock, size_t n) {
 // id, or not at all) it goes on: the input decides what comes next, and no input can hang both.
 bool AwaitRequest(int sock) {
   pollfd p{sock, POLLIN, 0};
-  if (::poll(&p, 1, 20) == 0) return true;
+  int ready;
+  do {
+    ready = ::poll(&p, 1, 20);
+  } while (ready < 0 && errno == EINTR);
+  if (ready == 0) return true;
   proto::Header h{};
-  ssize_t got = ::recv(sock, &h, sizeof h, MSG_WAITALL);
-  return got == static_cast<ssize_t>(sizeof h) && Discard(sock, h.length);
+  return Read(sock, &h, sizeof h) && Read(sock, nullptr, h.length);
 }
 
 // The fake daemon: sends every record of `input` on `sock`.
@@ -134,8 +142,7 @@ void SendRecords(int sock, std::span<const uint8_t> input) {
 void Serve(UniqueFd sock, std::span<const uint8_t> input) {
   SendRecords(sock.get(), input);
   ::shutdown(sock.get(), SHUT_WR);
-  std::array<uint8_t, 4096> sink;
-  while (::recv(sock.get(), sink.data(), sink.size(), 0) > 0) {
+  while (Read(sock.get(), nullptr, 1)) {
   }
 }
 
@@ -173,8 +180,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace depot::fuzz;
   static Listener listener;
   std::thread client(UseClient, listener.path());
-  depot::UniqueFd sock(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC));
-  if (!sock.valid()) std::abort();
+  int fd;
+  do {
+    fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);  // libFuzzer's timer
+  if (fd < 0) std::abort();
+  depot::UniqueFd sock(fd);
   Serve(std::move(sock), {data, size});
   client.join();
   return 0;
