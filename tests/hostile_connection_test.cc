@@ -134,10 +134,9 @@ TEST_CASE("gets naming one GUID many times do not build huge replies nor swell t
       fb::FlatBufferBuilder fbb(64 << 10);
       std::vector<wire::Guid> ids(proto::kMaxGuidsPerRequest, proto::ToWire(*guid));
       fbb.Finish(wire::CreateGetRequest(fbb, fbb.CreateVectorOfStructs(ids), 0));
+      constexpr auto kGet = static_cast<uint16_t>(proto::MsgType::kGet);
       for (uint64_t id = 2; id < 10; ++id) {
-        if (!SendAll(s.get(), proto::Encode(static_cast<uint16_t>(proto::MsgType::kGet), id, fbb))) {
-          return 2;
-        }
+        if (!SendAll(s.get(), proto::Encode(kGet, id, fbb))) return 2;
       }
       sent.Send("sent");
       done.Receive();  // the replies stay unread while the daemon is measured
