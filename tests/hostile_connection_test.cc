@@ -157,6 +157,43 @@ TEST_CASE("gets naming one GUID many times do not build huge replies nor swell t
   CHECK(Wait(attacker) == 0);  // and a reply, when read, is small
 }
 
+TEST_CASE("unread replies are bounded in bytes (max_pending_bytes), not only in count",
+          "[hostile]") {
+  Daemon d = StartOpen({"--allow-users", std::to_string(kMallory), "--max-pending-bytes", "1MiB"});
+  Client owner = d.Connect();
+  std::vector<std::byte> metadata(proto::kMaxMetadataSize, std::byte{9});
+  std::vector<wire::Guid> ids;
+  for (int i = 0; i < 64; ++i) {  // a get of all of them is a reply of over 1 MiB
+    auto guid = owner.Put(Pattern(64, i), CreateOptions{.metadata = metadata});
+    REQUIRE(guid.ok());
+    ids.push_back(proto::ToWire(*guid));
+  }
+  uint64_t before = ResidentOf(d.pid());
+  Channel sent, done;
+  pid_t attacker = Spawn([&] {
+    return AsAttacker([&] {
+      UniqueFd s = ConnectUnix(d.socket());
+      if (!s.valid() || !SendAll(s.get(), Hello(1)) || ReadMessage(s.get()).empty()) return 1;
+      fb::FlatBufferBuilder fbb(4096);
+      fbb.Finish(wire::CreateGetRequest(fbb, fbb.CreateVectorOfStructs(ids), 0));
+      auto get = proto::Encode(static_cast<uint16_t>(proto::MsgType::kGet), 2, fbb);
+      for (int i = 0; i < 64; ++i) {  // 64 MiB of replies, were they all built
+        if (!SendAll(s.get(), get)) return 2;
+      }
+      sent.Send("sent");
+      done.Receive();
+      return 0;
+    });
+  });
+  REQUIRE(sent.Receive() == "sent");
+  bool swollen = WaitFor([&] { return ResidentOf(d.pid()) > before + 32 * kMiB; },
+                         std::chrono::seconds(2));
+  CHECK_FALSE(swollen);
+  CHECK(owner.Get(proto::FromWire(ids[0])).ok());  // others are served
+  done.Send("done");
+  CHECK(Wait(attacker) == 0);
+}
+
 namespace {
 
 // A fake daemon: a listening socket the test serves itself, one scripted connection at a time.
