@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <unordered_map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -25,6 +24,13 @@ int64_t WallClockNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// Gives back every reference get `w` took: nothing is handed over.
+void ReleaseAll(const GetWait& w) {
+  for (const StoredObject* o : w.acquired) {
+    if (o != nullptr) w.table->Release(w.session, o->id);
+  }
 }
 
 }  // namespace
@@ -177,16 +183,17 @@ void Store::Reply(SessionId session, uint64_t request_id, MsgType type, fb::Flat
                   std::vector<UniqueFd> fds) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
-  if (fbb.GetSize() > options_.max_message_size) {
-    // No request may make the daemon queue an unbounded reply (nor one its client would refuse).
-    return ReplyError(session, request_id,
-                      Status::InvalidArgument(fmt::format(
-                          "the {} reply would be {} bytes, more than the limit of {} bytes "
-                          "(max_message_size)",
-                          proto::TypeName(static_cast<uint16_t>(type)), fbb.GetSize(),
-                          options_.max_message_size)));
+  if (Status st = CheckReplySize(fbb.GetSize()); !st.ok()) {
+    return ReplyError(session, request_id, st);
   }
   it->second.peer->Send(proto::Encode(proto::ReplyType(type), request_id, fbb), std::move(fds));
+}
+
+Status Store::CheckReplySize(size_t size) const {
+  if (size <= options_.max_message_size) return Status::OK();
+  return Status::InvalidArgument(fmt::format(
+      "the reply would be at least {} bytes, more than the limit of {} bytes (max_message_size): "
+      "ask for less at a time", size, options_.max_message_size));
 }
 
 void Store::ReplyError(SessionId session, uint64_t request_id, const Status& status) {
@@ -343,9 +350,7 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
     }
   }
   if (Status parked = waits_.Park(w, timeout); !parked.ok()) {
-    for (const StoredObject* o : w.acquired) {
-      if (o != nullptr) table.Release(s, o->id);
-    }
+    ReleaseAll(w);
     ReplyError(s, id, parked);
   }
 }
@@ -353,68 +358,24 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
 void Store::AnswerGet(GetWait& w) {
   auto sit = sessions_.find(w.session);
   if (sit == sessions_.end()) return;
-  SessionState& st = sit->second;
-
-  // Gives back every reference this get took: nothing is handed over.
-  auto release_all = [&w] {
-    for (const StoredObject* held : w.acquired) {
-      if (held != nullptr) w.table->Release(w.session, held->id);
-    }
-  };
   fb::FlatBufferBuilder fbb(1024);
-  std::vector<fb::Offset<wire::GetResult>> results;
-  // A GUID named again shares the first result's frames and metadata (FlatBuffers lets tables
-  // share vectors), so that repeating one GUID cannot multiply the reply's size.
-  struct Built {
-    fb::Offset<fb::Vector<const wire::FrameLocation*>> frames;
-    fb::Offset<fb::Vector<uint8_t>> metadata;
-  };
-  std::unordered_map<ObjectId, Built> built;
-  for (size_t i = 0; i < w.guids.size(); ++i) {
-    wire::Guid g = ToWire(w.guids[i]);
-    const StoredObject* o = w.acquired[i];
-    if (o == nullptr) {
-      Status err = w.errors[i];
-      if (err.ok()) {
-        err = Status::Timeout(fmt::format("object {} was not {} before the timeout",
-                                          w.guids[i].ToString(),
-                                          w.table->Find(w.guids[i]) ? "sealed" : "created"));
-      }
-      auto msg = fbb.CreateString(err.message());
-      results.push_back(wire::CreateGetResult(fbb, &g, ToWire(err.code()), msg));
-      continue;
-    }
-    auto [b, first] = built.try_emplace(o->id);
-    if (first) {
-      b->second.frames = replies::Frames(fbb, o->frames());
-      b->second.metadata = fbb.CreateVector(o->metadata().data(), o->metadata().size());
-    }
-    std::optional<uint64_t> checksum;
-    if (o->has_checksum) checksum = o->checksum;
-    results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, b->second.frames,
-                                            b->second.metadata, checksum));
-  }
+  auto results = replies::GetResults(fbb, w);
   // Checked before any segment is recorded as sent: a refused reply hands nothing over.
-  if (fbb.GetSize() > options_.max_message_size) {
-    release_all();
-    return ReplyError(w.session, w.request_id,
-                      Status::InvalidArgument(fmt::format(
-                          "the reply to this get would be larger than the limit of {} bytes "
-                          "(max_message_size): ask for fewer objects at a time",
-                          options_.max_message_size)));
+  if (Status too_large = CheckReplySize(fbb.GetSize()); !too_large.ok()) {
+    ReleaseAll(w);
+    return ReplyError(w.session, w.request_id, too_large);
   }
   std::vector<uint64_t> keys;
   std::vector<UniqueFd> fds;
   for (const StoredObject* o : w.acquired) {
     if (o == nullptr) continue;
     if (Status c = segments_.Collect(w.session, o->frames(), keys, fds); !c.ok()) {
-      release_all();
+      ReleaseAll(w);
       return ReplyError(w.session, w.request_id, c);
     }
   }
-  auto results_vec = fbb.CreateVector(results);
-  auto segments = replies::Segments(fbb, *st.ns, keys);
-  fbb.Finish(wire::CreateGetReply(fbb, results_vec, segments));
+  auto segments = replies::Segments(fbb, *sit->second.ns, keys);
+  fbb.Finish(wire::CreateGetReply(fbb, results, segments));
   Reply(w.session, w.request_id, MsgType::kGet, fbb, std::move(fds));
 }
 
