@@ -103,7 +103,7 @@ Result<const StoredObject*> ObjectTable::Acquire(SessionId session, const Guid& 
   if (o.state != ObjectState::kSealed) {
     return Status::Timeout(fmt::format("object {} is not sealed yet", guid.ToString()));
   }
-  uint32_t& held = sessions_[session].held[o.id];
+  HoldCount& held = sessions_[session].held[o.id];
   if (held++ == 0 && o.refcount++ == 0) LruRemove(o);
   return &o;
 }
@@ -211,7 +211,7 @@ std::vector<const StoredObject*> ObjectTable::List(std::optional<Guid> after, si
   return out;
 }
 
-uint32_t ObjectTable::HeldBy(SessionId session, ObjectId id) const {
+ObjectTable::HoldCount ObjectTable::HeldBy(SessionId session, ObjectId id) const {
   auto s = sessions_.find(session);
   if (s == sessions_.end()) return 0;
   auto h = s->second.held.find(id);

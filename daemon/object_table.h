@@ -68,7 +68,7 @@ class StoredObject {
   std::list<ObjectId>::iterator lru_pos;
   int32_t creator_pid = 0;
   uint32_t creator_uid = 0;
-  uint32_t refcount = 0;  // sessions holding it
+  uint32_t refcount = 0;  // sessions holding it (at most one per connection: cannot wrap)
   ObjectState state = ObjectState::kCreating;
   bool deleted = false;  // gone from the index, waiting for its last reference
   bool evictable = false;
@@ -120,6 +120,8 @@ class ObjectTable {
   using ClockFn = std::function<int64_t()>;  // wall-clock nanoseconds
   // `by` is the session whose request (or disconnect) caused the event; 0 for the daemon itself.
   using EventFn = std::function<void(TableEvent, const StoredObject&, SessionId by)>;
+  // One session's acquires of one object not yet released.
+  using HoldCount = uint64_t;
 
   ObjectTable(FreeFn on_free, ClockFn clock);
 
@@ -168,14 +170,16 @@ class ObjectTable {
   const ObjectCounts& counts() const { return counts_; }
 
   // How many references `session` holds on object `id` (for tests and inspection).
-  uint32_t HeldBy(SessionId session, ObjectId id) const;
+  HoldCount HeldBy(SessionId session, ObjectId id) const;
 
   // Everything `session` holds or is creating.
   Holdings HoldingsOf(SessionId session) const;
 
  private:
   struct SessionRefs {
-    std::unordered_map<ObjectId, uint32_t> held;  // object -> acquires not yet released
+    // object -> acquires not yet released. 64-bit: a client that gets one object 2^32 times
+    // without releasing must not wrap the count and free what others still hold.
+    std::unordered_map<ObjectId, HoldCount> held;
     std::unordered_set<ObjectId> creating;
   };
 

@@ -175,7 +175,7 @@ const std::vector<Key>& Keys() {
        // At most 65536, so that the clients reply (a few hundred bytes each) fits in a message.
        [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_clients, v, 1, 1 << 16); },
        [](const O& o) { return std::to_string(o.max_clients); }},
-      {{"max_message_size", "64MiB", "largest request accepted; a larger one closes its connection"},
+      {{"max_message_size", "64MiB", "largest request accepted (a larger one closes its connection) and largest reply built"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.max_message_size, v, phys, 1 << 20, proto::kMaxMessageSize);
        },
@@ -261,6 +261,11 @@ const std::vector<Key>& Keys() {
       {{"max_pending", "1024", "gets one connection may have waiting, and replies queued before its requests are left unread"},
        [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_pending, v, 1, 1 << 20); },
        [](const O& o) { return std::to_string(o.max_pending); }},
+      {{"max_pending_bytes", "64MiB", "bytes of replies queued for one connection before its requests are left unread"},
+       [](O& o, const std::string& v, uint64_t phys) {
+         return SetSize(o.max_pending_bytes, v, phys, 1 << 20, uint64_t{1} << 40);
+       },
+       [](const O& o) { return std::to_string(o.max_pending_bytes); }},
       {{"handshake_timeout_ms", "10000", "a connection that does not say hello this soon is closed"},
        [](O& o, const std::string& v, uint64_t) {
          return SetUint(o.handshake_timeout_ms, v, 1, 3600 * 1000);

@@ -44,6 +44,7 @@ struct DaemonOptions {
   uint64_t client_quota_bytes = 0;
   uint64_t client_quota_objects = 0;
   uint32_t max_pending = 0;
+  uint64_t max_pending_bytes = 0;
   uint32_t handshake_timeout_ms = 0;
 
   // What to do rather than serve.

@@ -1,5 +1,10 @@
 #include "daemon/replies.h"
 
+#include <optional>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
 namespace depot::replies {
 namespace fb = flatbuffers;
 
@@ -68,6 +73,41 @@ std::vector<uint8_t> SegmentRetired(uint32_t pool, uint32_t id) {
   std::vector<uint32_t> ids{id};
   fbb.Finish(wire::CreateSegmentsRetired(fbb, fbb.CreateVector(ids), pool));
   return proto::Encode(static_cast<uint16_t>(proto::MsgType::kSegmentsRetired), 0, fbb);
+}
+
+Offsets<wire::GetResult> GetResults(fb::FlatBufferBuilder& fbb, const GetWait& w) {
+  std::vector<fb::Offset<wire::GetResult>> results;
+  struct Built {
+    fb::Offset<fb::Vector<const wire::FrameLocation*>> frames;
+    fb::Offset<fb::Vector<uint8_t>> metadata;
+  };
+  std::unordered_map<ObjectId, Built> built;
+  for (size_t i = 0; i < w.guids.size(); ++i) {
+    wire::Guid g = proto::ToWire(w.guids[i]);
+    const StoredObject* o = w.acquired[i];
+    if (o == nullptr) {
+      Status err = w.errors[i];
+      if (err.ok()) {
+        err = Status::Timeout(fmt::format("object {} was not {} before the timeout",
+                                          w.guids[i].ToString(),
+                                          w.table->Find(w.guids[i]) ? "sealed" : "created"));
+      }
+      auto msg = fbb.CreateString(err.message());
+      results.push_back(wire::CreateGetResult(fbb, &g, proto::ToWire(err.code()), msg));
+      continue;
+    }
+    auto [b, first] = built.try_emplace(o->id);
+    if (first) {
+      b->second.frames = Frames(fbb, o->frames());
+      b->second.metadata = fbb.CreateVector(o->metadata().data(), o->metadata().size());
+    }
+    std::optional<uint64_t> checksum;
+    if (o->has_checksum) checksum = o->checksum;
+    results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, b->second.frames,
+                                            b->second.metadata, checksum, o->creator_uid,
+                                            o->creator_pid));
+  }
+  return fbb.CreateVector(results);
 }
 
 std::vector<uint8_t> Empty(proto::MsgType type, uint64_t request_id) {

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "daemon/get_waits.h"
 #include "daemon/namespace.h"
 #include "depot/device_pool_info.h"
 #include "proto/wire.h"
@@ -23,6 +24,11 @@ flatbuffers::Offset<flatbuffers::Vector<const wire::FrameLocation*>> Frames(
 // What `depotctl ls` and `stat` show of an object; metadata only for stat.
 flatbuffers::Offset<wire::ObjectInfo> ObjectInfo(flatbuffers::FlatBufferBuilder& fbb,
                                                  const StoredObject& o, bool with_metadata);
+
+// The results of get `w`, one per GUID asked for. A GUID named again shares the first result's
+// frames and metadata (FlatBuffers lets tables share vectors), so that repeating one GUID cannot
+// multiply the reply's size.
+Offsets<wire::GetResult> GetResults(flatbuffers::FlatBufferBuilder& fbb, const GetWait& w);
 
 // The segments named by `keys` (SegmentTracker::Key), whose fds ride with the reply in order.
 Offsets<wire::SegmentInfo> Segments(flatbuffers::FlatBufferBuilder& fbb, const Namespace& ns,

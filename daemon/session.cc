@@ -19,7 +19,7 @@ Session::Session(Socket socket, Store& store, std::function<void(Session*)> on_c
     : socket_(std::move(socket)),
       store_(store),
       on_closed_(std::move(on_closed)),
-      reader_(store.options().max_message_size),
+      reader_(kPreHelloMaxBody),
       handshake_(socket_.get_executor()) {}
 
 void Session::Start(PeerCredentials creds) {
@@ -79,7 +79,7 @@ bool Session::ParseOne() {
   const proto::Header& h = frame.header;
   if (cut == proto::FrameReader::Cut::kBadHeader) {
     store_.NoteProtocolError();
-    Fail(Status::ProtocolError(err), h.request_id);
+    Fail(Status::ProtocolError(greeted_ ? err : err + " before hello"), h.request_id);
     return false;
   }
   if ((h.type & proto::kReplyBit) || !proto::VerifyBody(h.type, frame.body)) {
@@ -94,7 +94,10 @@ bool Session::ParseOne() {
     Fail(st, h.request_id);
     return false;
   }
-  greeted_ = true;  // the store answers nothing before hello
+  if (!greeted_) {
+    greeted_ = true;  // the store answers nothing before hello
+    reader_.set_max_body(store_.options().max_message_size);
+  }
   return true;
 }
 
@@ -107,6 +110,7 @@ void Session::Fail(const Status& status, uint64_t request_id) {
 
 void Session::Send(std::vector<uint8_t> message, std::vector<UniqueFd> fds) {
   if (closed_) return;
+  out_bytes_ += message.size();
   out_.push_back(Outbound{std::move(message), std::move(fds)});
   if (!write_waiting_) Flush();
 }
@@ -142,6 +146,7 @@ void Session::Flush() {
     }
     m.bytes_sent += static_cast<size_t>(n);
     m.fds_sent += nfds;
+    out_bytes_ -= static_cast<size_t>(n);
     if (m.bytes_sent == m.bytes.size() && m.fds_sent == m.fds.size()) out_.pop_front();
     if (paused_ && !Throttled()) {
       paused_ = false;
@@ -160,6 +165,7 @@ void Session::Close() {
   boost::system::error_code ec;
   socket_.close(ec);
   out_.clear();
+  out_bytes_ = 0;
   if (on_closed_) on_closed_(this);
 }
 

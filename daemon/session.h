@@ -7,6 +7,11 @@
 // others run; it stops reading requests while too many of its replies wait to be written (a
 // client that sends without reading only fills its own socket); and a connection that does not
 // say hello within the handshake timeout is closed.
+//
+// Bounded memory: before hello a connection may send only a small message (kPreHelloMaxBody), so
+// that an unauthenticated peer cannot make the daemon hold a large buffer; the receive buffer
+// grows only as bytes arrive and shrinks after a large message (proto::FrameReader); and the
+// replies waiting to be written are bounded in bytes (max_pending_bytes) as well as in count.
 #ifndef DEPOT_DAEMON_SESSION_H_
 #define DEPOT_DAEMON_SESSION_H_
 
@@ -26,6 +31,9 @@ namespace depot {
 class Session : public Peer, public std::enable_shared_from_this<Session> {
  public:
   using Socket = boost::asio::local::stream_protocol::socket;
+
+  // The largest body a connection may send before its hello is answered: a hello is tiny.
+  static constexpr uint32_t kPreHelloMaxBody = 4096;
 
   // `on_closed` runs once, after the store forgot the session.
   Session(Socket socket, Store& store, std::function<void(Session*)> on_closed);
@@ -55,8 +63,12 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   void Serve();
   // Handles the next buffered message. False when none is complete (or the session failed).
   bool ParseOne();
-  // Too many replies wait to be written: requests are left unread until they drain.
-  bool Throttled() const { return out_.size() >= store_.options().max_pending; }
+  // Too many replies, or too many bytes of them, wait to be written: requests are left unread
+  // until they drain.
+  bool Throttled() const {
+    return out_.size() >= store_.options().max_pending ||
+           out_bytes_ >= store_.options().max_pending_bytes;
+  }
   void Fail(const Status& status, uint64_t request_id);
   void Flush();
 
@@ -72,6 +84,7 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   bool greeted_ = false;       // hello was answered
   proto::FrameReader reader_;
   std::deque<Outbound> out_;
+  uint64_t out_bytes_ = 0;  // bytes of out_ not yet written
   boost::asio::steady_timer handshake_;
 };
 

@@ -20,6 +20,17 @@ using proto::MsgType;
 using proto::ToWire;
 namespace fb = flatbuffers;
 
+namespace {
+
+// Gives back every reference get `w` took: nothing is handed over.
+void ReleaseAll(const GetWait& w) {
+  for (const StoredObject* o : w.acquired) {
+    if (o != nullptr) w.table->Release(w.session, o->id);
+  }
+}
+
+}  // namespace
+
 Store::Store(boost::asio::io_context& io, StoreOptions options)
     : io_(io),
       options_(std::move(options)),
@@ -168,7 +179,17 @@ void Store::Reply(SessionId session, uint64_t request_id, MsgType type, fb::Flat
                   std::vector<UniqueFd> fds) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
+  if (Status st = CheckReplySize(fbb.GetSize()); !st.ok()) {
+    return ReplyError(session, request_id, st);
+  }
   it->second.peer->Send(proto::Encode(proto::ReplyType(type), request_id, fbb), std::move(fds));
+}
+
+Status Store::CheckReplySize(size_t size) const {
+  if (size <= options_.max_message_size) return Status::OK();
+  return Status::InvalidArgument(fmt::format(
+      "the reply would be at least {} bytes, more than the limit of {} bytes (max_message_size): "
+      "ask for less at a time", size, options_.max_message_size));
 }
 
 void Store::ReplyError(SessionId session, uint64_t request_id, const Status& status) {
@@ -325,9 +346,7 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
     }
   }
   if (Status parked = waits_.Park(w, timeout); !parked.ok()) {
-    for (const StoredObject* o : w.acquired) {
-      if (o != nullptr) table.Release(s, o->id);
-    }
+    ReleaseAll(w);
     ReplyError(s, id, parked);
   }
 }
@@ -335,43 +354,24 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
 void Store::AnswerGet(GetWait& w) {
   auto sit = sessions_.find(w.session);
   if (sit == sessions_.end()) return;
-  SessionState& st = sit->second;
-
   fb::FlatBufferBuilder fbb(1024);
-  std::vector<fb::Offset<wire::GetResult>> results;
+  auto results = replies::GetResults(fbb, w);
+  // Checked before any segment is recorded as sent: a refused reply hands nothing over.
+  if (Status too_large = CheckReplySize(fbb.GetSize()); !too_large.ok()) {
+    ReleaseAll(w);
+    return ReplyError(w.session, w.request_id, too_large);
+  }
   std::vector<uint64_t> keys;
   std::vector<UniqueFd> fds;
-  for (size_t i = 0; i < w.guids.size(); ++i) {
-    wire::Guid g = ToWire(w.guids[i]);
-    const StoredObject* o = w.acquired[i];
-    if (o == nullptr) {
-      Status err = w.errors[i];
-      if (err.ok()) {
-        err = Status::Timeout(fmt::format("object {} was not {} before the timeout",
-                                          w.guids[i].ToString(),
-                                          w.table->Find(w.guids[i]) ? "sealed" : "created"));
-      }
-      auto msg = fbb.CreateString(err.message());
-      results.push_back(wire::CreateGetResult(fbb, &g, ToWire(err.code()), msg));
-      continue;
-    }
+  for (const StoredObject* o : w.acquired) {
+    if (o == nullptr) continue;
     if (Status c = segments_.Collect(w.session, o->frames(), false, keys, fds); !c.ok()) {
-      // Nothing is handed over: give back every reference this get took.
-      for (const StoredObject* held : w.acquired) {
-        if (held != nullptr) w.table->Release(w.session, held->id);
-      }
+      ReleaseAll(w);
       return ReplyError(w.session, w.request_id, c);
     }
-    auto frames = replies::Frames(fbb, o->frames());
-    auto metadata = fbb.CreateVector(o->metadata().data(), o->metadata().size());
-    std::optional<uint64_t> checksum;
-    if (o->has_checksum) checksum = o->checksum;
-    results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, frames, metadata,
-                                            checksum, o->creator_uid, o->creator_pid));
   }
-  auto results_vec = fbb.CreateVector(results);
-  auto segments = replies::Segments(fbb, *st.ns, keys);
-  fbb.Finish(wire::CreateGetReply(fbb, results_vec, segments));
+  auto segments = replies::Segments(fbb, *sit->second.ns, keys);
+  fbb.Finish(wire::CreateGetReply(fbb, results, segments));
   Reply(w.session, w.request_id, MsgType::kGet, fbb, std::move(fds));
 }
 

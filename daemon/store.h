@@ -88,6 +88,9 @@ class Store {
   void Reply(SessionId session, uint64_t request_id, proto::MsgType type,
              flatbuffers::FlatBufferBuilder& fbb, std::vector<UniqueFd> fds = {});
   void ReplyError(SessionId session, uint64_t request_id, const Status& status);
+  // InvalidArgument, naming max_message_size, for a reply of `size` bytes that would pass it: no
+  // request may make the daemon queue an unbounded reply (nor one its client would refuse).
+  Status CheckReplySize(size_t size) const;
 
   // Handle, once the session is known and greeted (or greeting): one request to its handler.
   Status Dispatch(SessionId s, SessionState& st, const proto::Header& h,

@@ -31,6 +31,7 @@ StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_
   so.max_metadata = o.max_metadata;
   so.hugepages = o.hugepages;
   so.max_pending = o.max_pending;
+  so.max_pending_bytes = o.max_pending_bytes;
   so.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
   return so;
 }

@@ -31,6 +31,8 @@ struct StoreOptions {
   // Gets a connection may have waiting, and replies queued for it before its requests are no
   // longer read.
   uint32_t max_pending = 0;
+  // Bytes of replies queued for a connection before its requests are no longer read.
+  uint64_t max_pending_bytes = 0;
   std::chrono::milliseconds handshake_timeout{0};
 };
 

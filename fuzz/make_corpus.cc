@@ -1,6 +1,8 @@
-// Writes the seed corpus of the fuzz targets: valid messages of every type for fuzz_frame, and
-// for fuzz_store sequences of operations (fuzz_store.cc describes the format) that walk through
-// the protocol: lifecycles, parked gets, events, eviction, errors and disconnects. The output is
+// Writes the seed corpus of the fuzz targets: valid messages of every type for fuzz_frame; for
+// fuzz_store sequences of operations (fuzz_store.cc describes the format) that walk through
+// the protocol: lifecycles, parked gets, events, eviction, errors and disconnects; and for
+// fuzz_client a fake daemon's side of a session (fuzz_client.cc describes the format), honest and
+// with each lie a client must catch. The output is
 // committed under fuzz/corpus/; run this again after a protocol change:
 //
 //   build/fuzz/fuzz_make_corpus fuzz/corpus
@@ -571,6 +573,104 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
             .bytes());
 }
 
+
+// fuzz_client: what a fake daemon sends, as records (fuzz_client.cc describes the format).
+class Records {
+ public:
+  // `message`, with memfds of `fd_sizes` riding on its first byte, once the client's next request
+  // is in.
+  Records& Send(const Bytes& message, std::vector<uint32_t> fd_sizes = {}) {
+    bytes_.push_back(static_cast<uint8_t>(4 | fd_sizes.size()));
+    for (uint32_t size : fd_sizes) Append(&size, sizeof size);
+    auto length = static_cast<uint16_t>(message.size());
+    Append(&length, sizeof length);
+    bytes_.insert(bytes_.end(), message.begin(), message.end());
+    return *this;
+  }
+  const Bytes& bytes() const { return bytes_; }
+
+ private:
+  void Append(const void* p, size_t n) {
+    auto* b = static_cast<const uint8_t*>(p);
+    bytes_.insert(bytes_.end(), b, b + n);
+  }
+  Bytes bytes_;
+};
+
+Bytes ClientHelloReply() {
+  fb::FlatBufferBuilder fbb;
+  wire::HelloReplyBuilder b(fbb);
+  b.add_version(proto::kProtocolVersion);
+  b.add_max_message_size(proto::kMaxMessageSize);
+  b.add_max_inline_size(proto::kMaxInlineSize);
+  fbb.Finish(b.Finish());
+  return Encode(proto::ReplyType(MsgType::kHello), fbb, 1);
+}
+
+// A create reply for the client's frames of 4096 and 100 bytes (or of `first_size`), in host
+// segment 1 of `segment_size` bytes, whose fd rides along.
+Bytes ClientCreateReply(uint64_t first_size = 4096, uint64_t segment_size = 1 << 20) {
+  fb::FlatBufferBuilder fbb;
+  wire::Guid g = G(1);
+  std::vector<wire::FrameLocation> frames = {{0, first_size, 1, 0}, {8192, 100, 1, 0}};
+  std::vector<fb::Offset<wire::SegmentInfo>> segments = {
+      wire::CreateSegmentInfo(fbb, 1, segment_size, false, 0)};
+  fbb.Finish(wire::CreateCreateReplyDirect(fbb, &g, &frames, &segments));
+  return Encode(proto::ReplyType(MsgType::kCreate), fbb, 2);
+}
+
+Bytes ClientPutReply() {
+  fb::FlatBufferBuilder fbb;
+  wire::Guid g = G(2);
+  fbb.Finish(wire::CreateCreateReplyDirect(fbb, &g));
+  return Encode(proto::ReplyType(MsgType::kCreate), fbb, 4);
+}
+
+// A get reply for the client's GUIDs 1 and 2 (or `first` and 2): the first in segment 1, which
+// the client has already, the second not sealed in time.
+Bytes ClientGetReply(uint64_t first = 1) {
+  fb::FlatBufferBuilder fbb;
+  std::vector<wire::FrameLocation> frames = {{0, 4096, 1, 0}};
+  Bytes metadata = {1, 2, 3};
+  wire::Guid a = G(first), b = G(2);
+  std::vector<fb::Offset<wire::GetResult>> results = {
+      wire::CreateGetResultDirect(fbb, &a, wire::Code::Ok, nullptr, 9, &frames, &metadata),
+      wire::CreateGetResultDirect(fbb, &b, wire::Code::Timeout, "not sealed in time")};
+  fbb.Finish(wire::CreateGetReplyDirect(fbb, &results));
+  return Encode(proto::ReplyType(MsgType::kGet), fbb, 5);
+}
+
+void WriteClientCorpus(const std::filesystem::path& dir) {
+  fb::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  Bytes seal = Encode(proto::ReplyType(MsgType::kSeal), fbb, 3);
+  auto session = [&](const Bytes& create, std::vector<uint32_t> fds, const Bytes& get) {
+    return Records()
+        .Send(ClientHelloReply())
+        .Send(create, std::move(fds))
+        .Send(seal)
+        .Send(ClientPutReply())
+        .Send(get)
+        .bytes();
+  };
+  Write(dir, "session", session(ClientCreateReply(), {1 << 20}, ClientGetReply()));
+  // Each lie the client must refuse with ProtocolError.
+  Write(dir, "frame-larger-than-asked",
+        session(ClientCreateReply(64 << 10), {1 << 20}, ClientGetReply()));
+  Write(dir, "memfd-shorter-than-claimed", session(ClientCreateReply(), {4096}, ClientGetReply()));
+  Write(dir, "fd-missing", session(ClientCreateReply(), {}, ClientGetReply()));
+  Write(dir, "get-of-another-guid", session(ClientCreateReply(), {1 << 20}, ClientGetReply(7)));
+  Write(dir, "stray-fd", Records()
+                             .Send(ClientHelloReply(), {0})
+                             .Send(ClientCreateReply(), {1 << 20})
+                             .bytes());
+  Write(dir, "errors", Records()
+                           .Send(ClientHelloReply())
+                           .Send(proto::EncodeError(2, wire::Code::StoreFull, "full"))
+                           .Send(proto::EncodeError(3, wire::Code::QuotaExceeded, "quota"))
+                           .Send(proto::EncodeError(4, wire::Code::Timeout, "late"))
+                           .bytes());
+}
 }  // namespace
 }  // namespace depot::fuzz
 
@@ -582,5 +682,6 @@ int main(int argc, char** argv) {
   std::filesystem::path root(argv[1]);
   depot::fuzz::WriteFrameCorpus(root / "fuzz_frame");
   depot::fuzz::WriteStoreCorpus(root / "fuzz_store");
+  depot::fuzz::WriteClientCorpus(root / "fuzz_client");
   return 0;
 }

@@ -4,7 +4,9 @@
 // The caller does the reading: Space() is where the next read goes, Filled() says how many bytes
 // it put there, and Next() hands out each message once it is whole. Each header is checked
 // (CheckHeader, with this reader's body limit) as soon as it is whole, so that a peer cannot make
-// the buffer grow past the limit; the buffer grows to hold any message within it. Only whole
+// the buffer grow past the limit. The buffer grows as bytes arrive (at most doubling, never to a
+// length a header merely announces), so a peer that announces a large body and sends little
+// costs little; once a large message has been handled the buffer shrinks back. Only whole
 // messages are moved and every message is a multiple of 8 bytes long, so each header and body
 // keeps its place relative to 8-byte boundaries: bodies are read in place, and FlatBuffers
 // needs that alignment.
@@ -40,22 +42,31 @@ class FrameReader {
   // Accepts bodies of up to `max_body` bytes.
   explicit FrameReader(uint32_t max_body = kMaxMessageSize);
 
+  // Accepts bodies of up to `max_body` bytes from the next header on (a daemon raises the limit
+  // once a connection has said hello).
+  void set_max_body(uint32_t max_body) { max_body_ = max_body; }
+
   // Takes the next message from the bytes read so far. On kBadHeader, `frame.header` holds the
   // header (its request id is the one to answer) and `error` says what is wrong with it.
   Cut Next(Frame& frame, std::string& error);
 
   // Where the next read should put its bytes: at least half a read chunk, made by moving the
-  // unread bytes to the front of the buffer or growing it.
+  // unread bytes to the front of the buffer or growing it, or by shrinking a buffer that a large
+  // message left behind.
   std::span<uint8_t> Space();
 
   // The last read put `n` bytes at the start of Space().
   void Filled(size_t n) { end_ += n; }
+
+  // Bytes the buffer holds now, read or not (for tests).
+  size_t capacity() const { return buffer_.size(); }
 
  private:
   uint32_t max_body_;
   std::vector<uint8_t> buffer_;  // bytes read, unread from begin_ to end_
   size_t begin_ = 0;
   size_t end_ = 0;
+  size_t want_ = 0;  // length of the partial message at begin_, once its header is whole
 };
 
 }  // namespace depot::proto

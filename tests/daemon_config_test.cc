@@ -103,13 +103,24 @@ TEST_CASE("configured limits on frames, metadata and message size are enforced",
   opts.metadata = meta;
   CHECK(c.Create({1}, opts).status().IsInvalidArgument());
 
-  // A header announcing more than max_message_size closes that connection with the limit named.
+  // After hello, a header announcing more than max_message_size closes that connection with the
+  // limit named.
   UniqueFd fd = ConnectUnix(d.socket());
   REQUIRE(fd.valid());
-  proto::Header h{proto::kMagic, proto::kProtocolVersion,
-                  static_cast<uint16_t>(proto::MsgType::kHello), 1, 2u << 20, 0};
-  REQUIRE(::send(fd.get(), &h, sizeof h, MSG_NOSIGNAL) == sizeof h);
+  flatbuffers::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateHelloRequest(fbb, proto::kProtocolVersion));
+  auto hello = proto::Encode(static_cast<uint16_t>(proto::MsgType::kHello), 1, fbb);
+  REQUIRE(::send(fd.get(), hello.data(), hello.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(hello.size()));
   proto::Header reply{};
+  REQUIRE(::recv(fd.get(), &reply, sizeof reply, MSG_WAITALL) == sizeof reply);
+  std::vector<uint8_t> hello_body(reply.length);
+  REQUIRE(::recv(fd.get(), hello_body.data(), hello_body.size(), MSG_WAITALL) ==
+          static_cast<ssize_t>(hello_body.size()));
+  REQUIRE(reply.type == proto::ReplyType(proto::MsgType::kHello));
+  proto::Header h{proto::kMagic, proto::kProtocolVersion,
+                  static_cast<uint16_t>(proto::MsgType::kPing), 2, 2u << 20, 0};
+  REQUIRE(::send(fd.get(), &h, sizeof h, MSG_NOSIGNAL) == sizeof h);
   REQUIRE(::recv(fd.get(), &reply, sizeof reply, MSG_WAITALL) == sizeof reply);
   std::vector<uint8_t> body(reply.length);
   REQUIRE(::recv(fd.get(), body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));

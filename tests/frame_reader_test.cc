@@ -104,5 +104,36 @@ TEST_CASE("FrameReader waits for a whole header", "[wire]") {
   CHECK(reader.Next(frame, error) == Cut::kPartial);
 }
 
+TEST_CASE("FrameReader grows as bytes arrive, not to the length a header announces", "[wire]") {
+  FrameReader reader;
+  auto m = Message(5, 48u << 20);  // a 48 MiB body, of which only the first bytes come
+  auto space = reader.Space();
+  std::memcpy(space.data(), m.data(), 4096);
+  reader.Filled(4096);
+  FrameReader::Frame frame;
+  std::string error;
+  REQUIRE(reader.Next(frame, error) == Cut::kPartial);
+  reader.Space();
+  CHECK(reader.capacity() < (1u << 20));
+}
+
+TEST_CASE("FrameReader shrinks back once a large message is handled", "[wire]") {
+  FrameReader reader;
+  auto big = Message(4, 8u << 20);
+  auto small = Message(6, 64);
+  std::vector<uint8_t> stream = big;
+  stream.insert(stream.end(), small.begin(), small.end());
+  CHECK(Feed(reader, stream, 1 << 20) == std::vector<uint64_t>{4, 6});
+  CHECK(reader.capacity() >= (8u << 20));  // it held the large message whole
+  reader.Space();
+  CHECK(reader.capacity() <= (256u << 10));
+}
+
+TEST_CASE("FrameReader takes a new body limit from the next header on", "[wire]") {
+  FrameReader reader(64);
+  reader.set_max_body(1024);
+  CHECK(Feed(reader, Message(9, 1024), 1 << 20) == std::vector<uint64_t>{9});
+}
+
 }  // namespace
 }  // namespace depot::proto

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <limits>
 #include <map>
 #include <optional>
 #include <vector>
@@ -152,6 +153,11 @@ TEST_CASE_METHOD(TableFixture, "Acquire needs a sealed object and counts per ses
   CHECK(table_.HeldBy(21, a) == 1);
   CHECK(table_.Find(G(1))->refcount == 2);
 }
+
+// Acquiring 2^32 times takes too long for a test: the count's type is what keeps it from wrapping
+// (a wrapped count would let one release free an object the session still holds).
+static_assert(std::numeric_limits<ObjectTable::HoldCount>::max() >= (uint64_t{1} << 63),
+              "a session's hold count must not wrap at 2^32 acquires");
 
 TEST_CASE_METHOD(TableFixture, "Release drops one acquire at a time", "[object_table]") {
   ObjectId a = CreateSealed(G(1), 10);

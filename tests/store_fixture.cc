@@ -63,6 +63,7 @@ StoreOptions MakeOptions(const StoreSetup& setup) {
   o.version = "store_test";
   o.max_frames = setup.max_frames;
   o.max_metadata = setup.max_metadata;
+  o.max_message_size = setup.max_message_size;
   o.access.users = setup.allow_users;
   o.access.groups = setup.allow_groups;
   o.access.daemon_uid = kDaemonUid;

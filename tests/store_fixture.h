@@ -72,6 +72,7 @@ struct StoreSetup {
   uint32_t max_pending = 1024;
   uint32_t max_frames = 8;
   uint32_t max_metadata = 1024;
+  uint32_t max_message_size = proto::kMaxMessageSize;
   std::vector<uid_t> allow_users{};
   std::vector<gid_t> allow_groups{};
 };

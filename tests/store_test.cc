@@ -186,6 +186,34 @@ TEST_CASE("store: create, seal, get, release, delete", "[store]") {
   CHECK(h.StatusOf(c).used == 0);
 }
 
+TEST_CASE("store: one reply is bounded whatever the request", "[store]") {
+  StoreHarness h({.max_metadata = 16 * kKiB, .max_message_size = 1 * kMiB});
+  Client& c = h.Hello();
+  std::vector<uint8_t> metadata(16 * kKiB, 7);
+  Guid g = CreatedGuid(h.Create(c, {.metadata = metadata, .inline_data = std::vector<uint8_t>(1024),
+                                    .seal = true}));
+
+  // One GUID named 2,048 times: every result answered, its frames and metadata stored once.
+  Message repeated = h.Get(c, std::vector<Guid>(proto::kMaxGuidsPerRequest, g));
+  REQUIRE(repeated.code() == "OK");
+  CHECK(ResultCodes(repeated) == Codes(proto::kMaxGuidsPerRequest, "OK"));
+  CHECK(repeated.As<wire::GetReply>()->results()->Get(2047)->metadata()->size() == 16 * kKiB);
+  CHECK(repeated.body.size() < 256 * kKiB);  // not 2,048 copies of 16 KiB
+
+  // Distinct objects whose metadata alone passes max_message_size: refused, nothing held.
+  std::vector<Guid> many;
+  for (int i = 0; i < 80; ++i) {
+    many.push_back(CreatedGuid(h.Create(c, {.sizes = {8},
+                                            .metadata = metadata,
+                                            .inline_data = std::vector<uint8_t>(8),
+                                            .seal = true})));
+  }
+  Message refused = h.Get(c, many);
+  CHECK(refused.code() == "InvalidArgument");
+  CHECK_THAT(refused.message(), Contains("max_message_size") && Contains("1048576"));
+  CHECK(h.Stat(c, many[0]).As<wire::StatReply>()->info()->refcount() == 0);
+}
+
 TEST_CASE("store: create and seal in one request", "[store]") {
   StoreHarness h;
   Client& c = h.Hello();

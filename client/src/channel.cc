@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,6 +19,29 @@ namespace {
 constexpr auto kSpin = std::chrono::microseconds(50);
 
 Status FromError(const wire::ErrorReply& e) { return proto::ToStatus(e.code(), e.message()); }
+
+// `fd` really holds the segment `info` describes: a daemon that claimed more than the file holds
+// would make this process fault (SIGBUS) on the bytes past its end. A device chunk's fd is
+// checked when it is a file (a stand-in); a CUDA handle has no size to check.
+Status CheckSegmentFd(const wire::SegmentInfo& info, int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Status::ProtocolError(
+        fmt::format("depotd sent an fd for segment {} that cannot be inspected: {}", info.id(),
+                    std::strerror(errno)));
+  }
+  bool file = S_ISREG(st.st_mode);
+  if (info.pool() == 0 && !file) {
+    return Status::ProtocolError(
+        fmt::format("depotd sent an fd for host segment {} that is not a memory file", info.id()));
+  }
+  if (file && static_cast<uint64_t>(st.st_size) < info.size()) {
+    return Status::ProtocolError(fmt::format(
+        "depotd claimed {} bytes for segment {}, but its fd holds {}", info.size(), info.id(),
+        st.st_size));
+  }
+  return Status::OK();
+}
 
 }  // namespace
 
@@ -66,9 +90,9 @@ Result<Message> Channel::Call(proto::MsgType type, flatbuffers::FlatBufferBuilde
     return FromError(*proto::Body<wire::ErrorReply>(slot.message.body));
   }
   if (slot.message.type() != proto::ReplyType(type)) {
-    return Status::ProtocolError(fmt::format("depotd answered a {} with a {}",
-                                             proto::TypeName(static_cast<uint16_t>(type)),
-                                             proto::TypeName(slot.message.type())));
+    return Break(Status::ProtocolError(fmt::format("depotd answered a {} with a {}",
+                                                   proto::TypeName(static_cast<uint16_t>(type)),
+                                                   proto::TypeName(slot.message.type()))));
   }
   return std::move(slot.message);
 }
@@ -120,6 +144,12 @@ Result<Message> Channel::NextEvent(std::chrono::milliseconds timeout) {
   return m;
 }
 
+Status Channel::Break(const Status& why) {
+  std::lock_guard lk(mu_);
+  Fail(why);
+  return why;
+}
+
 void Channel::Fail(const Status& st) {
   if (broken_.ok()) broken_ = st;
   for (auto& [id, slot] : pending_) {
@@ -142,7 +172,8 @@ Status Channel::ReadSome(std::optional<std::chrono::steady_clock::time_point> de
       if (cut == proto::FrameReader::Cut::kBadHeader) {
         return Status::ProtocolError(fmt::format("from depotd at {}: {}", path_, err));
       }
-      if (Status st = Dispatch(frame.header, frame.body); !st.ok()) return st;
+      taken_ += sizeof(proto::Header) + frame.header.length;
+      if (Status st = Dispatch(frame.header, frame.body, taken_); !st.ok()) return st;
       dispatched = true;
     }
     if (dispatched) return Status::OK();
@@ -172,7 +203,7 @@ Status Channel::ReadSome(std::optional<std::chrono::steady_clock::time_point> de
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       n = proto::RecvWithFds(fd_.get(), space, fds, 0);
     }
-    for (auto& fd : fds) fds_.push_back(std::move(fd));
+    for (auto& fd : fds) fds_.emplace_back(received_ + std::max<ssize_t>(n, 1) - 1, std::move(fd));
     if (n == 0) {
       return Status::Disconnected(fmt::format("depotd at {} closed the connection", path_));
     }
@@ -181,13 +212,34 @@ Status Channel::ReadSome(std::optional<std::chrono::steady_clock::time_point> de
           fmt::format("lost the connection to depotd at {}: {}", path_, std::strerror(errno)));
     }
     reader_.Filled(static_cast<size_t>(n));
+    received_ += static_cast<uint64_t>(n);
   }
 }
 
-Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body) {
+Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body, uint64_t end) {
+  // The fds that came with this message's bytes: only its own segments may take them. Taken out
+  // first, so that whatever this message turns out to be they are closed rather than left for a
+  // later reply.
+  std::vector<UniqueFd> fds;
+  while (!fds_.empty() && fds_.front().first < end) {
+    fds.push_back(std::move(fds_.front().second));
+    fds_.pop_front();
+  }
   if (!proto::VerifyBody(h.type, body)) {
     return Status::ProtocolError(
         fmt::format("depotd sent a malformed {}", proto::TypeName(h.type)));
+  }
+  const flatbuffers::Vector<flatbuffers::Offset<wire::SegmentInfo>>* infos = nullptr;
+  if (h.type == proto::ReplyType(proto::MsgType::kCreate)) {
+    infos = proto::Body<wire::CreateReply>(body)->segments();
+  } else if (h.type == proto::ReplyType(proto::MsgType::kGet)) {
+    infos = proto::Body<wire::GetReply>(body)->segments();
+  }
+  size_t named = infos == nullptr ? 0 : infos->size();
+  if (fds.size() != named) {
+    return Status::ProtocolError(
+        fmt::format("depotd sent {} fds with a {} that names {} segments", fds.size(),
+                    proto::TypeName(h.type), named));
   }
   if (h.type == static_cast<uint16_t>(proto::MsgType::kError) && h.request_id == 0) {
     // An error about the connection itself (too many clients, for one): it ends the connection.
@@ -207,22 +259,17 @@ Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body) 
   }
   Message msg;
   msg.header = h;
-  const flatbuffers::Vector<flatbuffers::Offset<wire::SegmentInfo>>* infos = nullptr;
-  if (h.type == proto::ReplyType(proto::MsgType::kCreate)) {
-    infos = proto::Body<wire::CreateReply>(body)->segments();
-  } else if (h.type == proto::ReplyType(proto::MsgType::kGet)) {
-    infos = proto::Body<wire::GetReply>(body)->segments();
+  for (size_t i = 0; i < named; ++i) {
+    const wire::SegmentInfo* info = infos->Get(i);
+    if (Status st = CheckSegmentFd(*info, fds[i].get()); !st.ok()) return st;
   }
-  if (infos != nullptr) {
-    for (const wire::SegmentInfo* info : *infos) {
-      if (fds_.empty()) return Status::ProtocolError("depotd named a segment but sent no fd");
-      SegmentFd segment{info->pool(), info->id(), info->size(), std::move(fds_.front())};
-      fds_.pop_front();
-      if (info->dedicated()) {
-        msg.dedicated.push_back(std::move(segment));
-      } else {
-        segments_.AddShared(std::move(segment));
-      }
+  for (size_t i = 0; i < named; ++i) {
+    const wire::SegmentInfo* info = infos->Get(i);
+    SegmentFd segment{info->pool(), info->id(), info->size(), std::move(fds[i])};
+    if (info->dedicated()) {
+      msg.dedicated.push_back(std::move(segment));
+    } else {
+      segments_.AddShared(std::move(segment));
     }
   }
   msg.body.assign(body.begin(), body.end());

@@ -5,6 +5,12 @@
 // an fd), and a dedicated segment's rides with its reply. Retire notices go to the SegmentMap
 // too.
 //
+// It trusts nothing the daemon sends (a process of another user may answer at the socket): each
+// fd belongs to the message whose bytes brought it and must be one of the segments that message
+// names, each checked with fstat against the size claimed for it; fds no message claims are
+// closed, never paired with a later reply. A reply that breaks the protocol is ProtocolError and
+// the connection is broken for good.
+//
 // Threads share it. Replies are read by whichever waiting thread holds the reader role (leader
 // and followers): a single-threaded caller reads its own reply with no thread hand-off, and a
 // thread parked in a long get hands the role on so others' replies still flow.
@@ -60,6 +66,10 @@ class Channel {
 
   const std::string& path() const { return path_; }
 
+  // A reply broke the protocol in a way only its reader could see (a get answered for other
+  // GUIDs, say): the connection is unusable from now on. Returns `why`.
+  Status Break(const Status& why);
+
  private:
   struct Slot {
     bool done = false;
@@ -71,7 +81,8 @@ class Channel {
   // Reads until at least one message has been dispatched. Called by the reader only. With a
   // deadline, Timeout when nothing arrives before it.
   Status ReadSome(std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
-  Status Dispatch(const proto::Header& h, std::span<const uint8_t> body);
+  // Hands on a whole message, whose last byte is at stream offset `end` - 1.
+  Status Dispatch(const proto::Header& h, std::span<const uint8_t> body, uint64_t end);
   void Fail(const Status& st);  // with mu_ held
 
   UniqueFd fd_;
@@ -90,7 +101,11 @@ class Channel {
 
   // Reader state: touched only by the thread holding the reader role.
   proto::FrameReader reader_;
-  std::deque<UniqueFd> fds_;
+  uint64_t received_ = 0;  // stream bytes read
+  uint64_t taken_ = 0;     // stream offset of the next message
+  // Fds received, each with the stream offset of the last byte of the read that brought it: the
+  // kernel ends a read with the bytes that carried fds, so that byte is in the fds' message.
+  std::deque<std::pair<uint64_t, UniqueFd>> fds_;
 };
 
 }  // namespace depot::internal

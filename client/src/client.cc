@@ -177,7 +177,8 @@ Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOption
   fbb.Finish(BuildCreate(fbb, sizes, pools, options, {}));
   auto reply = conn_->Call(MsgType::kCreate, fbb);
   if (!reply.ok()) return reply.status();
-  auto draft = conn_->MakeDraft(*proto::Body<wire::CreateReply>(reply->body), *reply);
+  auto draft =
+      conn_->MakeDraft(*proto::Body<wire::CreateReply>(reply->body), *reply, sizes, pools);
   if (draft.ok()) draft->checksum_ = options.checksum;
   return draft;
 }
@@ -208,11 +209,14 @@ std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
     for (size_t i : wanted) out[i] = reply.status();
     return out;
   }
-  const auto* results = proto::Body<wire::GetReply>(reply->body)->results();
-  if (results == nullptr || results->size() != wanted.size()) {
-    for (size_t i : wanted) out[i] = Status::ProtocolError("depotd answered a get with the wrong count");
+  std::vector<Guid> asked;
+  for (size_t i : wanted) asked.push_back(guids[i]);
+  const auto* get_reply = proto::Body<wire::GetReply>(reply->body);
+  if (Status matches = conn_->CheckGetReply(asked, *get_reply); !matches.ok()) {
+    for (size_t i : wanted) out[i] = matches;
     return out;
   }
+  const auto* results = get_reply->results();
   for (size_t k = 0; k < wanted.size(); ++k) {
     const wire::GetResult* r = results->Get(k);
     if (r->code() != wire::Code::Ok) {
@@ -221,6 +225,7 @@ std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
       out[wanted[k]] = conn_->Adopt(guids[wanted[k]], *r, *reply);
     }
   }
+  conn_->DropIdle(*reply);
   return out;
 }
 

@@ -75,6 +75,23 @@ std::optional<Object> Connection::Cached(const Guid& guid) {
   return Object(std::move(h));
 }
 
+Status Connection::CheckGetReply(std::span<const Guid> asked, const wire::GetReply& reply) {
+  const auto* results = reply.results();
+  if (results == nullptr || results->size() != asked.size()) {
+    return channel_.Break(Status::ProtocolError(
+        fmt::format("depotd answered a get of {} objects with {} results", asked.size(),
+                    results == nullptr ? 0 : results->size())));
+  }
+  for (size_t i = 0; i < asked.size(); ++i) {
+    const wire::Guid* g = results->Get(i)->guid();
+    if (g == nullptr || proto::FromWire(*g) != asked[i]) {
+      return channel_.Break(Status::ProtocolError(fmt::format(
+          "depotd answered a get of {} with a result for another object", asked[i].ToString())));
+    }
+  }
+  return Status::OK();
+}
+
 Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Message& reply) {
   auto h = std::make_shared<Holding>();
   h->conn = shared_from_this();
@@ -104,9 +121,23 @@ void Connection::Forget(Holding& h) {
   if (h.handle != 0) releases_.Queue(h.handle);
 }
 
-Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg) {
+Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg,
+                                     std::span<const uint64_t> sizes,
+                                     std::span<const uint32_t> pools) {
   if (reply.guid() == nullptr) {
-    return Status::ProtocolError("depotd sent a create reply without a GUID");
+    return channel_.Break(Status::ProtocolError("depotd sent a create reply without a GUID"));
+  }
+  const auto* got = reply.frames();
+  bool same = got != nullptr && got->size() == sizes.size();
+  for (size_t i = 0; same && i < sizes.size(); ++i) {
+    same = got->Get(i)->size() == sizes[i] && got->Get(i)->pool() == (pools.empty() ? 0 : pools[i]);
+  }
+  if (!same) {
+    // The caller writes every byte of the frames it asked for: frames of other sizes, or in
+    // other memory, would have it write outside them.
+    return channel_.Break(Status::ProtocolError(fmt::format(
+        "depotd answered a create of {} frames with frames of other sizes or places",
+        sizes.size())));
   }
   std::vector<uint64_t> uses;
   std::vector<std::span<std::byte>> unpopulated;
@@ -115,6 +146,7 @@ Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg
   // granule, outside the segment lock (a fault per page costs more).
   for (auto r : unpopulated) ::madvise(r.data(), r.size(), MADV_POPULATE_WRITE);
   Guid guid = proto::FromWire(*reply.guid());
+  segments_.DropIdle(msg.dedicated);
   if (!frames.ok()) {
     flatbuffers::FlatBufferBuilder fbb(64);
     wire::Guid g = proto::ToWire(guid);

@@ -43,6 +43,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Gives back segment uses that MapFrames recorded.
   void DropUses(const std::vector<uint64_t>& uses) { segments_.DropUses(uses); }
+  // Every result of `reply` is handled: closes its dedicated segments that nothing uses.
+  void DropIdle(const Message& reply) { segments_.DropIdle(reply.dedicated); }
 
   // The daemon's device pools (from hello); Unavailable with the daemon's reason when none.
   Result<std::vector<DevicePoolInfo>> DevicePools() const { return pools_.Devices(); }
@@ -58,13 +60,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // An Object this process already holds, if any.
   std::optional<Object> Cached(const Guid& guid);
+  // ProtocolError, and the connection broken, unless `reply` answers a get of `asked`: one
+  // result per GUID, in order, each naming its GUID.
+  Status CheckGetReply(std::span<const Guid> asked, const wire::GetReply& reply);
   // Builds an Object for `guid` from its get result and remembers it.
   Result<Object> Adopt(const Guid& guid, const wire::GetResult& result, Message& reply);
   // A Holding's last Object is gone: forget it and release its reference on the daemon.
   void Forget(Holding& h);
 
-  // Builds a Draft from a create reply (and aborts the object when its frames cannot be mapped).
-  Result<Draft> MakeDraft(const wire::CreateReply& reply, Message& msg);
+  // Builds a Draft from a create reply for frames of `sizes` in `pools` (empty: all on the host),
+  // and aborts the object when its frames cannot be mapped. A reply whose frames are not those
+  // asked for is ProtocolError, and the connection is broken.
+  Result<Draft> MakeDraft(const wire::CreateReply& reply, Message& msg,
+                          std::span<const uint64_t> sizes, std::span<const uint32_t> pools);
 
   // The next event pushed by the daemon (see Channel::NextEvent).
   Result<Message> NextEvent(std::chrono::milliseconds timeout) {

@@ -124,6 +124,16 @@ void SegmentMap::DropUses(const std::vector<uint64_t>& uses) {
   }
 }
 
+void SegmentMap::DropIdle(const std::vector<SegmentFd>& dedicated) {
+  std::lock_guard lk(mu_);
+  for (const SegmentFd& d : dedicated) {
+    auto it = segments_.find(SegmentKey(d.pool, d.id));
+    if (it == segments_.end() || !it->second.dedicated || it->second.uses > 0) continue;
+    Unmap(it->second);
+    segments_.erase(it);
+  }
+}
+
 Status SegmentMap::PinHostMemory() {
   if (Status loaded = cuda_.Load(); !loaded.ok()) return loaded;
   std::lock_guard lk(mu_);

@@ -62,6 +62,10 @@ class SegmentMap {
       std::vector<SegmentFd>& dedicated, std::vector<uint64_t>& uses,
       std::vector<std::span<std::byte>>* unpopulated = nullptr);
   void DropUses(const std::vector<uint64_t>& uses);
+  // A reply's results are all handled: its dedicated segments that no frame uses (a mapping
+  // failed, or no result named them) are unmapped and their fds closed, rather than kept
+  // forever.
+  void DropIdle(const std::vector<SegmentFd>& dedicated);
 
   // Registers every host mapping, present and to come, with CUDA (see Client::PinHostMemory).
   Status PinHostMemory();
