@@ -123,7 +123,9 @@ TEST_CASE("gets naming one GUID many times do not build huge replies nor swell t
   Daemon d = StartOpen({"--allow-users", std::to_string(kMallory)});
   Client owner = d.Connect();
   std::vector<std::byte> metadata(proto::kMaxMetadataSize, std::byte{7});
-  auto guid = owner.Put(Pattern(4096, 3), CreateOptions{.metadata = metadata});
+  CreateOptions with_metadata;
+  with_metadata.metadata = metadata;
+  auto guid = owner.Put(Pattern(4096, 3), with_metadata);
   REQUIRE(guid.ok());
   uint64_t before = ResidentOf(d.pid());
   Channel sent, done;
@@ -164,7 +166,9 @@ TEST_CASE("unread replies are bounded in bytes (max_pending_bytes), not only in 
   std::vector<std::byte> metadata(proto::kMaxMetadataSize, std::byte{9});
   std::vector<wire::Guid> ids;
   for (int i = 0; i < 64; ++i) {  // a get of all of them is a reply of over 1 MiB
-    auto guid = owner.Put(Pattern(64, i), CreateOptions{.metadata = metadata});
+    CreateOptions with_metadata;
+    with_metadata.metadata = metadata;
+    auto guid = owner.Put(Pattern(64, i), with_metadata);
     REQUIRE(guid.ok());
     ids.push_back(proto::ToWire(*guid));
   }
@@ -275,7 +279,9 @@ enum class Lie { kFrameSize, kShortMemfd, kStrayFd, kOtherGuid };
 int RunAgainstFake(Lie lie, int& outside_written) {
   FakeDaemon fake;
   pid_t client = Spawn([&] {
-    auto c = Client::Connect({.socket_path = fake.path()});
+    ConnectOptions to_fake;
+    to_fake.socket_path = fake.path();
+    auto c = Client::Connect(to_fake);
     if (!c.ok()) return static_cast<int>(c.status().code());
     if (lie == Lie::kOtherGuid) {
       auto obj = c->Get(Guid{3, 4}, std::chrono::milliseconds(0));
