@@ -81,7 +81,11 @@ Offsets<wire::GetResult> GetResults(fb::FlatBufferBuilder& fbb, const GetWait& w
     fb::Offset<fb::Vector<const wire::FrameLocation*>> frames;
     fb::Offset<fb::Vector<uint8_t>> metadata;
   };
+  // A get that names an object several times carries its frames and metadata once; a get of one
+  // object (the common case) needs no map for that.
   std::unordered_map<ObjectId, Built> built;
+  Built only;
+  results.reserve(w.guids.size());
   for (size_t i = 0; i < w.guids.size(); ++i) {
     wire::Guid g = proto::ToWire(w.guids[i]);
     const StoredObject* o = w.acquired[i];
@@ -96,15 +100,21 @@ Offsets<wire::GetResult> GetResults(fb::FlatBufferBuilder& fbb, const GetWait& w
       results.push_back(wire::CreateGetResult(fbb, &g, proto::ToWire(err.code()), msg));
       continue;
     }
-    auto [b, first] = built.try_emplace(o->id);
+    bool first = true;
+    Built* b = &only;
+    if (w.guids.size() > 1) {
+      auto [it, inserted] = built.try_emplace(o->id);
+      b = &it->second;
+      first = inserted;
+    }
     if (first) {
-      b->second.frames = Frames(fbb, o->frames());
-      b->second.metadata = fbb.CreateVector(o->metadata().data(), o->metadata().size());
+      b->frames = Frames(fbb, o->frames());
+      b->metadata = fbb.CreateVector(o->metadata().data(), o->metadata().size());
     }
     std::optional<uint64_t> checksum;
     if (o->has_checksum) checksum = o->checksum;
-    results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, b->second.frames,
-                                            b->second.metadata, checksum, o->creator_uid,
+    results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, b->frames,
+                                            b->metadata, checksum, o->creator_uid,
                                             o->creator_pid));
   }
   return fbb.CreateVector(results);
