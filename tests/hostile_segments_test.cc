@@ -36,21 +36,6 @@ Daemon StartShared(std::vector<std::string> extra = {"--segment-size", "8MiB"}) 
   return StartOpen(std::move(args));
 }
 
-// `uid` puts Pattern(size, seed) from a process of its own; returns the object's GUID, found in
-// the daemon's listing by its creator and size.
-Guid PutAs(const Daemon& d, uid_t uid, size_t size, uint32_t seed) {
-  int rc = RunAs(uid, uid, {}, [&] { return d.Connect().Put(Pattern(size, seed)).ok() ? 0 : 1; });
-  REQUIRE(rc == 0);
-  Guid out;
-  auto page = d.Connect().List();
-  REQUIRE(page.ok());
-  for (const ObjectInfo& o : page->objects) {
-    if (o.creator_uid == uid && o.size == size) out = o.guid;
-  }
-  REQUIRE_FALSE(out.is_nil());
-  return out;
-}
-
 // The object's bytes are still what Pattern(size, seed) wrote, as `uid` reads them.
 bool IntactFor(const Daemon& d, uid_t uid, const Guid& guid, size_t size, uint32_t seed) {
   return RunAs(uid, uid, {}, [&] {

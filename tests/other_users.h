@@ -47,6 +47,21 @@ inline int RunAs(uid_t uid, gid_t gid, std::vector<gid_t> groups, const std::fun
   });
 }
 
+// `uid` puts Pattern(size, seed) from a process of its own; returns the object's GUID, found in
+// the daemon's listing by its creator and size.
+inline Guid PutAs(const Daemon& d, uid_t uid, size_t size, uint32_t seed) {
+  int rc = RunAs(uid, uid, {}, [&] { return d.Connect().Put(Pattern(size, seed)).ok() ? 0 : 1; });
+  REQUIRE(rc == 0);
+  Guid out;
+  auto page = d.Connect().List();
+  REQUIRE(page.ok());
+  for (const ObjectInfo& o : page->objects) {
+    if (o.creator_uid == uid && o.size == size) out = o.guid;
+  }
+  REQUIRE_FALSE(out.is_nil());
+  return out;
+}
+
 }  // namespace depot::test
 
 #endif  // DEPOT_TESTS_OTHER_USERS_H_
