@@ -167,7 +167,7 @@ TEST_CASE("a /tmp/depot-$UID another user made first serves nobody: the victim's
       auto c = Client::Connect();
       if (c.ok()) return 1;  // it would hand Mallory its data
       std::fprintf(stderr, "%s\n", c.status().ToString().c_str());
-      const std::string& m = c.status().message();
+      const std::string m = c.status().message();
       bool says_why = m.find(socket) != std::string::npos &&
                       m.find("uid 41003") != std::string::npos &&
                       m.find("DEPOT_DAEMON_UID=41003") != std::string::npos;
