@@ -4,10 +4,16 @@ Two levels, usable together:
 
 Explicit (the ``ray.put`` pattern): :func:`put` stores a value in the node's depot and returns a
 small picklable :class:`Ref`; any task on any worker of the node calls ``ref.get()`` and receives
-the value zero-copy (a read-only ``ndarray`` over the shared pages)::
+the value zero-copy (a read-only ``ndarray`` over the shared pages). With the worker plugin, a
+Ref passed as a task argument (at top level or inside lists, tuples and dicts) arrives in the
+task as the value itself::
 
     ref = depot.dask.put(weights)                       # one copy, into shared memory
-    futures = client.map(lambda r, i: score(r.get(), i), [ref] * n, range(n))
+    futures = client.map(score, [ref] * n, range(n))    # score(weights, i)
+
+The local process scheduler: ``dask.compute(x, scheduler=depot.dask.get)`` (or
+``scheduler="depot"``) runs Dask's multiprocessing scheduler with the buffers of task results
+passed through depot instead of pipes (see depot.local_scheduler).
 
 Transparent: with the worker plugin (``client.register_worker_plugin(depot.dask.DepotPlugin())``)
 or the one setting ``distributed.worker.preload: [depot.dask]``, data that a worker fetches from
@@ -23,12 +29,9 @@ Dask falls back to its ``"dask"`` and ``"pickle"`` families.
 """
 
 import os
-import pickle
-import socket
 import threading
-import weakref
 
-import depot
+import dask.base
 from dask.sizeof import sizeof
 from distributed.comm.core import Comm
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -36,8 +39,14 @@ from distributed.protocol.serialize import (deserialize, families,
                                             register_serialization_family, serialize)
 from distributed.utils import ensure_memoryview, nbytes
 
-__all__ = ["DepotPlugin", "Ref", "client", "configure", "disable_transfers", "enable_transfers",
-           "put", "transfer_stats", "FAMILY", "TRANSFER_NAME"]
+import depot
+from depot import connection
+from depot.local_scheduler import ProcessScheduler, get
+from depot.refs import Ref, put, resolve
+
+__all__ = ["DepotPlugin", "ProcessScheduler", "Ref", "client", "configure", "disable_transfers",
+           "enable_transfers", "get", "put", "resolve_refs_in_tasks", "transfer_stats", "FAMILY",
+           "TRANSFER_NAME"]
 
 #: The serialization family's name.
 FAMILY = "depot"
@@ -48,13 +57,8 @@ TRANSFER_NAME = "dask transfer"
 DEFAULT_THRESHOLD = 1 << 20
 
 _HANDSHAKE_KEY = "depot-node"
-_PICKLE_METADATA = b'{"depot.pickle": 5}'
 
 _lock = threading.Lock()
-_socket = None
-_client = None
-_client_pid = None
-_identity = None
 _threshold = DEFAULT_THRESHOLD
 _stats = {"sent": 0, "sent_bytes": 0, "received": 0, "received_bytes": 0}
 
@@ -62,103 +66,16 @@ _stats = {"sent": 0, "sent_bytes": 0, "received": 0, "received_bytes": 0}
 def configure(socket_path=None, threshold=None):
     """Sets the daemon socket (default: $DEPOT_SOCKET, else the default path) and the size
     from which frames travel through depot, for this process."""
-    global _socket, _client, _client_pid, _identity, _threshold
-    with _lock:
-        if socket_path is not None and socket_path != _socket:
-            _socket, _client, _client_pid, _identity = socket_path, None, None, None
-        if threshold is not None:
+    global _threshold
+    connection.configure(socket_path)
+    if threshold is not None:
+        with _lock:
             _threshold = threshold
 
 
 def client():
     """This process's depot.Client, connected on first use (and again in a forked child)."""
-    global _client, _client_pid
-    with _lock:
-        if _client is None or _client_pid != os.getpid():
-            _client = depot.Client(_socket)
-            _client_pid = os.getpid()
-        return _client
-
-
-# --- explicit: put and Ref ---------------------------------------------------------------------
-
-
-class Ref:
-    """A reference to a value in depot: small, picklable, resolved with :meth:`get`.
-
-    The ``Ref`` returned by :func:`put` owns the object and deletes it when it is garbage
-    collected (or at :meth:`delete`); copies made by pickling (the ones tasks receive) do not.
-    Keep the owner alive while tasks may still get the value: a task holding the value keeps its
-    bytes mapped after the delete, but a get after it raises ``depot.NotFound``.
-    """
-
-    __slots__ = ("guid", "_finalizer", "__weakref__")
-
-    def __init__(self, guid, *, _owner=False):
-        self.guid = guid
-        self._finalizer = (weakref.finalize(self, _delete_quietly, guid, os.getpid())
-                           if _owner else None)
-
-    def get(self, timeout=None):
-        """The value, zero-copy: an ndarray is a read-only view of the shared pages; another
-        value is unpickled with its out-of-band buffers left in shared memory."""
-        obj = client().get(self.guid, timeout)
-        if obj.metadata == _PICKLE_METADATA:
-            return pickle.loads(obj.frames[0], buffers=obj.frames[1:])
-        return depot.array_of(obj)
-
-    def delete(self):
-        """Deletes the object now (the owner's business; copies may call it too)."""
-        if self._finalizer is not None:
-            self._finalizer()
-        else:
-            _delete_quietly(self.guid, os.getpid())
-
-    def __reduce__(self):
-        return (Ref, (self.guid,))
-
-    def __eq__(self, other):
-        return isinstance(other, Ref) and other.guid == self.guid
-
-    def __hash__(self):
-        return hash(self.guid)
-
-    def __repr__(self):
-        return f"depot.dask.Ref({self.guid!r})"
-
-
-def put(value, *, name=None):
-    """Copies ``value`` into depot once and returns an owning :class:`Ref` to it.
-
-    A numpy array is stored as its bytes with dtype and shape; any other value is pickled
-    (protocol 5), its large buffers (numpy arrays inside, for instance) kept out of band as
-    frames of their own, so that they too come back zero-copy.
-    """
-    import numpy as np
-
-    c = client()
-    if isinstance(value, np.ndarray) and not value.dtype.hasobject:
-        return Ref(c.put_array(value, name=name), _owner=True)
-    buffers = []
-
-    def out_of_band(buffer):
-        try:
-            buffers.append(buffer.raw())
-            return False
-        except BufferError:  # not contiguous: pickled in band
-            return True
-
-    data = pickle.dumps(value, protocol=5, buffer_callback=out_of_band)
-    return Ref(c.put([data, *buffers], name=name, metadata=_PICKLE_METADATA), _owner=True)
-
-
-def _delete_quietly(guid, pid):
-    if os.getpid() != pid:
-        return  # a forked child's copy of the owner: the parent deletes
-    try:
-        client().delete(guid)
-    except depot.Error:
-        pass  # already deleted, or the daemon is gone: nothing left to free
+    return connection.client()
 
 
 # --- transparent: the serialization family -------------------------------------------------------
@@ -168,20 +85,9 @@ def node_identity():
     """Which daemon this process uses: host, boot, daemon pid and socket. Two processes with
     the same identity can pass objects by GUID. None when no daemon answers."""
     try:
-        return _daemon_identity()
+        return connection.daemon_identity()
     except depot.Error:
         return None
-
-
-def _daemon_identity():
-    """node_identity(), raising the depot.Error that explains why there is none."""
-    global _identity
-    if _identity is None:
-        status = client().status()
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot_id = f.read().strip()
-        _identity = f"{socket.gethostname()}/{boot_id}/{status['daemon_pid']}/{status['socket']}"
-    return _identity
 
 
 def _dumps(x, context=None):
@@ -253,6 +159,8 @@ def transfer_stats():
 
 
 register_serialization_family(FAMILY, _dumps, _loads)
+# dask.compute(..., scheduler="depot"): Dask looks names up in this table.
+dask.base.named_schedulers.setdefault("depot", get)
 
 
 def _announce_identity():
@@ -278,7 +186,7 @@ def _announce_identity():
 def enable_transfers(worker, threshold=None):
     """Makes the data this worker fetches from workers on its node travel through depot."""
     configure(threshold=threshold)
-    _daemon_identity()  # raises when no daemon answers
+    connection.daemon_identity()  # raises when no daemon answers
     if _announce_identity():
         worker.rpc.collect()  # idle comms were opened before the handshake carried the identity
     # The families this worker asks its peers to serialize with: depot first, then every other
@@ -323,20 +231,24 @@ class DepotPlugin(WorkerPlugin):
     exchanged by workers of one node through it (see the module's documentation).
 
     ``socket``: the daemon's socket (default: $DEPOT_SOCKET, else the default path);
-    ``threshold``: frames from this size go through depot. When the worker closes, the
-    transfers it sent that no receiver took are deleted.
+    ``threshold``: frames from this size go through depot; ``refs`` (the default): Refs in task
+    arguments arrive as their values (:func:`resolve_refs_in_tasks`). When the worker closes,
+    the transfers it sent that no receiver took are deleted.
     """
 
     name = "depot"
 
-    def __init__(self, socket=None, transfers=True, threshold=DEFAULT_THRESHOLD):
+    def __init__(self, socket=None, transfers=True, threshold=DEFAULT_THRESHOLD, refs=True):
         self.socket = socket
         self.transfers = transfers
         self.threshold = threshold
+        self.refs = refs
 
     def setup(self, worker):
         configure(self.socket, self.threshold)
         client()  # fail here, visibly, when no daemon answers
+        if self.refs:
+            resolve_refs_in_tasks(worker)
         if self.transfers:
             enable_transfers(worker, self.threshold)
 
@@ -346,6 +258,22 @@ class DepotPlugin(WorkerPlugin):
             _delete_transfers(lambda creator: creator == pid)
         except depot.Error:
             pass  # the daemon went first: it took the objects with it
+
+
+def resolve_refs_in_tasks(worker):
+    """Makes the Refs in the arguments of this worker's tasks (at top level or inside lists,
+    tuples and dicts) arrive in the tasks as their values. False when it already did."""
+    prepare = worker._prepare_args_for_execution
+    if getattr(prepare, "_depot", False):
+        return False
+
+    def prepare_and_resolve(ts, args, kwargs):
+        args, kwargs = prepare(ts, args, kwargs)
+        return resolve(args), resolve(kwargs)
+
+    prepare_and_resolve._depot = True
+    worker._prepare_args_for_execution = prepare_and_resolve
+    return True
 
 
 def dask_setup(worker):

@@ -77,7 +77,7 @@ def transfer_objects(c):
 def test_put_ref_is_small_and_resolves_zero_copy_on_every_worker(cluster):
     array = np.arange(4 * MIB, dtype=np.float64)
     ref = depot.dask.put(array)
-    assert len(pickle.dumps(ref)) < 200
+    assert len(pickle.dumps(ref)) < 400  # the GUID and the daemon's identity
     futures = [cluster.submit(lambda r: describe(r.get()), ref, workers=[w], pure=False)
                for w in workers(cluster)]
     reports = cluster.gather(futures)
@@ -107,6 +107,32 @@ def test_owning_ref_deletes_the_object_when_dropped(daemon):
     del ref
     gc.collect()
     assert not c.contains(guid)
+
+
+def test_refs_in_task_arguments_arrive_as_their_values(cluster, daemon):
+    """With the plugin, a Ref at top level or inside lists, tuples and dicts of a task's
+    arguments (submitted or in a graph) is the value in the task, zero-copy on every worker."""
+    cluster.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket, transfers=False))
+    array = np.arange(MIB, dtype=np.float64)
+    ref = depot.dask.put(array)
+    nested = [ref, (ref,), {"x": ref}]
+    futures = [cluster.submit(lambda a, n, k: [describe(a), describe(n[0]), describe(n[1][0]),
+                                               describe(n[2]["x"]), describe(k)],
+                              ref, nested, k=ref, workers=[w], pure=False)
+               for w in workers(cluster)]
+    graph = dask.delayed(lambda n: describe(n[2]["x"]))(nested)
+    reports = [r for rs in cluster.gather(futures) for r in rs] + [graph.compute()]
+    assert len({r["pid"] for r in reports}) == 2
+    for report in reports:
+        assert report["sum"] == float(array.sum()) and report["shared"]
+    assert ref.get().sum() == array.sum()  # the Ref itself still resolves with get()
+
+
+def test_ref_of_another_node_names_its_node(daemon):
+    depot.dask.configure(daemon.socket)
+    stranger = depot.dask.Ref("00000000-0000-0000-0000-000000000001", "elsewhere/boot/1/sock")
+    with pytest.raises(depot.NotFound, match="elsewhere/boot/1/sock"):
+        stranger.get()
 
 
 # --- transparent ----------------------------------------------------------------------------------

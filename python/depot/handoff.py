@@ -1,0 +1,166 @@
+"""Values handed from one process of the node to another through depot, without copies.
+
+:func:`dumps` pickles a value with protocol 5 (cloudpickle, so lambdas and local functions
+travel too), places each large out-of-band buffer (a numpy array's bytes, for instance) in depot,
+and returns a small payload; :func:`loads`, in any process of the node, maps those buffers back
+(read-only, zero-copy) and unpickles the value around them. This is what the local process
+scheduler (``depot.dask.get``), :class:`through_depot` for process pools and ``depot.cache`` use.
+
+Ownership: the process that loads a payload owns the objects made for it, and deletes each when
+the last view of it goes. A buffer that already lies in an object this process holds (an array
+it loaded, passed on to another process) is not copied again: the payload names the object, and
+its owner keeps it. So a value handed on from process to process is copied once in all.
+"""
+
+import bisect
+import pickle
+import threading
+import weakref
+
+import cloudpickle
+
+import depot
+from depot import connection
+
+__all__ = ["dumps", "loads", "through_depot", "DEFAULT_THRESHOLD", "HANDOFF_NAME"]
+
+#: Buffers smaller than this stay inside the payload: below about a megabyte, a put and a get
+#: cost more than the copies they save.
+DEFAULT_THRESHOLD = 1 << 20
+#: The name of the objects that carry handed-off buffers (see ``depotctl ls``).
+HANDOFF_NAME = "handoff"
+
+
+class _Holdings:
+    """The depot frames this process has mapped through :func:`loads`, by address, so that
+    :func:`dumps` can name them instead of copying them. Thread-safe (one lock)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._starts = []  # sorted
+        self._frames = {}  # start -> (end, guid)
+
+    def add(self, frame, guid, owned):
+        """Records a frame (a memoryview over a depot object) until its last view goes, then
+        deletes its object when this process owns it."""
+        start = _address(frame)
+        with self._lock:
+            if start not in self._frames:
+                bisect.insort(self._starts, start)
+            self._frames[start] = (start + frame.nbytes, guid)
+        # The exporter behind the view lives as long as any view of the frame does (numpy's
+        # arrays hold views of views, which share the exporter but not the first view).
+        weakref.finalize(frame.obj, self._drop, start, guid, owned)
+
+    def find(self, buffer):
+        """(guid, offset) of a held frame that contains ``buffer``, or None."""
+        start = _address(buffer)
+        with self._lock:
+            i = bisect.bisect_right(self._starts, start) - 1
+            if i < 0:
+                return None
+            frame_start = self._starts[i]
+            end, guid = self._frames[frame_start]
+        if start + buffer.nbytes <= end:
+            return guid, start - frame_start
+        return None
+
+    def _drop(self, start, guid, owned):
+        with self._lock:
+            if self._frames.get(start, (None, None))[1] == guid:
+                del self._frames[start]
+                self._starts.remove(start)
+        if owned:
+            try:
+                connection.client().delete(guid)
+            except depot.Error:
+                pass  # deleted already, or the daemon is gone: nothing left to free
+
+
+_holdings = _Holdings()
+
+
+def _address(buffer):
+    import numpy as np
+
+    return np.frombuffer(buffer, dtype=np.uint8).__array_interface__["data"][0] \
+        if buffer.nbytes else 0
+
+
+def dumps(value, threshold=DEFAULT_THRESHOLD):
+    """A small payload (bytes) from which :func:`loads` rebuilds ``value`` in any process of
+    the node; buffers of ``threshold`` bytes or more travel through depot."""
+    large = []
+
+    def out_of_band(buffer):
+        try:
+            raw = buffer.raw()
+        except BufferError:  # not contiguous: pickled in band
+            return True
+        if raw.nbytes < threshold:
+            return True
+        large.append(raw)
+        return False
+
+    data = cloudpickle.dumps(value, protocol=5, buffer_callback=out_of_band)
+    places = []  # per buffer: (guid, frame, offset, length, the receiver owns the object)
+    new = []
+    for raw in large:
+        held = _holdings.find(raw)
+        if held is not None:
+            places.append((held[0], 0, held[1], raw.nbytes, False))
+        else:
+            places.append((None, len(new), 0, raw.nbytes, True))
+            new.append(raw)
+    if new:
+        guid = connection.client().put(new, name=HANDOFF_NAME)
+        places = [(guid if g is None else g, f, o, n, owned) for g, f, o, n, owned in places]
+    return pickle.dumps((data, places), protocol=5)
+
+
+def loads(payload):
+    """The value that :func:`dumps` made ``payload`` of; its large buffers are read-only views
+    of shared memory."""
+    data, places = pickle.loads(payload)
+    if not places:
+        return pickle.loads(data)
+    c = connection.client()
+    objects = {}
+    buffers = []
+    for guid, frame, offset, length, owned in places:
+        if (guid, frame) not in objects:
+            view = c.get(guid).frames[frame]
+            _holdings.add(view, guid, owned)
+            objects[guid, frame] = view
+        buffers.append(objects[guid, frame][offset:offset + length])
+    return pickle.loads(data, buffers=buffers)
+
+
+class through_depot:
+    """Wraps a function so that its result comes back from a worker process through depot:
+    ``pool.map(depot.handoff.through_depot(f), items)`` with ``multiprocessing.Pool`` or
+    ``concurrent.futures.ProcessPoolExecutor``. The worker pickles the result with its large
+    buffers placed in depot; the parent receives the value with those buffers mapped, read-only,
+    zero-copy, and they are deleted from depot when the parent drops them.
+
+    ``f`` must itself be picklable by the pool (a module-level function); the wrapper is.
+    """
+
+    def __init__(self, function, threshold=DEFAULT_THRESHOLD):
+        self.function = function
+        self.threshold = threshold
+
+    def __call__(self, *args, **kwargs):
+        return _Handed(dumps(self.function(*args, **kwargs), self.threshold))
+
+
+class _Handed:
+    """A result on its way back from a worker: unpickled in the parent as the value itself."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload):
+        self.payload = payload
+
+    def __reduce__(self):
+        return loads, (self.payload,)

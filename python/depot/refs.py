@@ -1,0 +1,128 @@
+"""Refs: values put into the node's depot once and named by a small picklable handle.
+
+``ref = depot.refs.put(value)`` (also ``depot.dask.put``) copies a value into depot and returns
+a :class:`Ref`; any process of the node gets the value back zero-copy with ``ref.get()``, and
+:func:`resolve` replaces the Refs inside task arguments by their values, which is how Dask tasks
+receive values instead of Refs (``depot.dask``'s worker plugin and local scheduler use it).
+"""
+
+import os
+import pickle
+import weakref
+
+import depot
+from depot import connection
+
+__all__ = ["Ref", "put", "resolve"]
+
+_PICKLE_METADATA = b'{"depot.pickle": 5}'
+
+
+class Ref:
+    """A reference to a value in depot: small, picklable, resolved with :meth:`get`.
+
+    The ``Ref`` returned by :func:`put` owns the object and deletes it when it is garbage
+    collected (or at :meth:`delete`); copies made by pickling (the ones tasks receive) do not.
+    Keep the owner alive while tasks may still get the value: a task holding the value keeps its
+    bytes mapped after the delete, but a get after it raises ``depot.NotFound``. ``node`` names
+    the daemon that holds the object (see ``connection.daemon_identity``).
+    """
+
+    __slots__ = ("guid", "node", "_finalizer", "__weakref__")
+
+    def __init__(self, guid, node=None, *, _owner=False):
+        self.guid = guid
+        self.node = node
+        self._finalizer = (weakref.finalize(self, _delete_quietly, guid, os.getpid())
+                           if _owner else None)
+
+    def get(self, timeout=None):
+        """The value, zero-copy: an ndarray is a read-only view of the shared pages; another
+        value is unpickled with its out-of-band buffers left in shared memory. A Ref of another
+        node's daemon raises depot.NotFound naming that node."""
+        try:
+            obj = connection.client().get(self.guid, timeout)
+        except depot.NotFound:
+            here = connection.daemon_identity()
+            if self.node is not None and self.node != here:
+                raise depot.NotFound(
+                    f"{self!r} belongs to the depot of node {self.node}; this process uses "
+                    f"{here}: a Ref is usable only on the node that put it") from None
+            raise
+        if obj.metadata == _PICKLE_METADATA:
+            return pickle.loads(obj.frames[0], buffers=obj.frames[1:])
+        return depot.array_of(obj)
+
+    def delete(self):
+        """Deletes the object now (the owner's business; copies may call it too)."""
+        if self._finalizer is not None:
+            self._finalizer()
+        else:
+            _delete_quietly(self.guid, os.getpid())
+
+    def __reduce__(self):
+        return (Ref, (self.guid, self.node))
+
+    def __eq__(self, other):
+        return isinstance(other, Ref) and other.guid == self.guid
+
+    def __hash__(self):
+        return hash(self.guid)
+
+    def __repr__(self):
+        return f"depot.refs.Ref({self.guid!r})"
+
+
+def put(value, *, name=None):
+    """Copies ``value`` into depot once and returns an owning :class:`Ref` to it.
+
+    A numpy array is stored as its bytes with dtype and shape; any other value is pickled
+    (protocol 5), its large buffers (numpy arrays inside, for instance) kept out of band as
+    frames of their own, so that they too come back zero-copy.
+    """
+    import numpy as np
+
+    c = connection.client()
+    node = connection.daemon_identity()
+    if isinstance(value, np.ndarray) and not value.dtype.hasobject:
+        return Ref(c.put_array(value, name=name), node, _owner=True)
+    buffers = []
+
+    def out_of_band(buffer):
+        try:
+            buffers.append(buffer.raw())
+            return False
+        except BufferError:  # not contiguous: pickled in band
+            return True
+
+    data = pickle.dumps(value, protocol=5, buffer_callback=out_of_band)
+    guid = c.put([data, *buffers], name=name, metadata=_PICKLE_METADATA)
+    return Ref(guid, node, _owner=True)
+
+
+def _delete_quietly(guid, pid):
+    if os.getpid() != pid:
+        return  # a forked child's copy of the owner: the parent deletes
+    try:
+        connection.client().delete(guid)
+    except depot.Error:
+        pass  # already deleted, or the daemon is gone: nothing left to free
+
+
+def resolve(x):
+    """``x`` with every Ref in it, at top level or inside lists, tuples and dicts (at any
+    depth), replaced by its value. Containers without Refs come back as they are (no copy)."""
+    kind = type(x)
+    if kind is Ref:
+        return x.get()
+    if kind is list or kind is tuple:
+        items = [resolve(item) for item in x]
+        if any(new is not old for new, old in zip(items, x)):
+            return kind(items)
+        return x
+    if kind is dict:
+        values = {key: resolve(value) for key, value in x.items()}
+        if any(values[key] is not value for key, value in x.items()):
+            return values
+        return x
+    return x
