@@ -48,6 +48,9 @@ class ProcessScheduler:
 
     def get(self, dsk, keys, **kwargs):
         """Computes ``keys`` of the graph ``dsk`` (the signature of Dask's schedulers)."""
+        # One task per message unless told otherwise: with payloads this small, batching (Dask's
+        # default is 6 tasks) saves little and leaves workers idle when a batch holds the rest.
+        kwargs.setdefault("chunksize", 1)
         return dask.multiprocessing.get(
             dsk, keys, pool=self._pool, func_dumps=functools.partial(_dumps, self.threshold),
             func_loads=_loads, **kwargs)
