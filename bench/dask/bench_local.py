@@ -61,6 +61,36 @@ def produce_plain(i):
     return produce(i, 0)
 
 
+def features(seed):
+    """What the cache benchmark memoizes: 32 MiB of float64 made with some work."""
+    rng = np.random.default_rng(seed)
+    return np.cumsum(rng.random(RESULT // 8))
+
+
+def hit_latency(seed, calls):
+    """Median seconds of a cached call of ``features`` in this process, after a first one."""
+    import depot
+
+    cached = depot.cache(features)
+    cached(seed)
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        cached(seed)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def memory_for_result(use_cache, seed):
+    """This process's private memory growth while it holds the result (a pool task)."""
+    import depot
+    from bench_dask import private_memory
+
+    before = private_memory()
+    value = depot.cache(features)(seed) if use_cache else features(seed)
+    return private_memory() - before, float(value[-1])
+
+
 # --- measurements --------------------------------------------------------------------------------
 
 
@@ -127,6 +157,37 @@ def pool_row(rounds):
             meds["depot"][1], f"{meds['default'][0] / meds['depot'][0]:.1f}×")
 
 
+def cache_rows(daemon):
+    import depot
+
+    cached = depot.cache(features)
+    plain = [timed(lambda: features(1))[0] for _ in range(3)]
+    miss, _ = timed(lambda: cached(2))
+    here = hit_latency(2, 200)
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(4) as pool:
+        other = pool.apply(hit_latency, (2, 200))
+        used = daemon.client.status()["used"]
+        private = {}
+        for use_cache in (False, True):
+            reports = pool.starmap(memory_for_result, [(use_cache, 3)] * 4, chunksize=1)
+            assert len({value for _, value in reports}) == 1
+            private[use_cache] = sum(m for m, _ in reports)
+        shared = daemon.client.status()["used"] - used
+    log(f"  cache: compute {statistics.median(plain) * 1000:.1f} ms, miss {miss * 1000:.1f} ms, "
+        f"hit {here * 1e6:.0f} µs here, {other * 1e6:.0f} µs in another process")
+    return [
+        ("call the function (no cache)", f"{statistics.median(plain) * 1000:.1f} ms"),
+        ("first call (miss: compute and store)", f"{miss * 1000:.1f} ms"),
+        ("hit, in the process that computed it", f"{here * 1e6:.0f} µs"),
+        ("hit, in another process", f"{other * 1e6:.0f} µs"),
+        ("memory for one result held by 4 processes, no cache",
+         f"{private[False] / MIB:.0f} MiB private"),
+        ("memory for one result held by 4 processes, cached",
+         f"{private[True] / MIB:.0f} MiB private + {shared / MIB:.0f} MiB in depot"),
+    ]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
@@ -155,6 +216,10 @@ def main():
         rows += longer
         log("pools")
         pool = pool_row(rounds)
+        log("cache")
+        cached = cache_rows(daemon)
+        for o in daemon.client.list():
+            daemon.client.delete(o["guid"])  # the cached results, deliberately kept so far
         left = [o for o in daemon.client.list()]
         assert not left, f"objects left in the daemon: {left}"
     finally:
@@ -181,6 +246,11 @@ def main():
           "default / depot |")
     print("|---|---:|---:|---:|")
     print("| " + " | ".join(pool) + " |")
+    print("\n@depot.cache on a function returning 32 MiB (np.cumsum of random numbers):\n")
+    print("| measure | figure |")
+    print("|---|---:|")
+    for row in cached:
+        print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":

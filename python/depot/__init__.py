@@ -85,3 +85,8 @@ def array_of(obj):
     dtype = np.lib.format.descr_to_dtype(description["descr"])
     flat = np.frombuffer(obj.frames[0], dtype=dtype)
     return flat.reshape(description["shape"], order=description["order"])
+
+
+# Last: these modules use the names above.
+from depot.node_cache import cache  # noqa: E402
+__all__ += ["cache"]

@@ -13,7 +13,7 @@ import weakref
 import depot
 from depot import connection
 
-__all__ = ["Ref", "put", "resolve"]
+__all__ = ["Ref", "put", "resolve", "store", "value_of"]
 
 _PICKLE_METADATA = b'{"depot.pickle": 5}'
 
@@ -49,9 +49,7 @@ class Ref:
                     f"{self!r} belongs to the depot of node {self.node}; this process uses "
                     f"{here}: a Ref is usable only on the node that put it") from None
             raise
-        if obj.metadata == _PICKLE_METADATA:
-            return pickle.loads(obj.frames[0], buffers=obj.frames[1:])
-        return depot.array_of(obj)
+        return value_of(obj)
 
     def delete(self):
         """Deletes the object now (the owner's business; copies may call it too)."""
@@ -74,7 +72,14 @@ class Ref:
 
 
 def put(value, *, name=None):
-    """Copies ``value`` into depot once and returns an owning :class:`Ref` to it.
+    """Copies ``value`` into depot once and returns an owning :class:`Ref` to it (stored as
+    :func:`store` does)."""
+    guid = store(connection.client(), value, name=name)
+    return Ref(guid, connection.daemon_identity(), _owner=True)
+
+
+def store(client, value, *, name=None, guid=None, evictable=False):
+    """Copies ``value`` into a new object and returns its GUID; :func:`value_of` reads it back.
 
     A numpy array is stored as its bytes with dtype and shape; any other value is pickled
     (protocol 5), its large buffers (numpy arrays inside, for instance) kept out of band as
@@ -82,10 +87,8 @@ def put(value, *, name=None):
     """
     import numpy as np
 
-    c = connection.client()
-    node = connection.daemon_identity()
     if isinstance(value, np.ndarray) and not value.dtype.hasobject:
-        return Ref(c.put_array(value, name=name), node, _owner=True)
+        return client.put_array(value, name=name, guid=guid, evictable=evictable)
     buffers = []
 
     def out_of_band(buffer):
@@ -96,8 +99,17 @@ def put(value, *, name=None):
             return True
 
     data = pickle.dumps(value, protocol=5, buffer_callback=out_of_band)
-    guid = c.put([data, *buffers], name=name, metadata=_PICKLE_METADATA)
-    return Ref(guid, node, _owner=True)
+    return client.put([data, *buffers], name=name, metadata=_PICKLE_METADATA, guid=guid,
+                      evictable=evictable)
+
+
+def value_of(obj):
+    """The value :func:`store` put in ``obj`` (a depot.Object), zero-copy: an ndarray is a
+    read-only view of the shared pages; another value is unpickled around its out-of-band
+    buffers, left in shared memory."""
+    if obj.metadata == _PICKLE_METADATA:
+        return pickle.loads(obj.frames[0], buffers=obj.frames[1:])
+    return depot.array_of(obj)
 
 
 def _delete_quietly(guid, pid):
