@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -228,6 +229,38 @@ TEST_CASE("many GUIDs are fetched in one get", "[put_get]") {
   auto status = c.GetStatus();
   REQUIRE(status.ok());
   CHECK(status->objects_sealed == 200);
+}
+
+TEST_CASE("get, contains and delete of more GUIDs than a request names go in batches",
+          "[put_get]") {
+  Daemon d;
+  Client c = d.Connect();
+  std::vector<Guid> ids;
+  for (uint32_t i = 0; i < 3; ++i) ids.push_back(*c.Put(Pattern(10, i)));
+  // 5,000 GUIDs (three requests) naming three objects over and over, and one unknown at the end.
+  std::vector<Guid> many;
+  for (uint32_t i = 0; i < 5000; ++i) many.push_back(ids[i % 3]);
+  many.push_back(Guid::Random());
+
+  Client reader = d.Connect();
+  auto got = reader.Get(many, 100ms);
+  REQUIRE(got.size() == many.size());
+  for (uint32_t i = 0; i < 5000; ++i) {
+    REQUIRE(got[i].ok());
+    CHECK(SameBytes(got[i]->frame(0), Pattern(10, i % 3)));
+  }
+  CHECK(got.back().status().IsTimeout());
+
+  auto present = reader.Contains(many);
+  REQUIRE(present.size() == many.size());
+  CHECK(std::all_of(present.begin(), present.end() - 1, [](auto& p) { return p.ok() && *p; }));
+  CHECK((present.back().ok() && !*present.back()));
+
+  auto deleted = c.Delete(many);
+  REQUIRE(deleted.size() == many.size());
+  CHECK((deleted[0].ok() && deleted[1].ok() && deleted[2].ok()));
+  CHECK(deleted[3].IsNotFound());  // the same object again: deleted already
+  CHECK(deleted.back().IsNotFound());
 }
 
 TEST_CASE("a repeated get of a held object is answered locally", "[put_get]") {

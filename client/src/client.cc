@@ -1,5 +1,7 @@
 #include "depot/client.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,6 +30,19 @@ Result<internal::Message> CallWithoutArguments(Connection& conn, MsgType type) {
   fb::FlatBufferBuilder fbb(64);
   fbb.Finish(wire::CreateEmptyReply(fbb));
   return conn.Call(type, fbb);
+}
+
+// A request names at most proto::kMaxGuidsPerRequest GUIDs: longer lists go in batches, one
+// request each, and their results are joined in order. `batch` handles one part.
+template <typename Batch>
+auto InBatches(std::span<const Guid> guids, Batch batch) {
+  decltype(batch(guids)) out;
+  out.reserve(guids.size());
+  for (size_t start = 0; start < guids.size(); start += proto::kMaxGuidsPerRequest) {
+    size_t n = std::min<size_t>(proto::kMaxGuidsPerRequest, guids.size() - start);
+    for (auto& result : batch(guids.subspan(start, n))) out.push_back(std::move(result));
+  }
+  return out;
 }
 
 static_assert(static_cast<int>(Event::Kind::kClientDisconnected) ==
@@ -190,6 +205,15 @@ Result<Object> Client::Get(const Guid& guid, std::chrono::milliseconds timeout) 
 
 std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
                                         std::chrono::milliseconds timeout) {
+  if (guids.size() > proto::kMaxGuidsPerRequest) {
+    // One deadline for all the batches: each waits for what is left of the timeout.
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    return InBatches(guids, [&](std::span<const Guid> part) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline -
+                                                               std::chrono::steady_clock::now());
+      return Get(part, timeout <= kNoWait ? timeout : std::max(left, kNoWait));
+    });
+  }
   std::vector<Result<Object>> out(guids.size(), Status::NotFound("not requested"));
   std::vector<size_t> wanted;  // indexes of GUIDs not held already
   for (size_t i = 0; i < guids.size(); ++i) {
@@ -232,6 +256,9 @@ std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
 Status Client::Delete(const Guid& guid) { return Delete(std::span<const Guid>(&guid, 1)).front(); }
 
 std::vector<Status> Client::Delete(std::span<const Guid> guids) {
+  if (guids.size() > proto::kMaxGuidsPerRequest) {
+    return InBatches(guids, [&](std::span<const Guid> part) { return Delete(part); });
+  }
   fb::FlatBufferBuilder fbb(64 + 16 * guids.size());
   std::vector<wire::Guid> ids;
   for (const Guid& g : guids) ids.push_back(ToWire(g));
@@ -248,16 +275,28 @@ std::vector<Status> Client::Delete(std::span<const Guid> guids) {
 
 Result<bool> Client::Contains(const Guid& guid) {
   if (conn_->Cached(guid)) return true;
-  fb::FlatBufferBuilder fbb(64);
-  wire::Guid g = ToWire(guid);
-  fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(&g, 1)));
-  auto reply = conn_->Call(MsgType::kContains, fbb);
-  if (!reply.ok()) return reply.status();
-  const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
-  if (results == nullptr || results->size() != 1) {
-    return Status::ProtocolError("depotd answered contains with the wrong count");
+  return std::move(Contains(std::span<const Guid>(&guid, 1)).front());
+}
+
+std::vector<Result<bool>> Client::Contains(std::span<const Guid> guids) {
+  if (guids.size() > proto::kMaxGuidsPerRequest) {
+    return InBatches(guids, [&](std::span<const Guid> part) { return Contains(part); });
   }
-  return results->Get(0)->code() == wire::Code::Ok;
+  fb::FlatBufferBuilder fbb(64 + 16 * guids.size());
+  std::vector<wire::Guid> ids;
+  for (const Guid& g : guids) ids.push_back(ToWire(g));
+  fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(ids)));
+  auto reply = conn_->Call(MsgType::kContains, fbb);
+  if (!reply.ok()) return std::vector<Result<bool>>(guids.size(), reply.status());
+  const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
+  if (results == nullptr || results->size() != guids.size()) {
+    return std::vector<Result<bool>>(
+        guids.size(), Status::ProtocolError("depotd answered contains with the wrong count"));
+  }
+  std::vector<Result<bool>> out;
+  out.reserve(guids.size());
+  for (size_t i = 0; i < guids.size(); ++i) out.push_back(results->Get(i)->code() == wire::Code::Ok);
+  return out;
 }
 
 Result<ObjectInfo> Client::Stat(const Guid& guid) {

@@ -180,18 +180,22 @@ class Client {
   // Gets a sealed object, waiting up to `timeout` for it to be created and sealed. NotFound when
   // it does not exist and timeout is 0; Timeout when the wait ends first.
   Result<Object> Get(const Guid& guid, std::chrono::milliseconds timeout = kNoWait);
-  // Gets several objects in one round trip; one result per GUID, in order. The call returns when
-  // all are available or the timeout ends.
+  // Gets several objects in one round trip (longer lists than a request may name, 2,048 GUIDs, go
+  // in batches, under one timeout); one result per GUID, in order. The call returns when all are
+  // available or the timeout ends.
   std::vector<Result<Object>> Get(std::span<const Guid> guids,
                                   std::chrono::milliseconds timeout = kNoWait);
 
   // Removes the GUID at once; the memory is freed when the last process holding the object lets
   // it go. NotFound when absent; InvalidArgument for an object not yet sealed.
   Status Delete(const Guid& guid);
+  // Any number of GUIDs, in batches as Get does; one status per GUID, in order.
   std::vector<Status> Delete(std::span<const Guid> guids);
 
   // True when the object exists and is sealed.
   Result<bool> Contains(const Guid& guid);
+  // One answer per GUID, in order, in batches as Get does.
+  std::vector<Result<bool>> Contains(std::span<const Guid> guids);
 
   // What the daemon knows about one object, metadata included.
   Result<ObjectInfo> Stat(const Guid& guid);

@@ -22,7 +22,7 @@ std::chrono::milliseconds ToTimeout(std::optional<double> seconds) {
 }
 
 Options::Options(std::optional<std::string> name, py::object metadata_object,
-                 std::optional<std::string> guid, bool evictable) {
+                 std::optional<std::string> guid, bool evictable, bool checksum) {
   if (name) create.name = std::move(*name);
   if (!metadata_object.is_none()) {
     metadata = std::make_unique<Buffer>(metadata_object);
@@ -30,6 +30,7 @@ Options::Options(std::optional<std::string> name, py::object metadata_object,
   }
   if (guid) create.guid = ParseGuid(*guid);
   create.evictable = evictable;
+  create.checksum = checksum;
 }
 
 }  // namespace depot::python

@@ -23,8 +23,8 @@ PyClient::PyClient(std::optional<std::string> socket, std::optional<uid_t> daemo
 }
 
 std::string PyClient::Put(py::handle data, std::optional<std::string> name, py::object metadata,
-                          std::optional<std::string> guid, bool evictable) {
-  Options options(std::move(name), std::move(metadata), std::move(guid), evictable);
+                          std::optional<std::string> guid, bool evictable, bool checksum) {
+  Options options(std::move(name), std::move(metadata), std::move(guid), evictable, checksum);
   std::vector<std::unique_ptr<Buffer>> buffers;
   if (py::isinstance<py::list>(data) || py::isinstance<py::tuple>(data)) {
     for (py::handle frame : data) buffers.push_back(std::make_unique<Buffer>(frame));
@@ -39,8 +39,9 @@ std::string PyClient::Put(py::handle data, std::optional<std::string> name, py::
 }
 
 PyDraft PyClient::Create(std::vector<uint64_t> sizes, std::optional<std::string> name,
-                         py::object metadata, std::optional<std::string> guid, bool evictable) {
-  Options options(std::move(name), std::move(metadata), std::move(guid), evictable);
+                         py::object metadata, std::optional<std::string> guid, bool evictable,
+                         bool checksum) {
+  Options options(std::move(name), std::move(metadata), std::move(guid), evictable, checksum);
   auto& c = client();
   auto draft = WithoutGil([&] { return c.Create(sizes, options.create); });
   return PyDraft(Check(std::move(draft)));
@@ -65,22 +66,36 @@ std::vector<depot::Object> PyClient::GetMany(const std::vector<std::string>& gui
   return objects;
 }
 
-void PyClient::Delete(py::handle guids) {
+namespace {
+
+// One GUID (a str) or an iterable of them.
+std::vector<depot::Guid> ParseGuids(py::handle guids) {
   std::vector<depot::Guid> ids;
   if (py::isinstance<py::str>(guids)) {
     ids.push_back(ParseGuid(guids.cast<std::string>()));
   } else {
     for (py::handle g : guids) ids.push_back(ParseGuid(g.cast<std::string>()));
   }
+  return ids;
+}
+
+}  // namespace
+
+void PyClient::Delete(py::handle guids) {
+  std::vector<depot::Guid> ids = ParseGuids(guids);
   auto& c = client();
   auto statuses = WithoutGil([&] { return c.Delete(std::span<const depot::Guid>(ids)); });
   for (const auto& s : statuses) Check(s);
 }
 
-bool PyClient::Contains(const std::string& guid) {
-  depot::Guid id = ParseGuid(guid);
+py::object PyClient::Contains(py::handle guids) {
+  std::vector<depot::Guid> ids = ParseGuids(guids);
   auto& c = client();
-  return Check(WithoutGil([&] { return c.Contains(id); }));
+  auto answers = WithoutGil([&] { return c.Contains(std::span<const depot::Guid>(ids)); });
+  if (py::isinstance<py::str>(guids)) return py::bool_(Check(std::move(answers.front())));
+  py::list out;
+  for (auto& a : answers) out.append(py::bool_(Check(std::move(a))));
+  return out;
 }
 
 py::dict PyClient::Stat(const std::string& guid) {
@@ -116,7 +131,10 @@ PySubscription PyClient::Subscribe() {
   return PySubscription(Check(WithoutGil([&] { return c.Subscribe(); })));
 }
 
+void PyClient::Close() { client_.reset(); }
+
 depot::Client& PyClient::client() {
+  if (!client_) Raise(depot::Status::Disconnected("this Client was closed"));
   if (::getpid() != pid_) {
     Raise(depot::Status::Disconnected(
         "this Client was connected by process " + std::to_string(pid_) +

@@ -29,21 +29,23 @@ class PyClient {
   std::string socket() { return client().socket_path(); }
 
   std::string Put(py::handle data, std::optional<std::string> name, py::object metadata,
-                  std::optional<std::string> guid, bool evictable);
+                  std::optional<std::string> guid, bool evictable, bool checksum);
 
   PyDraft Create(std::vector<uint64_t> sizes, std::optional<std::string> name, py::object metadata,
-                 std::optional<std::string> guid, bool evictable);
+                 std::optional<std::string> guid, bool evictable, bool checksum);
 
   depot::Object Get(const std::string& guid, std::optional<double> timeout);
 
-  // All or nothing: the first failure raises (and the objects already got are released).
+  // All or nothing: the first failure raises (and the objects already got are released). Any
+  // number of GUIDs: the C++ client batches them.
   std::vector<depot::Object> GetMany(const std::vector<std::string>& guids,
                                      std::optional<double> timeout);
 
-  // One GUID or a list of them; raises for the first that could not be deleted.
+  // One GUID or any number of them; raises for the first that could not be deleted.
   void Delete(py::handle guids);
 
-  bool Contains(const std::string& guid);
+  // One GUID: a bool; a list of any number: a list of bools, in order.
+  py::object Contains(py::handle guids);
 
   py::dict Stat(const std::string& guid);
 
@@ -56,8 +58,13 @@ class PyClient {
 
   PySubscription Subscribe();
 
+  // Drops the connection (objects and views already got stay readable); later calls raise
+  // Disconnected. Closing twice is harmless.
+  void Close();
+
  private:
-  // The connection, or Disconnected when called from a process other than the one that made it.
+  // The connection, or Disconnected when closed or called from a process other than the one
+  // that made it.
   depot::Client& client();
 
   pid_t pid_;

@@ -70,6 +70,13 @@ object is deleted; the reference is released when the last of them goes.)")
                              "The uid of the process that created the object.")
       .def_property_readonly("creator_pid", &depot::Object::creator_pid,
                              "The pid of the process that created the object.")
+      .def_property_readonly(
+          "checksum", &depot::Object::checksum,
+          "The checksum (XXH3-64) recorded at seal when the creator asked for one, else None.")
+      .def(
+          "verify", [](const depot::Object& o) { Check(WithoutGil([&] { return o.Verify(); })); },
+          "Hashes the bytes again and compares with the checksum: DataLoss when they differ, "
+          "InvalidArgument when none was recorded.")
       .def("__len__", &depot::Object::frame_count)
       .def(
           "populate",
@@ -111,13 +118,15 @@ it: after fork(), connect a new one in the child.)")
       .def_property_readonly("socket", &PyClient::socket)
       .def("put", &PyClient::Put, "data"_a, py::kw_only(), "name"_a = py::none(),
            "metadata"_a = py::none(), "guid"_a = py::none(), "evictable"_a = false,
+           "checksum"_a = false,
            R"(Copies a buffer (or a list of buffers, one frame each) into a new sealed object.
 
 Returns its GUID as a string. Buffers must be contiguous (bytes, bytearray, memoryview, a
 contiguous numpy array). Raises StoreFull when it does not fit, AlreadyExists when `guid` is
-taken.)")
+taken. `checksum` records a checksum of the bytes at seal, for Object.verify().)")
       .def("create", &PyClient::Create, "sizes"_a, py::kw_only(), "name"_a = py::none(),
            "metadata"_a = py::none(), "guid"_a = py::none(), "evictable"_a = false,
+           "checksum"_a = false,
            "Reserves an object of frames of the given sizes to write in place; returns a Draft.")
       .def("get", &PyClient::Get, "guid"_a, "timeout"_a = py::none(),
            R"(Gets a sealed object, zero-copy.
@@ -125,14 +134,21 @@ taken.)")
 `timeout` in seconds: None does not wait (NotFound when absent), a number waits up to that long
 for the object to be created and sealed (then Timeout), math.inf waits without limit.)")
       .def("get_many", &PyClient::GetMany, "guids"_a, "timeout"_a = py::none(),
-           "Gets several objects in one round trip, in order; the first failure raises.")
+           "Gets any number of objects (in batches of up to 2,048 per round trip), in order; the "
+           "first failure raises.")
       .def("delete", &PyClient::Delete, "guids"_a,
-           "Deletes one GUID or a list of them; memory is freed when the last holder lets go.")
-      .def("contains", &PyClient::Contains, "guid"_a, "True when the object exists and is sealed.")
+           "Deletes one GUID or any number of them; memory is freed when the last holder lets "
+           "go.")
+      .def("contains", &PyClient::Contains, "guids"_a,
+           "True when the object exists and is sealed; for a list of GUIDs, a list of bools.")
       .def("stat", &PyClient::Stat, "guid"_a, "What the daemon knows about one object, as a dict.")
       .def("list", &PyClient::List, "Every object in the store, as dicts.")
       .def("status", &PyClient::Status, "The daemon's status and counters, as a dict.")
       .def("ping", &PyClient::Ping, "One round trip that does nothing.")
       .def("subscribe", &PyClient::Subscribe,
-           "A Subscription to every store event from now on, on a connection of its own.");
+           "A Subscription to every store event from now on, on a connection of its own.")
+      .def("close", &PyClient::Close,
+           "Closes the connection; objects and views already got stay readable.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyClient& c, py::handle, py::handle, py::handle) { c.Close(); });
 }

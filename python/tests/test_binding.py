@@ -331,3 +331,46 @@ def test_subscription_sees_events(client):
         if event["event"] == "sealed" and event.get("guid") == guid:
             break
     assert any(e["event"] == "sealed" and e["name"] == "watched" for e in events)
+
+
+def test_any_number_of_guids_in_get_many_contains_and_delete(client):
+    guids = [client.put(i.to_bytes(4, "little")) for i in range(4500)]  # three batches
+    objects = client.get_many(guids)
+    assert [int.from_bytes(o.frames[0], "little") for o in objects] == list(range(4500))
+    missing = "00000000-0000-0000-0000-000000000001"
+    assert client.contains(guids + [missing]) == [True] * 4500 + [False]
+    assert client.contains(guids[0]) is True
+    with pytest.raises(depot.NotFound):
+        client.get_many(guids + [missing])
+    client.delete(guids)
+    assert client.contains(guids) == [False] * 4500
+    assert client.contains([]) == []
+
+
+def test_checksums_verify_and_catch_a_changed_byte(client):
+    obj = client.get(client.put(b"x" * 10000, checksum=True))
+    assert isinstance(obj.checksum, int)
+    obj.verify()
+    plain = client.get(client.put(b"y"))
+    assert plain.checksum is None
+    with pytest.raises(depot.InvalidArgument):
+        plain.verify()
+    draft = client.create([4096], checksum=True)
+    view = draft.frames[0]
+    view[:] = b"a" * 4096
+    draft.seal()
+    sealed = client.get(draft.guid)
+    sealed.verify()
+    view[0] = ord("b")  # its writer breaks the rule: written after sealing
+    with pytest.raises(depot.DataLoss):
+        sealed.verify()
+
+
+def test_client_as_a_context_manager_closes(daemon):
+    with depot.Client(daemon.socket) as c:
+        obj = c.get(c.put(b"kept"))
+        view = obj.frames[0]
+    with pytest.raises(depot.Disconnected, match="closed"):
+        c.ping()
+    assert bytes(view) == b"kept" and bytes(obj.frames[0]) == b"kept"
+    c.close()  # twice: harmless
