@@ -200,8 +200,7 @@ TEST_CASE("store: one reply is bounded whatever the request", "[store]") {
   CHECK(repeated.As<wire::GetReply>()->results()->Get(2047)->metadata()->size() == 16 * kKiB);
   CHECK(repeated.body.size() < 256 * kKiB);  // not 2,048 copies of 16 KiB
   // One more is refused: the request itself (the client library splits longer lists).
-  CHECK(h.Get(c, std::vector<Guid>(proto::kMaxGuidsPerRequest + 1, g)).code() ==
-        "InvalidArgument");
+  CHECK(h.Get(c, std::vector<Guid>(proto::kMaxGuidsPerRequest + 1, g)).code() == "InvalidArgument");
 
   // Distinct objects whose metadata alone passes max_message_size: refused, nothing held.
   std::vector<Guid> many;

@@ -209,8 +209,8 @@ std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
     // One deadline for all the batches: each waits for what is left of the timeout.
     auto deadline = std::chrono::steady_clock::now() + timeout;
     return InBatches(guids, [&](std::span<const Guid> part) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline -
-                                                               std::chrono::steady_clock::now());
+      auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       return Get(part, timeout <= kNoWait ? timeout : std::max(left, kNoWait));
     });
   }
@@ -295,7 +295,9 @@ std::vector<Result<bool>> Client::Contains(std::span<const Guid> guids) {
   }
   std::vector<Result<bool>> out;
   out.reserve(guids.size());
-  for (size_t i = 0; i < guids.size(); ++i) out.push_back(results->Get(i)->code() == wire::Code::Ok);
+  for (size_t i = 0; i < guids.size(); ++i) {
+    out.push_back(results->Get(i)->code() == wire::Code::Ok);
+  }
   return out;
 }
 
