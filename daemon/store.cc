@@ -85,6 +85,7 @@ void Store::Close(SessionId session) {
     return;
   }
   ns->table().DropSession(session);
+  owner_scopes_.Close(session, ns->table());
   events_.Emit(wire::EventKind::ClientDisconnected, nullptr, session, ns);
   events_.Leave(session);
   segments_.Leave(session);
@@ -288,6 +289,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   n.creator_uid = st.creds.uid;
   // The GUID was checked above and nothing ran since: Create cannot fail here.
   const StoredObject* obj = *ns.table().Create(std::move(n));
+  if (req.owner_scoped()) owner_scopes_.Add(s, guid, ns.table());
   quotas_.Charge(st.creds.uid, s, total);
 
   fb::FlatBufferBuilder fbb;

@@ -8,6 +8,7 @@
 //   SegmentTracker which segment descriptors each session has; retire notices
 //   EventBus       events to subscribers
 //   DeviceSet      the GPUs pooled
+//   OwnerScopes    objects deleted when the session that created them closes
 // A request that breaks the protocol (anything before hello, a reply type) is not answered here:
 // Handle returns the error and the session closes.
 //
@@ -33,6 +34,7 @@
 #include "daemon/event_bus.h"
 #include "daemon/get_waits.h"
 #include "daemon/namespace_set.h"
+#include "daemon/owner_scopes.h"
 #include "daemon/peer.h"
 #include "daemon/quota_ledger.h"
 #include "daemon/segment_tracker.h"
@@ -120,6 +122,7 @@ class Store {
   GetWaits waits_;
   SegmentTracker segments_;
   EventBus events_;
+  OwnerScopes owner_scopes_;
   std::chrono::steady_clock::time_point started_;
   SessionId next_session_ = 1;
   std::unordered_map<SessionId, SessionState> sessions_;

@@ -110,6 +110,7 @@ fb::Offset<wire::CreateRequest> BuildCreate(fb::FlatBufferBuilder& fbb,
     b.add_guid(&g);
   }
   b.add_evictable(o.evictable);
+  if (o.owner_scoped) b.add_owner_scoped(true);
   if (!inline_frames.empty()) {
     b.add_inline_data(data);
     b.add_seal(true);

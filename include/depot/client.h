@@ -56,6 +56,9 @@ struct CreateOptions {
   // Where each frame lives; empty: every frame on the host. Frames on GPUs are device memory of
   // the daemon's device pools (see Client::DevicePools), never copied through the host.
   std::vector<Place> places;
+  // Delete the object when this connection closes (or its process exits), as a message between
+  // two processes should not outlive its sender. Deleting it earlier is allowed.
+  bool owner_scoped = false;
 };
 
 struct FrameInfo {

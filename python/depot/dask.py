@@ -109,7 +109,8 @@ def _dumps(x, context=None):
     if not moved:
         raise NotImplementedError("no frame large enough to be worth a trip through depot")
     try:
-        guid = client().put([ensure_memoryview(frames[i]) for i in moved], name=TRANSFER_NAME)
+        guid = client().put([ensure_memoryview(frames[i]) for i in moved], name=TRANSFER_NAME,
+                            owner_scoped=True)  # none outlives its sender
     except (depot.Error, BufferError, ValueError) as e:  # a full store, a strided buffer...:
         raise NotImplementedError(str(e)) from e        # the socket still works
     moved_set = set(moved)
@@ -194,7 +195,6 @@ def enable_transfers(worker, threshold=None):
     others = [f for f in ("dask", "pickle") if f in families]
     others += [f for f in families if f not in others and f != FAMILY]
     worker.rpc.deserializers = (FAMILY, *others)
-    _delete_transfers(lambda pid: not _alive(pid))
 
 
 def disable_transfers(worker):
@@ -203,19 +203,10 @@ def disable_transfers(worker):
     worker.rpc.deserializers = None
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def _delete_transfers(created_by):
     """Deletes transfer objects whose creator pid satisfies ``created_by``: those of this
-    worker when it closes, those of dead workers when one starts."""
+    worker when it closes (its process may go on, and its connection with it). Those of a
+    worker that dies go with its connection: they are owner-scoped."""
     c = client()
     stale = [o["guid"] for o in c.list()
              if o["name"] == TRANSFER_NAME and created_by(o["creator_pid"])]

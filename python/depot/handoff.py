@@ -10,6 +10,9 @@ Ownership: the process that loads a payload owns the objects made for it, and de
 the last view of it goes. A buffer that already lies in an object this process holds (an array
 it loaded, passed on to another process) is not copied again: the payload names the object, and
 its owner keeps it. So a value handed on from process to process is copied once in all.
+The objects are owner-scoped: they go when the connection of the process that made them closes,
+so a payload never loaded (a receiver that failed) does not outlive its sender; views already
+taken stay readable.
 """
 
 import bisect
@@ -105,17 +108,29 @@ def dumps(value, threshold=DEFAULT_THRESHOLD):
     data = cloudpickle.dumps(value, protocol=5, buffer_callback=out_of_band)
     places = []  # per buffer: (guid, frame, offset, length, the receiver owns the object)
     new = []
+    c = connection.client()
     for raw in large:
         held = _holdings.find(raw)
+        if held is not None and not _exists(c, held[0]):
+            held = None  # its maker's connection closed: mapped here, gone from depot
         if held is not None:
             places.append((held[0], 0, held[1], raw.nbytes, False))
         else:
             places.append((None, len(new), 0, raw.nbytes, True))
             new.append(raw)
     if new:
-        guid = connection.client().put(new, name=HANDOFF_NAME)
+        guid = c.put(new, name=HANDOFF_NAME, owner_scoped=True)
         places = [(guid if g is None else g, f, o, n, owned) for g, f, o, n, owned in places]
     return pickle.dumps((data, places), protocol=5)
+
+
+def _exists(c, guid):
+    # stat, not contains: contains answers from this process's own reference.
+    try:
+        c.stat(guid)
+        return True
+    except depot.NotFound:
+        return False
 
 
 def loads(payload):

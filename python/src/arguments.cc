@@ -22,7 +22,8 @@ std::chrono::milliseconds ToTimeout(std::optional<double> seconds) {
 }
 
 Options::Options(std::optional<std::string> name, py::object metadata_object,
-                 std::optional<std::string> guid, bool evictable, bool checksum) {
+                 std::optional<std::string> guid, bool evictable, bool checksum,
+                 bool owner_scoped) {
   if (name) create.name = std::move(*name);
   if (!metadata_object.is_none()) {
     metadata = std::make_unique<Buffer>(metadata_object);
@@ -31,6 +32,7 @@ Options::Options(std::optional<std::string> name, py::object metadata_object,
   if (guid) create.guid = ParseGuid(*guid);
   create.evictable = evictable;
   create.checksum = checksum;
+  create.owner_scoped = owner_scoped;
 }
 
 }  // namespace depot::python

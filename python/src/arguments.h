@@ -53,7 +53,7 @@ struct Options {
   std::unique_ptr<Buffer> metadata;
 
   Options(std::optional<std::string> name, py::object metadata_object,
-          std::optional<std::string> guid, bool evictable, bool checksum);
+          std::optional<std::string> guid, bool evictable, bool checksum, bool owner_scoped);
 };
 
 }  // namespace depot::python

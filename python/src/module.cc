@@ -118,15 +118,16 @@ it: after fork(), connect a new one in the child.)")
       .def_property_readonly("socket", &PyClient::socket)
       .def("put", &PyClient::Put, "data"_a, py::kw_only(), "name"_a = py::none(),
            "metadata"_a = py::none(), "guid"_a = py::none(), "evictable"_a = false,
-           "checksum"_a = false,
+           "checksum"_a = false, "owner_scoped"_a = false,
            R"(Copies a buffer (or a list of buffers, one frame each) into a new sealed object.
 
 Returns its GUID as a string. Buffers must be contiguous (bytes, bytearray, memoryview, a
 contiguous numpy array). Raises StoreFull when it does not fit, AlreadyExists when `guid` is
-taken. `checksum` records a checksum of the bytes at seal, for Object.verify().)")
+taken. `checksum` records a checksum of the bytes at seal, for Object.verify(); an
+`owner_scoped` object is deleted when this connection closes or its process exits.)")
       .def("create", &PyClient::Create, "sizes"_a, py::kw_only(), "name"_a = py::none(),
            "metadata"_a = py::none(), "guid"_a = py::none(), "evictable"_a = false,
-           "checksum"_a = false,
+           "checksum"_a = false, "owner_scoped"_a = false,
            "Reserves an object of frames of the given sizes to write in place; returns a Draft.")
       .def("get", &PyClient::Get, "guid"_a, "timeout"_a = py::none(),
            R"(Gets a sealed object, zero-copy.

@@ -374,3 +374,29 @@ def test_client_as_a_context_manager_closes(daemon):
         c.ping()
     assert bytes(view) == b"kept" and bytes(obj.frames[0]) == b"kept"
     c.close()  # twice: harmless
+
+
+def test_owner_scoped_objects_go_with_their_process_even_killed(client, daemon):
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import depot, sys, time; c = depot.Client(sys.argv[1]); "
+            "print(c.put(b'x' * 100000, owner_scoped=True), c.put(b'kept'), flush=True); "
+            "time.sleep(60)")
+    owner = subprocess.Popen([sys.executable, "-c", code, daemon.socket], stdout=subprocess.PIPE,
+                             text=True)
+    scoped, kept = owner.stdout.readline().split()
+    view = client.get(scoped).frames[0]
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.stat(scoped)
+        except depot.NotFound:
+            break
+        assert time.monotonic() < deadline, "the owner-scoped object outlived its process"
+        time.sleep(0.01)
+    assert client.contains(kept) and bytes(view[:3]) == b"xxx"
+    client.delete(kept)

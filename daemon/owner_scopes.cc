@@ -1,0 +1,45 @@
+#include "daemon/owner_scopes.h"
+
+#include <algorithm>
+
+namespace depot {
+namespace {
+
+// Lists shorter than this are never pruned: pruning costs a lookup per entry.
+constexpr size_t kPruneFloor = 64;
+
+}  // namespace
+
+bool OwnerScopes::StillOwned(const ObjectTable& table, SessionId session, const Guid& guid) {
+  const StoredObject* o = table.Find(guid);
+  return o != nullptr && o->creator == session;
+}
+
+void OwnerScopes::Add(SessionId session, const Guid& guid, const ObjectTable& table) {
+  Scope& scope = scopes_[session];
+  if (scope.guids.size() >= std::max(kPruneFloor, 2 * scope.pruned_size)) {
+    std::erase_if(scope.guids,
+                  [&](const Guid& g) { return !StillOwned(table, session, g); });
+    scope.pruned_size = scope.guids.size();
+  }
+  scope.guids.push_back(guid);
+}
+
+void OwnerScopes::Close(SessionId session, ObjectTable& table) {
+  auto it = scopes_.find(session);
+  if (it == scopes_.end()) return;
+  for (const Guid& guid : it->second.guids) {
+    const StoredObject* o = table.Find(guid);
+    if (o != nullptr && o->creator == session && o->state == ObjectState::kSealed) {
+      (void)table.Delete(guid, session);  // sealed and present: cannot fail
+    }
+  }
+  scopes_.erase(it);
+}
+
+size_t OwnerScopes::remembered(SessionId session) const {
+  auto it = scopes_.find(session);
+  return it == scopes_.end() ? 0 : it->second.guids.size();
+}
+
+}  // namespace depot
