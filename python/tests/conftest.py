@@ -63,3 +63,11 @@ def daemon():
 @pytest.fixture
 def client(daemon):
     return depot.Client(daemon.socket)
+
+
+@pytest.fixture(scope="module")
+def other_daemon():
+    """A second daemon, standing for another node's."""
+    d = Daemon("256MiB")
+    yield d
+    d.stop()
