@@ -17,9 +17,10 @@ Every failure raises a subclass of :class:`depot.Error` named like the status co
 import json
 
 from depot import _core
-from depot._core import Draft, Error, Object, Subscription
+from depot._core import DeviceFrame, Draft, Error, Object, Subscription
 
-__all__ = ["Client", "Draft", "Error", "Object", "Subscription", "ARRAY_METADATA_KEY"]
+__all__ = ["Client", "DeviceFrame", "Draft", "Error", "Object", "Subscription",
+           "ARRAY_METADATA_KEY"]
 
 # One exception class per status code, made by the extension from the C++ table of codes, so
 # that a code added there needs no change here.

@@ -35,4 +35,11 @@ Options::Options(std::optional<std::string> name, py::object metadata_object,
   create.owner_scoped = owner_scoped;
 }
 
+void Options::SetPlaces(const std::optional<std::vector<std::optional<std::string>>>& places) {
+  if (!places) return;
+  for (const auto& p : *places) {
+    create.places.push_back(!p || *p == "host" ? depot::Place::Host() : depot::Place::Gpu(*p));
+  }
+}
+
 }  // namespace depot::python

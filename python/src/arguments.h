@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "depot/client.h"
 
@@ -54,6 +55,10 @@ struct Options {
 
   Options(std::optional<std::string> name, py::object metadata_object,
           std::optional<std::string> guid, bool evictable, bool checksum, bool owner_scoped);
+
+  // Where each frame lives: None (or "host") for the host, else a GPU's UUID; None: all on the
+  // host.
+  void SetPlaces(const std::optional<std::vector<std::optional<std::string>>>& places);
 };
 
 }  // namespace depot::python

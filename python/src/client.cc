@@ -24,9 +24,10 @@ PyClient::PyClient(std::optional<std::string> socket, std::optional<uid_t> daemo
 
 std::string PyClient::Put(py::handle data, std::optional<std::string> name, py::object metadata,
                           std::optional<std::string> guid, bool evictable, bool checksum,
-                          bool owner_scoped) {
+                          bool owner_scoped, const Places& places) {
   Options options(std::move(name), std::move(metadata), std::move(guid), evictable, checksum,
                   owner_scoped);
+  options.SetPlaces(places);
   std::vector<std::unique_ptr<Buffer>> buffers;
   if (py::isinstance<py::list>(data) || py::isinstance<py::tuple>(data)) {
     for (py::handle frame : data) buffers.push_back(std::make_unique<Buffer>(frame));
@@ -42,9 +43,10 @@ std::string PyClient::Put(py::handle data, std::optional<std::string> name, py::
 
 PyDraft PyClient::Create(std::vector<uint64_t> sizes, std::optional<std::string> name,
                          py::object metadata, std::optional<std::string> guid, bool evictable,
-                         bool checksum, bool owner_scoped) {
+                         bool checksum, bool owner_scoped, const Places& places) {
   Options options(std::move(name), std::move(metadata), std::move(guid), evictable, checksum,
                   owner_scoped);
+  options.SetPlaces(places);
   auto& c = client();
   auto draft = WithoutGil([&] { return c.Create(sizes, options.create); });
   return PyDraft(Check(std::move(draft)));

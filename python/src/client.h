@@ -18,6 +18,9 @@ namespace depot::python {
 
 namespace py = pybind11;
 
+// Where each frame of a new object lives, as Python gives it (see Options::SetPlaces).
+using Places = std::optional<std::vector<std::optional<std::string>>>;
+
 // A Python Client: one connection to depotd, usable from many threads. It belongs to the
 // process that connected it; a child made by fork() must connect its own (the connection and
 // its mappings do not cross fork), and using an inherited one raises depot.Disconnected.
@@ -30,11 +33,11 @@ class PyClient {
 
   std::string Put(py::handle data, std::optional<std::string> name, py::object metadata,
                   std::optional<std::string> guid, bool evictable, bool checksum,
-                  bool owner_scoped);
+                  bool owner_scoped, const Places& places);
 
   PyDraft Create(std::vector<uint64_t> sizes, std::optional<std::string> name, py::object metadata,
                  std::optional<std::string> guid, bool evictable, bool checksum,
-                 bool owner_scoped);
+                 bool owner_scoped, const Places& places);
 
   depot::Object Get(const std::string& guid, std::optional<double> timeout);
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "python/src/device_frame.h"
 #include "python/src/errors.h"
 
 namespace depot::python {
@@ -12,13 +13,6 @@ namespace {
 
 py::memoryview ViewOf(py::object exporter) {
   return py::reinterpret_steal<py::memoryview>(PyMemoryView_FromObject(exporter.ptr()));
-}
-
-// A device frame's span is a GPU address range: a memoryview over it would fault on first read.
-void CheckHost(const depot::Place& place, size_t i, const depot::Guid& guid) {
-  if (place.host()) return;
-  RaiseInvalidArgument("frame " + std::to_string(i) + " of " + guid.ToString() + " lives on GPU " +
-                       place.gpu + ": device frames are not available from Python yet");
 }
 
 }  // namespace
@@ -33,8 +27,12 @@ py::buffer_info FrameBuffer(const std::byte* data, size_t size, bool readonly) {
 py::list FramesOf(const depot::Object& object) {
   py::list frames;
   for (size_t i = 0; i < object.frame_count(); ++i) {
-    CheckHost(object.place(i), i, object.guid());
-    frames.append(ViewOf(py::cast(ReadFrame{object, i})));
+    depot::Place place = object.place(i);
+    if (place.host()) {
+      frames.append(ViewOf(py::cast(ReadFrame{object, i})));
+    } else {  // a GPU address range: a memoryview over it would fault on first read
+      frames.append(py::cast(DeviceFrame(object, object.frame(i), place.gpu, true)));
+    }
   }
   return frames;
 }
@@ -42,8 +40,12 @@ py::list FramesOf(const depot::Object& object) {
 py::list WritableFramesOf(const std::shared_ptr<depot::Draft>& draft) {
   py::list frames;
   for (size_t i = 0; i < draft->frame_count(); ++i) {
-    CheckHost(draft->place(i), i, draft->guid());
-    frames.append(ViewOf(py::cast(WriteFrame{draft, i})));
+    depot::Place place = draft->place(i);
+    if (place.host()) {
+      frames.append(ViewOf(py::cast(WriteFrame{draft, i})));
+    } else {
+      frames.append(py::cast(DeviceFrame(draft, draft->frame(i), place.gpu, false)));
+    }
   }
   return frames;
 }

@@ -29,8 +29,8 @@ struct WriteFrame {
 // The buffer of one frame, for the exporters' buffer protocol.
 py::buffer_info FrameBuffer(const std::byte* data, size_t size, bool readonly);
 
-// Every frame as a memoryview: read-only over an object, writable over a draft. Raises
-// InvalidArgument for a frame on a GPU.
+// Every frame: a host frame as a memoryview, read-only over an object, writable over a draft; a
+// frame on a GPU as a DeviceFrame (device_frame.h).
 py::list FramesOf(const depot::Object& object);
 py::list WritableFramesOf(const std::shared_ptr<depot::Draft>& draft);
 

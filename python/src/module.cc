@@ -18,6 +18,7 @@
 
 #include "depot/client.h"
 #include "python/src/client.h"
+#include "python/src/device_frame.h"
 #include "python/src/draft.h"
 #include "python/src/errors.h"
 #include "python/src/frames.h"
@@ -27,6 +28,7 @@
 namespace py = pybind11;
 using namespace py::literals;
 
+using depot::python::BindDeviceFrame;
 using depot::python::Check;
 using depot::python::FrameBuffer;
 using depot::python::FramesOf;
@@ -41,6 +43,7 @@ using depot::python::WriteFrame;
 PYBIND11_MODULE(_core, m) {
   m.doc() = "depot's C++ client bound for Python; use the package `depot`.";
   m.attr("errors") = MakeErrorClasses(m);
+  BindDeviceFrame(m);
 
   py::class_<ReadFrame>(m, "_ReadFrame", py::buffer_protocol()).def_buffer([](ReadFrame& f) {
     auto bytes = f.object.frame(f.index);
@@ -57,7 +60,20 @@ PYBIND11_MODULE(_core, m) {
 object while this Object or any view of its frames lives, so the bytes stay valid even after the
 object is deleted; the reference is released when the last of them goes.)")
       .def_property_readonly("guid", [](const depot::Object& o) { return o.guid().ToString(); })
-      .def_property_readonly("frames", &FramesOf, "The frames as read-only memoryviews (no copy).")
+      .def_property_readonly("frames", &FramesOf,
+                             "The frames, no copy: read-only memoryviews, and DeviceFrames for "
+                             "frames on a GPU.")
+      .def_property_readonly(
+          "places",
+          [](const depot::Object& o) {
+            py::list places;
+            for (size_t i = 0; i < o.frame_count(); ++i) {
+              auto p = o.place(i);
+              places.append(p.host() ? py::object(py::none()) : py::object(py::str(p.gpu)));
+            }
+            return places;
+          },
+          "Where each frame lives: None for the host, else the GPU's UUID.")
       .def_property_readonly(
           "metadata",
           [](const depot::Object& o) {
@@ -118,17 +134,21 @@ it: after fork(), connect a new one in the child.)")
       .def_property_readonly("socket", &PyClient::socket)
       .def("put", &PyClient::Put, "data"_a, py::kw_only(), "name"_a = py::none(),
            "metadata"_a = py::none(), "guid"_a = py::none(), "evictable"_a = false,
-           "checksum"_a = false, "owner_scoped"_a = false,
+           "checksum"_a = false, "owner_scoped"_a = false, "places"_a = py::none(),
            R"(Copies a buffer (or a list of buffers, one frame each) into a new sealed object.
 
 Returns its GUID as a string. Buffers must be contiguous (bytes, bytearray, memoryview, a
 contiguous numpy array). Raises StoreFull when it does not fit, AlreadyExists when `guid` is
 taken. `checksum` records a checksum of the bytes at seal, for Object.verify(); an
-`owner_scoped` object is deleted when this connection closes or its process exits.)")
+`owner_scoped` object is deleted when this connection closes or its process exits. `places`:
+per frame, None for the host or a GPU's UUID (see status()['device_pools']); the bytes are copied
+from the host there.)")
       .def("create", &PyClient::Create, "sizes"_a, py::kw_only(), "name"_a = py::none(),
            "metadata"_a = py::none(), "guid"_a = py::none(), "evictable"_a = false,
-           "checksum"_a = false, "owner_scoped"_a = false,
-           "Reserves an object of frames of the given sizes to write in place; returns a Draft.")
+           "checksum"_a = false, "owner_scoped"_a = false, "places"_a = py::none(),
+           "Reserves an object of frames of the given sizes to write in place; returns a Draft. "
+           "`places`: per frame, None for the host or a GPU's UUID: such a frame is a "
+           "DeviceFrame.")
       .def("get", &PyClient::Get, "guid"_a, "timeout"_a = py::none(),
            R"(Gets a sealed object, zero-copy.
 

@@ -19,17 +19,19 @@ import depot
 class Daemon:
     """A depotd serving a socket in a temporary directory, stopped by stop()."""
 
-    def __init__(self, capacity):
-        path = os.environ.get("DEPOTD")
+    def __init__(self, capacity, daemon="DEPOTD", args=()):
+        """``daemon``: the environment variable naming the executable (ctest sets DEPOTD and
+        MEMFD_DEPOTD, the test daemon whose GPUs are memfd stand-ins)."""
+        path = os.environ.get(daemon)
         if not path or not os.access(path, os.X_OK):
-            pytest.fail(f"set DEPOTD to the depotd to test with (got {path!r}); ctest sets it",
+            pytest.fail(f"set {daemon} to the daemon to test with (got {path!r}); ctest sets it",
                         pytrace=False)
         self.dir = tempfile.mkdtemp(prefix="depot-pytest-")
         self.socket = os.path.join(self.dir, "depot.sock")
         self.log = os.path.join(self.dir, "depotd.log")
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [path, "--socket", self.socket, "--capacity", capacity],
+                [path, "--socket", self.socket, "--capacity", capacity, *args],
                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while True:

@@ -24,12 +24,13 @@ def stub_names():
 
 def public(obj):
     return {n for n in vars(obj) if not n.startswith("_")} | (
-        {"__enter__", "__exit__", "__len__"} & set(vars(obj)))
+        {"__enter__", "__exit__", "__len__", "__cuda_array_interface__", "__dlpack__",
+         "__dlpack_device__"} & set(vars(obj)))
 
 
 def test_stubs_match_the_extension():
     stubs = stub_names()
     module = {n for n in vars(_core) if not n.startswith("_")}
     assert set(stubs) == module
-    for name in ("Object", "Draft", "Subscription", "Client"):
+    for name in ("DeviceFrame", "Object", "Draft", "Subscription", "Client"):
         assert stubs[name] - {"__init__"} == public(getattr(_core, name)), name

@@ -1,0 +1,112 @@
+"""Device frames from Python. Without a GPU (here), against the test daemon whose GPUs are memfd
+stand-ins (tests/memfd_depotd.cc): it exercises the Python plumbing (places, DeviceFrame, the
+CUDA Array Interface, DLPack's refusal without a driver), whose "device memory" is host memory,
+so a test can read it through its address. It is not GPU coverage: the [cuda] test is, and it
+skips, saying why, where there is no GPU."""
+
+import ctypes
+import gc
+
+import pytest
+
+import depot
+from conftest import Daemon
+
+GPU0 = "GPU-00000000-0000-4000-8000-000000000001"
+GPU1 = "GPU-00000000-0000-4000-8000-000000000002"
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def stand_in():
+    d = Daemon("64MiB", daemon="MEMFD_DEPOTD", args=("--device-chunk-size", "16MiB"))
+    yield d
+    d.stop()
+
+
+def read(frame):
+    """The bytes of a stand-in device frame, read through its device address."""
+    interface = frame.__cuda_array_interface__
+    return ctypes.string_at(interface["data"][0], interface["shape"][0])
+
+
+def test_device_frames_are_written_in_place_and_read_by_another_client(stand_in):
+    writer = depot.Client(stand_in.socket)
+    pools = {p["uuid"] for p in writer.status()["device_pools"]}
+    assert {GPU0, GPU1} <= pools
+    with writer.create([4096, MIB], places=[None, GPU0], name="mixed") as draft:
+        host, device = draft.frames
+        assert isinstance(host, memoryview) and isinstance(device, depot.DeviceFrame)
+        assert device.gpu == GPU0 and len(device) == MIB and not device.readonly
+        assert device.__cuda_array_interface__["data"][1] is False
+        host[:5] = b"host!"
+        ctypes.memmove(device.address, b"device" * 1000, 6000)
+    obj = depot.Client(stand_in.socket).get(draft.guid)
+    assert obj.places == [None, GPU0]
+    host, device = obj.frames
+    assert bytes(host[:5]) == b"host!"
+    interface = device.__cuda_array_interface__
+    assert interface == {"shape": (MIB,), "typestr": "|u1", "data": (device.address, True),
+                         "version": 3, "strides": None, "stream": None}
+    assert read(device)[:6000] == b"device" * 1000 and device.readonly
+
+
+def test_put_copies_host_bytes_to_a_device(stand_in):
+    c = depot.Client(stand_in.socket)
+    guid = c.put([b"meta", b"x" * 100000], places=[None, GPU1])
+    obj = c.get(guid)
+    assert obj.places == [None, GPU1]
+    assert read(obj.frames[1]) == b"x" * 100000
+
+
+def test_a_device_frame_keeps_its_object_mapped(stand_in):
+    c = depot.Client(stand_in.socket)
+    guid = c.put([b"y" * 5000], places=[GPU0])
+    frame = c.get(guid).frames[0]
+    c.delete(guid)
+    gc.collect()
+    assert read(frame) == b"y" * 5000  # the object went from the index, not from this view
+
+
+def test_dlpack_without_a_cuda_driver_says_why(stand_in):
+    c = depot.Client(stand_in.socket)
+    frame = c.get(c.put([b"z" * 10], places=[GPU0])).frames[0]
+    with pytest.raises(depot.Unavailable, match="CUDA|libcuda"):
+        frame.__dlpack_device__()
+    with pytest.raises(depot.Unavailable, match="CUDA|libcuda"):
+        frame.__dlpack__()
+
+
+def test_places_are_checked(stand_in):
+    c = depot.Client(stand_in.socket)
+    with pytest.raises(depot.InvalidArgument):
+        c.create([10, 10], places=[GPU0])  # one place for two frames
+    with pytest.raises(depot.Error):
+        c.create([10], places=["GPU-not-a-pool"])
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.c_void_p),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+def test_cuda_device_frames_export_dlpack(daemon):
+    """[cuda] On a machine with a GPU: a device frame of the real daemon, imported through
+    DLPack and the CUDA Array Interface."""
+    c = depot.Client(daemon.socket)
+    status = c.status()
+    if not status["device_pools"]:
+        pytest.skip(f"[cuda] no GPU here, so no device frame to export: "
+                    f"{status['devices_unavailable']}")
+    gpu = status["device_pools"][0]["uuid"]
+    frame = c.get(c.put([b"\0" * 4096], places=[gpu])).frames[0]
+    assert frame.__dlpack_device__()[0] == 2
+    capsule = frame.__dlpack__()
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    tensor = DLTensor.from_address(get_pointer(capsule, b"dltensor"))
+    assert tensor.data == frame.address and tensor.device_type == 2 and tensor.ndim == 1
+    assert tensor.shape[0] == 4096 and (tensor.code, tensor.bits, tensor.lanes) == (1, 8, 1)
