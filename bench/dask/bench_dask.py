@@ -9,7 +9,8 @@ On a LocalCluster of 2 and of 4 worker processes (1 thread each), against one de
 - small transfers: 100 arrays of 64 KiB, each moved from A to B by a task (below depot.dask's
   threshold: both columns take Dask's own path, which is the point of the row);
 - broadcast: a 1 GiB array sent to every worker and summed there: ``Client.scatter(...,
-  broadcast=True)`` against ``depot.dask.put`` and ``ref.get()``; wall time and the memory the
+  broadcast=True)`` against ``depot.dask.put`` with the Ref passed as the task's argument (the
+  worker plugin resolves it to the array); wall time and the memory the
   data adds on the node (workers' private memory, measured inside the tasks while they hold the
   array, plus depot's shared memory);
 - rechunk: ``dask.array`` rechunk from row blocks to column blocks (every output block takes a
@@ -81,10 +82,6 @@ def read(x):
 
 def read_and_measure(x):
     return float(x.sum()), private_memory()
-
-
-def get_read_and_measure(ref):
-    return read_and_measure(ref.get())
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -218,8 +215,8 @@ class Bench:
                     futures = [c.submit(read_and_measure, data, workers=[w], pure=False)
                                for w in self.workers]
                 else:
-                    data = depot.dask.put(array)
-                    futures = [c.submit(get_read_and_measure, data, workers=[w], pure=False)
+                    data = depot.dask.put(array)  # a Ref: the plugin resolves it in the task
+                    futures = [c.submit(read_and_measure, data, workers=[w], pure=False)
                                for w in self.workers]
                 reports = c.gather(futures)
                 times[mode].append(time.perf_counter() - start)
@@ -228,7 +225,8 @@ class Bench:
                 del data, futures
                 settle(c)
         self.row(f"broadcast {fmt_bytes(size)} to every worker, task sum: wall time", times,
-                 note="Dask: Client.scatter(broadcast=True); depot: depot.dask.put + ref.get()")
+                 note="Dask: Client.scatter(broadcast=True); depot: depot.dask.put, the Ref "
+                      "passed as the task's argument")
         self.row(f"broadcast {fmt_bytes(size)}: memory the data adds on the node", memory,
                  fmt=fmt_bytes,
                  note="workers' private memory while the tasks hold it, plus depot's pool")
