@@ -39,6 +39,16 @@ class Client(_core.Client):
     ``ndarray`` over the shared pages.
     """
 
+    def put(self, data, **options):
+        """As :meth:`depot._core.Client.put`, and more: frames that have
+        ``__cuda_array_interface__`` (CuPy, PyTorch, Numba arrays on a GPU) are copied device to
+        device into device frames (``places`` defaults to the first GPU for them); see
+        depot.device_copy."""
+        frames = data if isinstance(data, (list, tuple)) else [data]
+        if any(device_copy.has_device_interface(f) for f in frames):
+            return device_copy.put(self, frames, options.pop("places", None), **options)
+        return super().put(data, **options)
+
     def put_array(self, array, *, name=None, guid=None, evictable=False):
         """Copies ``array`` into a new object and returns its GUID.
 
@@ -89,5 +99,6 @@ def array_of(obj):
 
 
 # Last: these modules use the names above.
+from depot import device_copy  # noqa: E402
 from depot.node_cache import cache  # noqa: E402
 __all__ += ["cache"]

@@ -110,3 +110,32 @@ def test_cuda_device_frames_export_dlpack(daemon):
     tensor = DLTensor.from_address(get_pointer(capsule, b"dltensor"))
     assert tensor.data == frame.address and tensor.device_type == 2 and tensor.ndim == 1
     assert tensor.shape[0] == 4096 and (tensor.code, tensor.bits, tensor.lanes) == (1, 8, 1)
+
+
+class FakeDeviceArray:
+    """An object with __cuda_array_interface__ over host memory: on the stand-in GPUs, whose
+    device memory is host memory, what a GPU array is to a real one."""
+
+    def __init__(self, array, strides=None):
+        self.array = array
+        self.__cuda_array_interface__ = {
+            "shape": array.shape, "typestr": array.dtype.str, "version": 3, "stream": None,
+            "data": (array.ctypes.data, False), "strides": strides}
+
+
+def test_put_copies_device_arrays_device_to_device(stand_in):
+    import numpy as np
+
+    c = depot.Client(stand_in.socket)
+    source = np.arange(1000, dtype=np.float32)
+    guid = c.put([b"header", FakeDeviceArray(source)])
+    obj = c.get(guid)
+    assert obj.places == [None, GPU0]  # the device array's frame on the first GPU
+    assert bytes(obj.frames[0]) == b"header"
+    assert read(obj.frames[1]) == source.tobytes()
+    guid = c.put(FakeDeviceArray(source[:10]), places=[GPU1])
+    assert read(c.get(guid).frames[0]) == source[:10].tobytes()
+    with pytest.raises(depot.InvalidArgument, match="C-contiguous"):
+        c.put(FakeDeviceArray(np.zeros((4, 4), np.float32), strides=(4, 16)))
+    with pytest.raises(depot.InvalidArgument, match="placed on a GPU"):
+        c.put([FakeDeviceArray(source)], places=[None])
