@@ -24,7 +24,6 @@ import functools
 import hashlib
 import inspect
 import pickle
-import time
 import uuid
 
 import depot
