@@ -22,7 +22,12 @@ shared memory once, the receiver maps it (zero-copy, read-only) and deletes it a
 a small message goes over the socket. Workers on different nodes (or without depot) use Dask's
 usual path, unchanged.
 
-How: a Dask serialization family, ``"depot"``, tried first for worker-to-worker data. A worker's
+Device values (CuPy and the other types Dask's ``"cuda"`` family serializes) go first to a
+family of their own, ``"depot-cuda"`` (depot.dask_device): as device frames through the daemon's
+device pools.
+
+How: a Dask serialization family, ``"depot"``, tried (after ``"depot-cuda"``) for
+worker-to-worker data. A worker's
 comms announce, in their handshake, which depot daemon the worker uses; the family serializes
 through depot only when the recipient announced the same daemon, and otherwise declines, so
 Dask falls back to its ``"dask"`` and ``"pickle"`` families.
@@ -40,7 +45,7 @@ from distributed.protocol.serialize import (deserialize, families,
 from distributed.utils import ensure_memoryview, nbytes
 
 import depot
-from depot import connection
+from depot import connection, dask_device
 from depot.local_scheduler import ProcessScheduler, get
 from depot.refs import Ref, put, resolve
 
@@ -90,12 +95,22 @@ def node_identity():
         return None
 
 
+def shares_daemon(context):
+    """Whether the recipient named in a serialization context announced this process's daemon."""
+    recipient = (context or {}).get("recipient") or {}
+    identity = recipient.get(_HANDSHAKE_KEY)
+    return identity is not None and identity == node_identity()
+
+
+def threshold():
+    """The size from which frames travel through depot, in this process."""
+    return _threshold
+
+
 def _dumps(x, context=None):
     """Serializes with Dask's own families, then moves the large frames into one depot object,
     when the recipient uses the same daemon; declines (NotImplementedError) otherwise."""
-    recipient = (context or {}).get("recipient") or {}
-    identity = recipient.get(_HANDSHAKE_KEY)
-    if identity is None or identity != node_identity():
+    if not shares_daemon(context):
         raise NotImplementedError("the recipient does not share this process's depot")
     if sizeof(x) < _threshold:  # most messages: decline before serializing anything
         raise NotImplementedError("too small to be worth a trip through depot")
@@ -192,9 +207,12 @@ def enable_transfers(worker, threshold=None):
         worker.rpc.collect()  # idle comms were opened before the handshake carried the identity
     # The families this worker asks its peers to serialize with: depot first, then every other
     # one as before (Dask's default order, then the rest, so that any reply stays readable).
+    # Device values first to their own family, so that the "depot" one does not copy them to the
+    # host through Dask's "dask" family.
+    ours = (dask_device.FAMILY, FAMILY)
     others = [f for f in ("dask", "pickle") if f in families]
-    others += [f for f in families if f not in others and f != FAMILY]
-    worker.rpc.deserializers = (FAMILY, *others)
+    others += [f for f in families if f not in others and f not in ours]
+    worker.rpc.deserializers = (*ours, *others)
 
 
 def disable_transfers(worker):

@@ -13,14 +13,14 @@ import functools
 
 import depot
 
-__all__ = ["has_device_interface", "put"]
+__all__ = ["contiguous_bytes", "has_device_interface", "put"]
 
 
 def has_device_interface(x):
     return hasattr(x, "__cuda_array_interface__")
 
 
-def _contiguous_bytes(x):
+def contiguous_bytes(x):
     """(address, size) of a C-contiguous CAI object, waiting for its producer's stream."""
     interface = x.__cuda_array_interface__
     shape = tuple(interface["shape"])
@@ -79,7 +79,7 @@ def put(client, frames, places, **options):
         raise depot.Unavailable("the daemon has no device pools to put device arrays in")
     places = list(places) if places is not None else [
         next(iter(pools)) if has_device_interface(f) else None for f in frames]
-    sources = [_contiguous_bytes(f) if has_device_interface(f) else None for f in frames]
+    sources = [contiguous_bytes(f) if has_device_interface(f) else None for f in frames]
     sizes = [s[1] if s else memoryview(f).nbytes for f, s in zip(frames, sources)]
     with client.create(sizes, places=places, **options) as draft:
         for frame, target, source, place in zip(frames, draft.frames, sources, places):

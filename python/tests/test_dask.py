@@ -203,7 +203,7 @@ def test_preload_setting_and_cleanup_after_workers_exit(daemon):
 
     def orphan():
         from distributed.protocol.serialize import serialize
-        assert distributed.get_worker().rpc.deserializers[0] == depot.dask.FAMILY
+        assert distributed.get_worker().rpc.deserializers[:2] == ("depot-cuda", depot.dask.FAMILY)
         recipient = {"depot-node": depot.dask.node_identity()}
         header, _ = serialize(np.ones(2 * MIB), serializers=("depot",),
                               context={"recipient": recipient})
