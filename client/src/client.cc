@@ -207,12 +207,14 @@ Result<Object> Client::Get(const Guid& guid, std::chrono::milliseconds timeout) 
 std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
                                         std::chrono::milliseconds timeout) {
   if (guids.size() > proto::kMaxGuidsPerRequest) {
-    // One deadline for all the batches: each waits for what is left of the timeout.
+    // One deadline for all the batches: each waits for what is left of the timeout, and at least
+    // a millisecond, so that an object still missing is a Timeout as in one request, not the
+    // NotFound of a poll.
     auto deadline = std::chrono::steady_clock::now() + timeout;
     return InBatches(guids, [&](std::span<const Guid> part) {
       auto left =
           std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      return Get(part, timeout <= kNoWait ? timeout : std::max(left, kNoWait));
+      return Get(part, timeout <= kNoWait ? timeout : std::max(left, std::chrono::milliseconds(1)));
     });
   }
   std::vector<Result<Object>> out(guids.size(), Status::NotFound("not requested"));
