@@ -147,6 +147,19 @@ std::vector<DevicePoolInfo> NamespaceSet::DevicePools() const {
   return pools;
 }
 
+std::vector<PoolReport> NamespaceSet::PoolReports() const {
+  std::vector<PoolReport> pools;
+  pools.push_back({"host", "host", Stats(0), host_budget_.peak_used});
+  pools.back().stats.capacity = host_budget_.capacity;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const PoolBudget& budget = devices_.budget(i);
+    pools.push_back({devices_.device(i).uuid, "device", Stats(static_cast<uint32_t>(i + 1)),
+                     budget.peak_used});
+    pools.back().stats.capacity = budget.capacity;
+  }
+  return pools;
+}
+
 ObjectCounts NamespaceSet::Counts() const {
   ObjectCounts total;
   for (const auto& [key, ns] : namespaces_) {
@@ -154,6 +167,11 @@ ObjectCounts NamespaceSet::Counts() const {
     total.creating += n.creating;
     total.sealed += n.sealed;
     total.deleted += n.deleted;
+    total.creating_bytes += n.creating_bytes;
+    total.sealed_bytes += n.sealed_bytes;
+    total.deleted_bytes += n.deleted_bytes;
+    total.evictable += n.evictable;
+    total.evictable_bytes += n.evictable_bytes;
     total.evictions += n.evictions;
     total.evicted_bytes += n.evicted_bytes;
   }

@@ -74,12 +74,14 @@ class NamespaceSet {
   void Report(StoreStatus& status) const;
   // Every device pool: its GPU, its budget and its use.
   std::vector<DevicePoolInfo> DevicePools() const;
-
+  // Every pool for metrics: the host, then each GPU.
+  std::vector<PoolReport> PoolReports() const;
+  // Objects by state and evictions, totalled over every namespace.
+  ObjectCounts Counts() const;
 
  private:
   // Totals over every namespace.
   PoolStats Stats(uint32_t pool) const;
-  ObjectCounts Counts() const;
   NamespaceOptions options_;
   DeviceSet& devices_;
   NamespaceHooks hooks_;
