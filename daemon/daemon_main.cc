@@ -16,6 +16,7 @@
 
 #include "common/system_memory.h"
 #include "daemon/daemon_main.h"
+#include "daemon/metrics_server.h"
 #include "daemon/options.h"
 #include "daemon/server.h"
 #include "daemon/store.h"
@@ -122,6 +123,17 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
     spdlog::critical("{}", server.status().message());
     return 1;
   }
+  std::unique_ptr<MetricsServer> metrics;
+  if (!opts.metrics_listen.empty()) {
+    Store* served = store->get();
+    auto started = MetricsServer::Start(io, opts.metrics_listen, [served] { return served->Metrics(); });
+    if (!started.ok()) {
+      spdlog::critical("{}", started.status().message());
+      return 1;
+    }
+    metrics = std::move(*started);
+    spdlog::info("metrics: http://{}/metrics", metrics->address());
+  }
   if (struct stat sock {}; ::stat(socket_path.c_str(), &sock) == 0) {
     (*store)->SetSocketGroup(sock.st_gid);
   }
@@ -141,6 +153,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
     NotifyStopping();
     spdlog::info("received {}, shutting down", signo == SIGINT ? "SIGINT" : "SIGTERM");
     server->reset();  // closes every session: waiting clients see the connection end
+    metrics.reset();
     io.stop();
   });
   // SIGHUP re-reads the log level from the config file.
@@ -160,6 +173,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
       };
   hup.async_wait(on_hup);
   io.run();
+  metrics.reset();
   server->reset();
   store->reset();
   spdlog::info("depotd stopped; shared-memory segments released");
