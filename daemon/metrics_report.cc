@@ -100,7 +100,7 @@ void Requests(PrometheusText& t, const MetricsSnapshot& m) {
     std::string name = proto::TypeName(type);
     if (name.starts_with("unknown")) continue;
     t.Histogram("depot_request_duration_seconds", {{"type", name}}, m.counters.latency(type),
-                1e-9);
+                1e9);
   }
   t.Family("depot_errors_total", "counter",
            "Error replies by code (StoreFull: a create that did not fit even after eviction).");

@@ -59,18 +59,18 @@ void PrometheusText::Sample(std::string_view name, Labels labels, double value) 
 }
 
 void PrometheusText::Histogram(std::string_view name, Labels labels, const depot::Histogram& h,
-                               double scale) {
+                               double unit) {
   std::string bucket = fmt::format("{}_bucket", name);
   uint64_t cumulative = 0;
   for (size_t i = 0; i < h.bounds().size(); ++i) {
     cumulative += h.bucket(i);
-    Name(bucket, labels, "le", fmt::format("{}", static_cast<double>(h.bounds()[i]) * scale));
+    Name(bucket, labels, "le", fmt::format("{}", static_cast<double>(h.bounds()[i]) / unit));
     fmt::format_to(std::back_inserter(out_), " {}\n", cumulative);
   }
   cumulative += h.bucket(h.bounds().size());
   Name(bucket, labels, "le", "+Inf");
   fmt::format_to(std::back_inserter(out_), " {}\n", cumulative);
-  Sample(fmt::format("{}_sum", name), labels, static_cast<double>(h.sum()) * scale);
+  Sample(fmt::format("{}_sum", name), labels, static_cast<double>(h.sum()) / unit);
   Sample(fmt::format("{}_count", name), labels, cumulative);
 }
 

@@ -27,9 +27,10 @@ class PrometheusText {
   void Sample(std::string_view name, Labels labels, uint64_t value);
   void Sample(std::string_view name, Labels labels, double value);
 
-  // A histogram's samples: cumulative _bucket lines (bounds and sum multiplied by `scale`, e.g.
-  // 1e-9 for nanoseconds observed and seconds printed), _sum and _count.
-  void Histogram(std::string_view name, Labels labels, const depot::Histogram& h, double scale);
+  // A histogram's samples: cumulative _bucket lines (bounds and sum divided by `unit`, e.g. 1e9
+  // for nanoseconds observed and seconds printed: a division keeps 1000 / 1e9 exactly 1e-06),
+  // _sum and _count.
+  void Histogram(std::string_view name, Labels labels, const depot::Histogram& h, double unit);
 
   const std::string& text() const { return out_; }
 
