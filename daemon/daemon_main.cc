@@ -16,6 +16,7 @@
 
 #include "common/system_memory.h"
 #include "daemon/daemon_main.h"
+#include "daemon/journal_sink.h"
 #include "daemon/metrics_server.h"
 #include "daemon/options.h"
 #include "daemon/server.h"
@@ -211,10 +212,15 @@ int DaemonMain(int argc, char** argv, const DeviceBackendFactory& make_backend) 
     std::printf("configuration OK\n");
     return 0;
   }
-  auto logger = spdlog::stderr_color_mt("depotd");
-  spdlog::set_default_logger(logger);
+  if (StderrIsJournal()) {
+    // Under systemd: records with their priority and fields; the journal stamps the time.
+    auto sink = std::make_shared<JournalSink>(opts->socket_path);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("depotd", std::move(sink)));
+  } else {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("depotd"));
+    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+  }
   spdlog::set_level(spdlog::level::from_str(opts->log_level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   return Run(*opts, make_backend);
 }
 
