@@ -127,7 +127,8 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   std::unique_ptr<MetricsServer> metrics;
   if (!opts.metrics_listen.empty()) {
     Store* served = store->get();
-    auto started = MetricsServer::Start(io, opts.metrics_listen, [served] { return served->Metrics(); });
+    auto started =
+        MetricsServer::Start(io, opts.metrics_listen, [served] { return served->Metrics(); });
     if (!started.ok()) {
       spdlog::critical("{}", started.status().message());
       return 1;

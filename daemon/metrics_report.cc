@@ -48,7 +48,9 @@ void Pools(PrometheusText& t, std::span<const PoolReport> pools) {
   };
   for (const Gauge& g : kGauges) {
     t.Family(g.name, "gauge", g.help);
-    for (const PoolReport& p : pools) t.Sample(g.name, {{"pool", p.pool}, {"kind", p.kind}}, g.value(p));
+    for (const PoolReport& p : pools) {
+      t.Sample(g.name, {{"pool", p.pool}, {"kind", p.kind}}, g.value(p));
+    }
   }
   t.Family("depot_pool_fragmentation_ratio", "gauge",
            "1 - largest free block / free bytes in segments: 0 when the free space is one block.");

@@ -40,9 +40,9 @@ void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
   std::optional<Guid> after;
   if (req.after()) after = FromWire(*req.after());
   const ObjectTable& table = sessions_.at(s).ns->table();
-  std::vector<const StoredObject*> objects = req.holder_pid() == 0
-                                                 ? table.List(after, limit + 1)
-                                                 : HeldByProcess(table, req.holder_pid(), after, limit + 1);
+  std::vector<const StoredObject*> objects =
+      req.holder_pid() == 0 ? table.List(after, limit + 1)
+                            : HeldByProcess(table, req.holder_pid(), after, limit + 1);
   bool more = objects.size() > limit;
   if (more) objects.pop_back();
   fb::FlatBufferBuilder fbb(256 * objects.size() + 64);

@@ -105,8 +105,9 @@ TEST_CASE("depotctl(1) and the bash completion hold every command and option of 
   // In bash: the first word completes to the commands; ls's options include --holder.
   std::string out, err;
   std::string script = "source " DEPOT_SOURCE_DIR "/packaging/bash-completion/depotctl && "
-                       "complete_line() { COMP_LINE=$1; COMP_POINT=${#1}; read -ra COMP_WORDS <<<\"$1\"; "
-                       "[[ $1 == *' ' ]] && COMP_WORDS+=(''); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); "
+                       "complete_line() { COMP_LINE=$1; COMP_POINT=${#1}; "
+                       "read -ra COMP_WORDS <<<\"$1\"; [[ $1 == *' ' ]] && COMP_WORDS+=(''); "
+                       "COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); "
                        "COMPREPLY=(); _depotctl; echo \"${COMPREPLY[*]}\"; }; "
                        "complete_line 'depotctl '; complete_line 'depotctl ls --h'";
   std::string completions = "/usr/share/bash-completion/bash_completion";

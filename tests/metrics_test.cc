@@ -217,7 +217,9 @@ TEST_CASE("quota use per uid appears only where quotas are set", "[metrics]") {
 
 TEST_CASE("promtool check metrics accepts the daemon's output", "[metrics]") {
   std::string promtool = Which("promtool");
-  if (promtool.empty()) Skip("promtool (Debian package prometheus) is not installed; scripts/deps installs it");
+  if (promtool.empty()) {
+    Skip("promtool (Debian package prometheus) is not installed; scripts/deps installs it");
+  }
   ServedDaemon d({"--user-quota-bytes", "1GiB"});
   Client c = d.daemon.Connect();
   REQUIRE(c.Put(Pattern(5000, 1)).ok());
@@ -329,7 +331,9 @@ TEST_CASE("metrics_listen refuses what is not an IP address and a port", "[metri
 
 TEST_CASE("a real Prometheus scrapes the endpoint and answers queries about a put", "[metrics]") {
   std::string prometheus = Which("prometheus");
-  if (prometheus.empty()) Skip("prometheus (Debian package prometheus) is not installed; scripts/deps installs it");
+  if (prometheus.empty()) {
+    Skip("prometheus (Debian package prometheus) is not installed; scripts/deps installs it");
+  }
   ServedDaemon d;
   std::string dir = TempDir();
   {
@@ -343,9 +347,11 @@ TEST_CASE("a real Prometheus scrapes the endpoint and answers queries about a pu
     std::string log = dir + "/prometheus.log";
     FILE* f = std::freopen(log.c_str(), "w", stderr);
     (void)f;
-    ::execl(prometheus.c_str(), prometheus.c_str(), ("--config.file=" + dir + "/prometheus.yml").c_str(),
-            ("--storage.tsdb.path=" + dir + "/data").c_str(),
-            ("--web.listen-address=127.0.0.1:" + std::to_string(web)).c_str(), nullptr);
+    std::string config = "--config.file=" + dir + "/prometheus.yml";
+    std::string storage = "--storage.tsdb.path=" + dir + "/data";
+    std::string listen = "--web.listen-address=127.0.0.1:" + std::to_string(web);
+    ::execl(prometheus.c_str(), prometheus.c_str(), config.c_str(), storage.c_str(),
+            listen.c_str(), nullptr);
     return 127;
   });
   struct Stop {

@@ -37,7 +37,8 @@ struct Counters {
 
 double Value(const std::string& text, std::string_view series) {
   size_t at = text.find(fmt::format("\n{} ", series));
-  return at == std::string::npos ? 0.0 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+  if (at == std::string::npos) return 0.0;
+  return std::strtod(text.c_str() + at + series.size() + 2, nullptr);
 }
 
 struct Sample {
