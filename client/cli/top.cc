@@ -166,7 +166,8 @@ bool QuitPressed(int ms) {
     int n = ::poll(&p, 1, static_cast<int>(left));
     if (n > 0) {
       char key = 0;
-      if (::read(STDIN_FILENO, &key, 1) != 1) return false;  // stdin closed: keep drawing
+      // At the end of stdin, keep drawing at the same pace (poll ignores a negative fd).
+      if (::read(STDIN_FILENO, &key, 1) != 1) p.fd = -1;
       if (key == 'q' || key == 'Q') return true;
     }
   }
