@@ -68,6 +68,9 @@ void NamespaceSet::MaybeDrop(Namespace* ns) {
     return;
   }
   spdlog::info("namespace of uid {} is empty; its segments are given back", ns->key());
+  // Its evictions stay counted: they are counters since start, for status and metrics.
+  evictions_dropped_ += c.evictions;
+  evicted_bytes_dropped_ += c.evicted_bytes;
   namespaces_.erase(ns->key());
 }
 
@@ -162,6 +165,8 @@ std::vector<PoolReport> NamespaceSet::PoolReports() const {
 
 ObjectCounts NamespaceSet::Counts() const {
   ObjectCounts total;
+  total.evictions = evictions_dropped_;
+  total.evicted_bytes = evicted_bytes_dropped_;
   for (const auto& [key, ns] : namespaces_) {
     const ObjectCounts& n = ns->table().counts();
     total.creating += n.creating;

@@ -87,6 +87,9 @@ class NamespaceSet {
   NamespaceHooks hooks_;
   PoolBudget host_budget_;
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
+  // Evictions of the namespaces dropped so far.
+  uint64_t evictions_dropped_ = 0;
+  uint64_t evicted_bytes_dropped_ = 0;
 };
 
 }  // namespace depot

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "tests/daemon_fixture.h"
+#include "tests/other_users.h"
 
 using namespace depot;
 using namespace depot::test;
@@ -200,6 +201,32 @@ TEST_CASE("metrics count the requests, objects and errors that happened", "[metr
   std::string deleted = Metrics(d);
   CHECK(Value(deleted, "depot_objects{state=\"deleted\"}") == 1);
   CHECK(Value(deleted, "depot_object_bytes{state=\"deleted\"}") == 100);
+}
+
+TEST_CASE("evictions stay counted when their per-user namespace is dropped", "[metrics]") {
+  NeedRoot();
+  Daemon d = StartOpen({"--namespaces", "per_user", "--allow-users", std::to_string(kAlice),
+                        "--segment-size", "4MiB"});
+  // Alice fills her namespace with evictable objects (64 MiB of capacity, 20 MiB each), then
+  // deletes what is left and goes: her namespace is dropped.
+  int rc = RunAs(kAlice, kAlice, {}, [&] {
+    Client c = d.Connect();
+    for (uint32_t i = 0; i < 6; ++i) {
+      if (!c.Put(Pattern(20 << 20, i), Named("", true)).ok()) return 1;
+    }
+    auto page = c.List();
+    if (!page.ok()) return 2;
+    for (const auto& o : page->objects) {
+      if (!c.Delete(o.guid).ok()) return 3;
+    }
+    return 0;
+  });
+  REQUIRE(rc == 0);
+  std::string m = Metrics(d);
+  INFO(m);
+  CHECK(Value(m, "depot_namespaces") == 1);  // root's, for the metrics request
+  CHECK(Value(m, "depot_evictions_total") >= 3);
+  CHECK(Value(m, "depot_evicted_bytes_total") >= 3 * (20 << 20));
 }
 
 TEST_CASE("quota use per uid appears only where quotas are set", "[metrics]") {
