@@ -16,7 +16,7 @@ include(CMakePackageConfigHelpers)
 
 # --- CMake package ------------------------------------------------------------------------------
 set(DEPOT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/depot)
-install(EXPORT depotTargets NAMESPACE depot:: DESTINATION ${DEPOT_CMAKE_DIR})
+install(EXPORT depotTargets NAMESPACE depot:: DESTINATION ${DEPOT_CMAKE_DIR} COMPONENT dev)
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/depotConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/depotConfig.cmake
                               INSTALL_DESTINATION ${DEPOT_CMAKE_DIR})
@@ -24,7 +24,7 @@ configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/depotConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/depotConfigVersion.cmake
                                  COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/depotConfig.cmake ${PROJECT_BINARY_DIR}/depotConfigVersion.cmake
-        DESTINATION ${DEPOT_CMAKE_DIR})
+        DESTINATION ${DEPOT_CMAKE_DIR} COMPONENT dev)
 
 # --- pkg-config -----------------------------------------------------------------------------------
 # Written when installing, with the prefix then in force, so that `pkg-config depot` names the
@@ -47,7 +47,7 @@ string(CONFIGURE [[
   configure_file("@CMAKE_CURRENT_LIST_DIR@/depot.pc.in" "@PROJECT_BINARY_DIR@/pkgconfig/depot.pc" @ONLY)
   file(INSTALL DESTINATION "${pkgconfig_dir}" TYPE FILE FILES "@PROJECT_BINARY_DIR@/pkgconfig/depot.pc")
 ]] depot_install_pc @ONLY)
-install(CODE "${depot_install_pc}")
+install(CODE "${depot_install_pc}" COMPONENT dev)
 
 # --- systemd --------------------------------------------------------------------------------------
 # systemd/ holds the units (*.service, *.socket) and one sysusers.d and one tmpfiles.d snippet
@@ -77,13 +77,15 @@ foreach(file IN LISTS depot_systemd_files)
   endif()
 endforeach()
 if(DEPOT_SYSTEMD_UNITS)
-  install(FILES ${DEPOT_SYSTEMD_UNITS} DESTINATION lib/systemd/system)
+  install(FILES ${DEPOT_SYSTEMD_UNITS} DESTINATION lib/systemd/system COMPONENT depot)
 endif()
 if(DEPOT_SYSUSERS_SNIPPET)
-  install(FILES ${DEPOT_SYSUSERS_SNIPPET} DESTINATION lib/sysusers.d RENAME depot.conf)
+  install(FILES ${DEPOT_SYSUSERS_SNIPPET} DESTINATION lib/sysusers.d RENAME depot.conf
+          COMPONENT depot)
 endif()
 if(DEPOT_TMPFILES_SNIPPET)
-  install(FILES ${DEPOT_TMPFILES_SNIPPET} DESTINATION lib/tmpfiles.d RENAME depot.conf)
+  install(FILES ${DEPOT_TMPFILES_SNIPPET} DESTINATION lib/tmpfiles.d RENAME depot.conf
+          COMPONENT depot)
 endif()
 
 # --- configuration --------------------------------------------------------------------------------
@@ -106,5 +108,5 @@ if(DEPOT_CONFIG_FILES)
     endif()
     file(INSTALL DESTINATION "${sysconfdir}/depot" TYPE FILE FILES "@depot_config_files_quoted@")
   ]] depot_install_config @ONLY)
-  install(CODE "${depot_install_config}")
+  install(CODE "${depot_install_config}" COMPONENT depot)
 endif()

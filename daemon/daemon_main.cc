@@ -16,6 +16,8 @@
 
 #include "common/system_memory.h"
 #include "daemon/daemon_main.h"
+#include "daemon/journal_sink.h"
+#include "daemon/metrics_server.h"
 #include "daemon/options.h"
 #include "daemon/server.h"
 #include "daemon/store.h"
@@ -122,6 +124,18 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
     spdlog::critical("{}", server.status().message());
     return 1;
   }
+  std::unique_ptr<MetricsServer> metrics;
+  if (!opts.metrics_listen.empty()) {
+    Store* served = store->get();
+    auto started =
+        MetricsServer::Start(io, opts.metrics_listen, [served] { return served->Metrics(); });
+    if (!started.ok()) {
+      spdlog::critical("{}", started.status().message());
+      return 1;
+    }
+    metrics = std::move(*started);
+    spdlog::info("metrics: http://{}/metrics", metrics->address());
+  }
   if (struct stat sock {}; ::stat(socket_path.c_str(), &sock) == 0) {
     (*store)->SetSocketGroup(sock.st_gid);
   }
@@ -141,6 +155,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
     NotifyStopping();
     spdlog::info("received {}, shutting down", signo == SIGINT ? "SIGINT" : "SIGTERM");
     server->reset();  // closes every session: waiting clients see the connection end
+    metrics.reset();
     io.stop();
   });
   // SIGHUP re-reads the log level from the config file.
@@ -160,6 +175,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
       };
   hup.async_wait(on_hup);
   io.run();
+  metrics.reset();
   server->reset();
   store->reset();
   spdlog::info("depotd stopped; shared-memory segments released");
@@ -197,10 +213,15 @@ int DaemonMain(int argc, char** argv, const DeviceBackendFactory& make_backend) 
     std::printf("configuration OK\n");
     return 0;
   }
-  auto logger = spdlog::stderr_color_mt("depotd");
-  spdlog::set_default_logger(logger);
+  if (StderrIsJournal()) {
+    // Under systemd: records with their priority and fields; the journal stamps the time.
+    auto sink = std::make_shared<JournalSink>(opts->socket_path);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("depotd", std::move(sink)));
+  } else {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("depotd"));
+    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+  }
   spdlog::set_level(spdlog::level::from_str(opts->log_level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   return Run(*opts, make_backend);
 }
 

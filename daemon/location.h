@@ -19,6 +19,13 @@ struct Location {
 struct PoolBudget {
   uint64_t capacity = 0;
   uint64_t reserved = 0;
+  uint64_t used = 0;       // in allocated blocks, over every pool on this budget
+  uint64_t peak_used = 0;  // the most `used` has been since start
+
+  void Use(uint64_t bytes) {
+    used += bytes;
+    if (used > peak_used) peak_used = used;
+  }
 };
 
 }  // namespace depot

@@ -68,6 +68,9 @@ void NamespaceSet::MaybeDrop(Namespace* ns) {
     return;
   }
   spdlog::info("namespace of uid {} is empty; its segments are given back", ns->key());
+  // Its evictions stay counted: they are counters since start, for status and metrics.
+  evictions_dropped_ += c.evictions;
+  evicted_bytes_dropped_ += c.evicted_bytes;
   namespaces_.erase(ns->key());
 }
 
@@ -147,13 +150,33 @@ std::vector<DevicePoolInfo> NamespaceSet::DevicePools() const {
   return pools;
 }
 
+std::vector<PoolReport> NamespaceSet::PoolReports() const {
+  std::vector<PoolReport> pools;
+  pools.push_back({"host", "host", Stats(0), host_budget_.peak_used});
+  pools.back().stats.capacity = host_budget_.capacity;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const PoolBudget& budget = devices_.budget(i);
+    pools.push_back({devices_.device(i).uuid, "device", Stats(static_cast<uint32_t>(i + 1)),
+                     budget.peak_used});
+    pools.back().stats.capacity = budget.capacity;
+  }
+  return pools;
+}
+
 ObjectCounts NamespaceSet::Counts() const {
   ObjectCounts total;
+  total.evictions = evictions_dropped_;
+  total.evicted_bytes = evicted_bytes_dropped_;
   for (const auto& [key, ns] : namespaces_) {
     const ObjectCounts& n = ns->table().counts();
     total.creating += n.creating;
     total.sealed += n.sealed;
     total.deleted += n.deleted;
+    total.creating_bytes += n.creating_bytes;
+    total.sealed_bytes += n.sealed_bytes;
+    total.deleted_bytes += n.deleted_bytes;
+    total.evictable += n.evictable;
+    total.evictable_bytes += n.evictable_bytes;
     total.evictions += n.evictions;
     total.evicted_bytes += n.evicted_bytes;
   }

@@ -74,17 +74,22 @@ class NamespaceSet {
   void Report(StoreStatus& status) const;
   // Every device pool: its GPU, its budget and its use.
   std::vector<DevicePoolInfo> DevicePools() const;
-
+  // Every pool for metrics: the host, then each GPU.
+  std::vector<PoolReport> PoolReports() const;
+  // Objects by state and evictions, totalled over every namespace.
+  ObjectCounts Counts() const;
 
  private:
   // Totals over every namespace.
   PoolStats Stats(uint32_t pool) const;
-  ObjectCounts Counts() const;
   NamespaceOptions options_;
   DeviceSet& devices_;
   NamespaceHooks hooks_;
   PoolBudget host_budget_;
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
+  // Evictions of the namespaces dropped so far.
+  uint64_t evictions_dropped_ = 0;
+  uint64_t evicted_bytes_dropped_ = 0;
 };
 
 }  // namespace depot

@@ -1,5 +1,7 @@
 #include "daemon/object_table.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace depot {
@@ -48,6 +50,7 @@ Result<const StoredObject*> ObjectTable::Create(NewObject n) {
   index_.emplace(o.guid, id);
   sessions_[o.creator].creating.insert(id);
   ++counts_.creating;
+  counts_.creating_bytes += o.size();
   Notify(TableEvent::kCreated, o, o.creator);
   return &o;
 }
@@ -80,6 +83,8 @@ Status ObjectTable::Seal(SessionId session, const Guid& guid, std::optional<uint
   sessions_[session].creating.erase(o.id);
   --counts_.creating;
   ++counts_.sealed;
+  counts_.creating_bytes -= o.size();
+  counts_.sealed_bytes += o.size();
   if (o.evictable) LruAdd(o);
   Notify(TableEvent::kSealed, o, session);
   return Status::OK();
@@ -149,6 +154,8 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
     o.deleted = true;
     --counts_.sealed;
     ++counts_.deleted;
+    counts_.sealed_bytes -= o.size();
+    counts_.deleted_bytes += o.size();
   }
   return Status::OK();
 }
@@ -179,9 +186,12 @@ void ObjectTable::Destroy(StoredObject& o) {
   LruRemove(o);
   if (o.deleted) {
     --counts_.deleted;
+    counts_.deleted_bytes -= o.size();
   } else {
     index_.erase(o.guid);
-    --(o.state == ObjectState::kCreating ? counts_.creating : counts_.sealed);
+    bool creating = o.state == ObjectState::kCreating;
+    --(creating ? counts_.creating : counts_.sealed);
+    (creating ? counts_.creating_bytes : counts_.sealed_bytes) -= o.size();
   }
   on_free_(o);
   objects_.erase(o.id);
@@ -191,12 +201,16 @@ void ObjectTable::LruAdd(StoredObject& o) {
   LruRemove(o);
   o.lru_pos = lru_.insert(lru_.end(), o.id);
   o.in_lru = true;
+  ++counts_.evictable;
+  counts_.evictable_bytes += o.size();
 }
 
 void ObjectTable::LruRemove(StoredObject& o) {
   if (!o.in_lru) return;
   lru_.erase(o.lru_pos);
   o.in_lru = false;
+  --counts_.evictable;
+  counts_.evictable_bytes -= o.size();
 }
 
 const StoredObject* ObjectTable::Find(const Guid& guid) const {
@@ -226,6 +240,25 @@ Holdings ObjectTable::HoldingsOf(SessionId session) const {
   for (const auto& [id, count] : s->second.held) h.bytes += objects_.at(id).size();
   h.creating = s->second.creating.size();
   return h;
+}
+
+std::vector<Holder> ObjectTable::HoldersOf(ObjectId id) const {
+  std::vector<Holder> out;
+  for (const auto& [session, refs] : sessions_) {
+    if (auto h = refs.held.find(id); h != refs.held.end()) out.push_back({session, h->second});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Holder& a, const Holder& b) { return a.session < b.session; });
+  return out;
+}
+
+std::vector<const StoredObject*> ObjectTable::ObjectsHeldBy(SessionId session) const {
+  std::vector<const StoredObject*> out;
+  auto s = sessions_.find(session);
+  if (s == sessions_.end()) return out;
+  for (const auto& [id, count] : s->second.held) out.push_back(&objects_.at(id));
+  for (ObjectId id : s->second.creating) out.push_back(&objects_.at(id));
+  return out;
 }
 
 }  // namespace depot

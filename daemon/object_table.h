@@ -106,12 +106,24 @@ struct Holdings {
   uint64_t creating = 0;    // objects it is creating
 };
 
+// Objects and bytes by state, kept as the states change (metrics read them without a walk).
 struct ObjectCounts {
   uint64_t creating = 0;
   uint64_t sealed = 0;
   uint64_t deleted = 0;  // deleted, still referenced
+  uint64_t creating_bytes = 0;
+  uint64_t sealed_bytes = 0;
+  uint64_t deleted_bytes = 0;
+  uint64_t evictable = 0;  // sealed, evictable and unreferenced: on the LRU
+  uint64_t evictable_bytes = 0;
   uint64_t evictions = 0;
   uint64_t evicted_bytes = 0;
+};
+
+// One session's hold on one object, for depotctl stat.
+struct Holder {
+  SessionId session = 0;
+  uint64_t references = 0;  // its acquires not yet released
 };
 
 class ObjectTable {
@@ -174,6 +186,12 @@ class ObjectTable {
 
   // Everything `session` holds or is creating.
   Holdings HoldingsOf(SessionId session) const;
+
+  // The sessions holding object `id`, in session order (walks every session: for inspection).
+  std::vector<Holder> HoldersOf(ObjectId id) const;
+
+  // The objects `session` holds or is creating, deleted ones included, in no order.
+  std::vector<const StoredObject*> ObjectsHeldBy(SessionId session) const;
 
  private:
   struct SessionRefs {

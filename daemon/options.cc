@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "daemon/metrics_server.h"
 #include "depot/units.h"
 #include "proto/wire.h"
 
@@ -271,6 +272,12 @@ const std::vector<Key>& Keys() {
          return SetUint(o.handshake_timeout_ms, v, 1, 3600 * 1000);
        },
        [](const O& o) { return std::to_string(o.handshake_timeout_ms); }},
+      {{"metrics_listen", "", "address:port of the HTTP metrics endpoint (GET /metrics), such as 127.0.0.1:9464; empty: off"},
+       [](O& o, const std::string& v, uint64_t) {
+         o.metrics_listen = v;
+         return v.empty() ? "" : MetricsServer::CheckAddress(v);
+       },
+       [](const O& o) { return o.metrics_listen; }},
   };
   return keys;
 }

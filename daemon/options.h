@@ -46,6 +46,7 @@ struct DaemonOptions {
   uint32_t max_pending = 0;
   uint64_t max_pending_bytes = 0;
   uint32_t handshake_timeout_ms = 0;
+  std::string metrics_listen;  // empty: no HTTP metrics endpoint
 
   // What to do rather than serve.
   std::string config_path;

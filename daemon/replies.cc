@@ -17,7 +17,7 @@ fb::Offset<fb::Vector<const wire::FrameLocation*>> Frames(fb::FlatBufferBuilder&
 }
 
 fb::Offset<wire::ObjectInfo> ObjectInfo(fb::FlatBufferBuilder& fbb, const StoredObject& o,
-                                        bool with_metadata) {
+                                        bool with_metadata, const Holders* holders) {
   auto name = fbb.CreateString(o.name().data(), o.name().size());
   auto frames = Frames(fbb, o.frames());
   fb::Offset<fb::Vector<uint8_t>> metadata;
@@ -39,6 +39,11 @@ fb::Offset<wire::ObjectInfo> ObjectInfo(fb::FlatBufferBuilder& fbb, const Stored
   b.add_creator_uid(o.creator_uid);
   b.add_metadata_size(static_cast<uint32_t>(o.metadata().size()));
   if (with_metadata) b.add_metadata(metadata);
+  if (holders != nullptr) {
+    b.add_holders(holders->holders);
+    b.add_creator_session(holders->creator_session);
+    b.add_creator_process(holders->creator_process);
+  }
   if (o.has_checksum) b.add_checksum(o.checksum);
   return b.Finish();
 }

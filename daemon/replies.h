@@ -21,9 +21,17 @@ using Offsets = flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<T>>>
 flatbuffers::Offset<flatbuffers::Vector<const wire::FrameLocation*>> Frames(
     flatbuffers::FlatBufferBuilder& fbb, std::span<const Location> frames);
 
-// What `depotctl ls` and `stat` show of an object; metadata only for stat.
+// What stat adds to an object's info: who holds it and who creates it, already in the buffer.
+struct Holders {
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::HolderInfo>>> holders;
+  flatbuffers::Offset<flatbuffers::String> creator_process;
+  uint64_t creator_session = 0;  // 0: the creator is not connected
+};
+
+// What `depotctl ls` and `stat` show of an object; metadata and holders only for stat.
 flatbuffers::Offset<wire::ObjectInfo> ObjectInfo(flatbuffers::FlatBufferBuilder& fbb,
-                                                 const StoredObject& o, bool with_metadata);
+                                                 const StoredObject& o, bool with_metadata,
+                                                 const Holders* holders = nullptr);
 
 // The results of get `w`, one per GUID asked for. A GUID named again shares the first result's
 // frames and metadata (FlatBuffers lets tables share vectors), so that repeating one GUID cannot

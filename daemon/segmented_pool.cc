@@ -97,6 +97,7 @@ Result<Location> SegmentedPool::Allocate(uint64_t size, uint32_t owner) {
   for (auto& [id, seg] : segments_) {
     if (seg.dedicated || (seg.owner != owner && seg.owner != kAnyOwner)) continue;
     if (auto offset = seg.allocator.Allocate(size)) {
+      budget_->Use(seg.allocator.BlockSize(size));
       return Location{.segment = id, .offset = *offset, .size = size};
     }
   }
@@ -111,6 +112,7 @@ Result<Location> SegmentedPool::Allocate(uint64_t size, uint32_t owner) {
   if (!seg.ok()) return seg.status();
   // A fresh segment of at least `size` bytes, in whole granules, always has room.
   auto offset = (*seg)->allocator.Allocate(size);
+  budget_->Use((*seg)->allocator.BlockSize(size));
   return Location{.segment = (*seg)->id, .offset = *offset, .size = size};
 }
 
@@ -118,6 +120,7 @@ void SegmentedPool::Free(const Location& location) {
   auto it = segments_.find(location.segment);
   if (it == segments_.end() || !it->second.allocator.Free(location.offset, location.size)) return;
   Segment& seg = it->second;
+  budget_->used -= seg.allocator.BlockSize(location.size);
   if (!seg.allocator.empty() || options_.prefault) return;
   if (!seg.dedicated) {
     // Keep one empty shared segment per owner so that a put/delete cycle does not create one

@@ -46,6 +46,14 @@ struct PoolStats {
   uint32_t segments = 0;
 };
 
+// One pool as metrics name it (the host, a GPU by UUID), totalled over every namespace.
+struct PoolReport {
+  std::string pool;  // "host", or the GPU's UUID
+  std::string kind;  // "host" or "device"
+  PoolStats stats;
+  uint64_t peak_used = 0;  // since start
+};
+
 class SegmentedPool {
  public:
   // The owner of the segment that prefault makes: every uid's objects go there.

@@ -10,7 +10,6 @@
 #include "common/wall_clock.h"
 #include "daemon/replies.h"
 #include "daemon/request_limits.h"
-#include "daemon/status_reply.h"
 #include "depot/units.h"
 
 namespace depot {
@@ -106,8 +105,10 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
   }
   ++requests_;
   ++it->second.requests;
+  auto start = std::chrono::steady_clock::now();
   try {
     Status st = Dispatch(s, it->second, h, body);
+    counters_.ObserveRequest(h.type, std::chrono::steady_clock::now() - start);
     // The session closes on these; protocol errors were counted where they were found.
     if (!st.ok() && !st.IsProtocolError()) ++errors_[static_cast<size_t>(st.code())];
     return st;
@@ -167,6 +168,9 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
       break;
     case MsgType::kClients:
       OnClients(s, id);
+      break;
+    case MsgType::kMetrics:
+      OnMetrics(s, id);
       break;
     default:
       NoteProtocolError();
@@ -291,6 +295,7 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   const StoredObject* obj = *ns.table().Create(std::move(n));
   if (req.owner_scoped()) owner_scopes_.Add(s, guid, ns.table());
   quotas_.Charge(st.creds.uid, s, total);
+  counters_.ObserveObject(total);
 
   fb::FlatBufferBuilder fbb;
   std::vector<uint64_t> keys;
@@ -412,86 +417,6 @@ void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
   }
   fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
   Reply(s, id, MsgType::kDelete, fbb);
-}
-
-void Store::OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
-  if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
-  fb::FlatBufferBuilder fbb(256);
-  std::vector<fb::Offset<wire::GuidResult>> results;
-  const ObjectTable& table = sessions_.at(s).ns->table();
-  for (const wire::Guid* g : *req.guids()) {
-    const StoredObject* o = table.Find(FromWire(*g));
-    wire::Code code = o && o->state == ObjectState::kSealed ? wire::Code::Ok : wire::Code::NotFound;
-    auto msg = fbb.CreateString(!o ? "does not exist" : code == wire::Code::Ok ? "" : "not sealed yet");
-    results.push_back(wire::CreateGuidResult(fbb, g, code, msg));
-  }
-  fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
-  Reply(s, id, MsgType::kContains, fbb);
-}
-
-void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
-  size_t limit = req.limit() == 0 ? 1000 : std::min(req.limit(), proto::kMaxListLimit);
-  std::optional<Guid> after;
-  if (req.after()) after = FromWire(*req.after());
-  auto objects = sessions_.at(s).ns->table().List(after, limit + 1);
-  bool more = objects.size() > limit;
-  if (more) objects.pop_back();
-  fb::FlatBufferBuilder fbb(256 * objects.size() + 64);
-  std::vector<fb::Offset<wire::ObjectInfo>> infos;
-  for (const StoredObject* o : objects) infos.push_back(replies::ObjectInfo(fbb, *o, false));
-  fbb.Finish(wire::CreateListReply(fbb, fbb.CreateVector(infos), more));
-  Reply(s, id, MsgType::kList, fbb);
-}
-
-void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
-  if (!req.guid()) return ReplyError(s, id, Status::InvalidArgument("no GUID given"));
-  Guid guid = FromWire(*req.guid());
-  const StoredObject* o = sessions_.at(s).ns->table().Find(guid);
-  if (!o) {
-    return ReplyError(s, id, Status::NotFound(fmt::format("object {} does not exist", guid.ToString())));
-  }
-  fb::FlatBufferBuilder fbb(512 + o->metadata().size());
-  fbb.Finish(wire::CreateStatReply(fbb, replies::ObjectInfo(fbb, *o, true)));
-  Reply(s, id, MsgType::kStat, fbb);
-}
-
-void Store::OnStatus(SessionId s, uint64_t id) {
-  StoreStatus st;
-  st.daemon_version = options_.version;
-  st.socket_path = options_.socket_path;
-  st.daemon_pid = ::getpid();
-  st.uptime_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                           std::chrono::steady_clock::now() - started_)
-                                           .count());
-  namespaces_.Report(st);
-  quotas_.Report(st);
-  st.clients = static_cast<uint32_t>(sessions_.size());
-  st.connections = connections_;
-  st.gets_waiting = static_cast<uint32_t>(waits_.size());
-  st.requests = requests_;
-  st.errors.assign(errors_.begin(), errors_.begin() + static_cast<size_t>(wire::Code::MAX) + 1);
-  st.devices_unavailable = devices_.unavailable();
-  fb::FlatBufferBuilder fbb(512 + 32 * st.users.size());
-  fbb.Finish(BuildStatusReply(fbb, st));
-  Reply(s, id, MsgType::kStatus, fbb);
-}
-
-void Store::OnClients(SessionId s, uint64_t id) {
-  fb::FlatBufferBuilder fbb(256 * sessions_.size() + 64);
-  std::vector<fb::Offset<wire::ClientInfo>> infos;
-  for (const auto& [sid, st] : sessions_) {
-    if (st.ns == nullptr) continue;  // not greeted
-    Holdings h = st.ns->table().HoldingsOf(sid);
-    QuotaUsage created = quotas_.OfSession(sid);
-    auto name = fbb.CreateString(st.name);
-    auto process = fbb.CreateString(st.process);
-    infos.push_back(wire::CreateClientInfo(
-        fbb, sid, st.creds.pid, st.creds.uid, st.creds.gid, name, process, h.references, h.bytes,
-        h.creating, st.requests, st.connected_ns, events_.subscribed(sid), created.objects,
-        created.bytes));
-  }
-  fbb.Finish(wire::CreateClientsReply(fbb, fbb.CreateVector(infos)));
-  Reply(s, id, MsgType::kClients, fbb);
 }
 
 }  // namespace depot

@@ -9,6 +9,9 @@
 //   EventBus       events to subscribers
 //   DeviceSet      the GPUs pooled
 //   OwnerScopes    objects deleted when the session that created them closes
+//   StoreCounters  request latencies and object sizes, for metrics
+// The queries, which change nothing (list, stat, status, clients, metrics), are in
+// store_queries.cc.
 // A request that breaks the protocol (anything before hello, a reply type) is not answered here:
 // Handle returns the error and the session closes.
 //
@@ -22,10 +25,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -38,6 +43,7 @@
 #include "daemon/peer.h"
 #include "daemon/quota_ledger.h"
 #include "daemon/segment_tracker.h"
+#include "daemon/store_counters.h"
 #include "daemon/store_options.h"
 #include "proto/wire.h"
 
@@ -72,6 +78,9 @@ class Store {
   void SetSocketGroup(gid_t gid) { access_.set_socket_gid(gid); }
 
   size_t sessions() const { return sessions_.size(); }
+
+  // The metrics in the Prometheus text format (the metrics request and the HTTP endpoint).
+  std::string Metrics() const;
   const StoreOptions& options() const { return options_; }
 
  private:
@@ -110,6 +119,12 @@ class Store {
   void OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req);
   void OnStatus(SessionId s, uint64_t id);
   void OnClients(SessionId s, uint64_t id);
+  void OnMetrics(SessionId s, uint64_t id);
+  StoreStatus Snapshot() const;
+  // Up to `limit` objects after `after` (GUID order) that the connections of process `pid` in
+  // `table`'s namespace hold or are creating.
+  std::vector<const StoredObject*> HeldByProcess(const ObjectTable& table, int32_t pid,
+                                                 std::optional<Guid> after, size_t limit) const;
 
   void OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id);
 
@@ -132,6 +147,7 @@ class Store {
   uint64_t requests_ = 0;
   uint64_t connections_ = 0;
   std::array<uint64_t, 16> errors_{};  // by Status::Code
+  StoreCounters counters_;
 };
 
 }  // namespace depot

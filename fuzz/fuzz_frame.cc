@@ -180,6 +180,18 @@ class Sink {
     Add(t->metadata_size());
     Add(t->metadata());
     Add(t->checksum());
+    Add(t->holders());
+    Add(t->creator_session());
+    Add(t->creator_process());
+  }
+  void Add(const wire::HolderInfo* t) {
+    if (t == nullptr) return;
+    Add(t->session_id());
+    Add(t->pid());
+    Add(t->uid());
+    Add(t->process());
+    Add(t->name());
+    Add(t->references());
   }
   void Add(const wire::StatReply* t) {
     if (t != nullptr) Add(t->info());
@@ -188,6 +200,7 @@ class Sink {
     if (t == nullptr) return;
     Add(t->after());
     Add(t->limit());
+    Add(t->holder_pid());
   }
   void Add(const wire::ListReply* t) {
     if (t == nullptr) return;
@@ -248,6 +261,9 @@ class Sink {
   void Add(const wire::ClientsReply* t) {
     if (t != nullptr) Add(t->clients());
   }
+  void Add(const wire::MetricsReply* t) {
+    if (t != nullptr) Add(t->text());
+  }
   void Add(const wire::Event* t) {
     if (t == nullptr) return;
     Add(t->kind());
@@ -306,6 +322,8 @@ void ReadBody(Sink& sink, uint16_t type, std::span<const uint8_t> body) {
       return Read<wire::EmptyReply>(sink, body);
     case MsgType::kClients:
       return reply ? Read<wire::ClientsReply>(sink, body) : Read<wire::EmptyReply>(sink, body);
+    case MsgType::kMetrics:
+      return reply ? Read<wire::MetricsReply>(sink, body) : Read<wire::EmptyReply>(sink, body);
     case MsgType::kSegmentsRetired:
       return Read<wire::SegmentsRetired>(sink, body);
     case MsgType::kEvent:

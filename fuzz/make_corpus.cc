@@ -309,6 +309,14 @@ Bytes StatusReply() {
   return Encode(proto::ReplyType(MsgType::kStatus), fbb);
 }
 
+Bytes MetricsReply() {
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateMetricsReplyDirect(
+      fbb, "# HELP depot_clients Connections open now.\n# TYPE depot_clients gauge\n"
+           "depot_clients 1\n"));
+  return Encode(proto::ReplyType(MsgType::kMetrics), fbb);
+}
+
 Bytes ClientsReply() {
   fb::FlatBufferBuilder fbb;
   auto name = fbb.CreateString("seed");
@@ -418,6 +426,7 @@ void WriteFrameCorpus(const std::filesystem::path& dir) {
       {"ping", Empty(T(MsgType::kPing))},
       {"clients", Empty(T(MsgType::kClients))},
       {"subscribe", Empty(T(MsgType::kSubscribe))},
+      {"metrics", Empty(T(MsgType::kMetrics))},
       {"hello-reply", HelloReply()},
       {"create-reply", CreateReply()},
       {"seal-reply", Empty(proto::ReplyType(MsgType::kSeal))},
@@ -429,6 +438,7 @@ void WriteFrameCorpus(const std::filesystem::path& dir) {
       {"status-reply", StatusReply()},
       {"ping-reply", Empty(proto::ReplyType(MsgType::kPing))},
       {"clients-reply", ClientsReply()},
+      {"metrics-reply", MetricsReply()},
       {"event", Event()},
       {"segments-retired", SegmentsRetired()},
       {"error", Error()},

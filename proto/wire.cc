@@ -97,6 +97,8 @@ bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
       return Verify<EmptyReply>(body);
     case MsgType::kClients:
       return reply ? Verify<ClientsReply>(body) : Verify<EmptyReply>(body);
+    case MsgType::kMetrics:
+      return reply ? Verify<MetricsReply>(body) : Verify<EmptyReply>(body);
     case MsgType::kSegmentsRetired:
       return !reply && Verify<SegmentsRetired>(body);
     case MsgType::kEvent:
@@ -128,7 +130,7 @@ std::vector<uint8_t> EncodeError(uint64_t request_id, wire::Code code, std::stri
 std::string TypeName(uint16_t type) {
   static constexpr const char* kNames[] = {
       "?",    "hello", "create", "seal",   "abort", "get",     "release", "delete",
-      "contains", "list", "stat", "status", "ping", "clients", "subscribe"};
+      "contains", "list", "stat", "status", "ping", "clients", "subscribe", "metrics"};
   bool reply = type & kReplyBit;
   uint16_t base = type & ~kReplyBit;
   std::string name;

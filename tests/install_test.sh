@@ -229,43 +229,135 @@ for consumer in "$tmp/build-depot/consumer" "$tmp/build-depot_static/consumer" \
   ok "${consumer#"$tmp"/}: $out"
 done
 
-step "cpack -G DEB"
+step "cpack -G DEB: depot, libdepot0, libdepot-dev, python3-depot"
 run_logged "cpack -G DEB failed" cpack bash -c "cd '$build' && cpack -G DEB -B '$tmp/pkg'"
-debs=("$tmp"/pkg/depot_*.deb)
-[[ -f ${debs[0]} ]] || fail "cpack wrote no depot_*.deb into $tmp/pkg"
-deb=${debs[0]}
-ok "built $(basename "$deb")"
-dpkg-deb --contents "$deb" | awk '{print $6}' | sed 's|^\./|/|' >"$tmp/contents"
-packaged=(/usr/bin/depotd /usr/bin/depotctl /usr/lib/libdepot.so /usr/lib/libdepot.so.0 /usr/lib/libdepot.a
-          /usr/include/depot/client.h /usr/include/depot/guid.h /usr/include/depot/object.h
-          /usr/include/depot/status.h /usr/include/depot/units.h /usr/lib/cmake/depot/depotConfig.cmake /usr/lib/pkgconfig/depot.pc)
-for u in "${units[@]}"; do packaged+=("/usr/lib/systemd/system/$u"); done
-[[ -n $sysusers ]] && packaged+=(/usr/lib/sysusers.d/depot.conf)
-[[ -n $tmpfiles ]] && packaged+=(/usr/lib/tmpfiles.d/depot.conf)
-for c in "${configs[@]}"; do packaged+=("/etc/depot/$c"); done
-for f in "${packaged[@]}"; do
-  grep -qx -- "$f" "$tmp/contents" || { cat "$tmp/contents" >&2; fail "the package lacks $f"; }
+packages=(depot libdepot0 libdepot-dev)
+# The Python package exists when the binding was built.
+[[ -d $build/python/depot ]] && packages+=(python3-depot)
+declare -A deb
+for p in "${packages[@]}"; do
+  found=("$tmp/pkg/${p}_"*.deb)
+  [[ -f ${found[0]} ]] || { ls "$tmp/pkg" >&2; fail "cpack wrote no ${p}_*.deb"; }
+  deb[$p]=${found[0]}
+  dpkg-deb --contents "${deb[$p]}" | awk '$1 !~ /^d/ {print $6}' | sed 's|^\./|/|' >"$tmp/contents-$p"
 done
-ok "the package holds the ${#packaged[@]} expected paths"
-depends=$(dpkg-deb -f "$deb" Depends)
-[[ -n $depends ]] || fail "the package's Depends is empty"
-[[ $depends == *libc6* ]] || fail "Depends ($depends) names no libc6: dpkg-shlibdeps did not run"
-ok "Depends: $depends"
-dpkg-deb --ctrl-tarfile "$deb" | tar -t >"$tmp/control"
-for f in postinst prerm postrm; do
-  grep -qx "./$f" "$tmp/control" || fail "the package has no $f"
+ok "built ${packages[*]}"
+
+# Each package holds what it should, and no path is in two packages.
+expect() {
+  local p=$1
+  shift
+  for f in "$@"; do
+    grep -qx -- "$f" "$tmp/contents-$p" || { cat "$tmp/contents-$p" >&2; fail "$p lacks $f"; }
+  done
+}
+daemon_files=(/usr/bin/depotd /usr/bin/depotctl /usr/share/man/man8/depotd.8.gz
+              /usr/share/man/man1/depotctl.1.gz /usr/share/man/man5/depotd.conf.5.gz
+              /usr/share/bash-completion/completions/depotctl)
+for u in "${units[@]}"; do daemon_files+=("/usr/lib/systemd/system/$u"); done
+[[ -n $sysusers ]] && daemon_files+=(/usr/lib/sysusers.d/depot.conf)
+[[ -n $tmpfiles ]] && daemon_files+=(/usr/lib/tmpfiles.d/depot.conf)
+for c in "${configs[@]}"; do daemon_files+=("/etc/depot/$c"); done
+expect depot "${daemon_files[@]}"
+expect libdepot0 /usr/lib/libdepot.so.0
+grep -Eqx '/usr/lib/libdepot\.so\.0\.[0-9]+\.[0-9]+' "$tmp/contents-libdepot0" || fail "libdepot0 lacks the versioned libdepot.so.0.X.Y"
+expect libdepot-dev /usr/lib/libdepot.so /usr/lib/libdepot.a /usr/include/depot/client.h \
+  /usr/include/depot/guid.h /usr/include/depot/object.h /usr/include/depot/status.h \
+  /usr/include/depot/units.h /usr/lib/cmake/depot/depotConfig.cmake /usr/lib/pkgconfig/depot.pc
+[[ -n ${deb[python3-depot]:-} ]] && expect python3-depot /usr/lib/python3/dist-packages/depot/__init__.py
+for p in "${packages[@]}"; do
+  expect "$p" "/usr/share/doc/$p/copyright" "/usr/share/doc/$p/changelog.gz"
 done
+dups=$(cat "${packages[@]/#/$tmp/contents-}" | sort | uniq -d)
+[[ -z $dups ]] || fail "in two packages: $dups"
+ok "each package holds its files (no path in two); each has its copyright and changelog"
+
+depends() { dpkg-deb -f "${deb[$1]}" Depends; }
+[[ $(depends depot) == *libc6* && $(depends depot) == *adduser* && $(depends depot) == *"libdepot0 (= "* ]] ||
+  fail "depot's Depends ($(depends depot)) lacks libc6, adduser or libdepot0"
+[[ $(depends libdepot-dev) == *"libdepot0 (= "* ]] || fail "libdepot-dev's Depends ($(depends libdepot-dev)) lacks libdepot0"
+[[ -z ${deb[python3-depot]:-} || $(depends python3-depot) == *python3* ]] ||
+  fail "python3-depot's Depends ($(depends python3-depot)) lacks python3"
+ok "Depends: depot: $(depends depot); libdepot-dev: $(depends libdepot-dev)"
+control() { dpkg-deb --ctrl-tarfile "${deb[$1]}" | tar -xO "./$2"; }
+for f in postinst prerm postrm; do control depot $f >/dev/null || fail "depot has no $f"; done
 for c in "${configs[@]}"; do
-  dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -x "/etc/depot/$c" >/dev/null ||
-    fail "/etc/depot/$c is not a conffile"
+  control depot conffiles | grep -x "/etc/depot/$c" >/dev/null || fail "/etc/depot/$c is not a conffile"
 done
-ok "maintainer scripts postinst, prerm, postrm; conffiles: ${configs[*]:-none}"
+control libdepot0 triggers | grep -x "activate-noawait ldconfig" >/dev/null || fail "libdepot0 has no ldconfig trigger"
+control libdepot0 shlibs | grep "^libdepot 0 libdepot0" >/dev/null || fail "libdepot0 has no shlibs line for libdepot.so.0"
+ok "depot: postinst, prerm, postrm, conffiles ${configs[*]:-none}; libdepot0: ldconfig trigger, shlibs"
 mkdir "$tmp/unpacked"
-dpkg-deb -x "$deb" "$tmp/unpacked"
+dpkg-deb -x "${deb[libdepot-dev]}" "$tmp/unpacked"
 grep -q '^prefix=/usr$' "$tmp/unpacked/usr/lib/pkgconfig/depot.pc" || fail "the packaged depot.pc is not for /usr"
 nm -C --defined-only "$tmp/unpacked/usr/lib/libdepot.a" 2>/dev/null | grep 'depot::Client::Connect' >/dev/null ||
   fail "the packaged libdepot.a lacks depot::Client::Connect (stripped?)"
 ok "the packaged depot.pc names /usr; the packaged libdepot.a keeps its symbols"
+
+# One lintian run over every package: no error; each warning left is one docs/deployment.md explains.
+step "lintian"
+if command -v lintian >/dev/null; then
+  lintian --no-tag-display-limit "${deb[@]}" >"$tmp/lintian.log" 2>&1 || true
+  if grep -E '^E: ' "$tmp/lintian.log"; then fail "lintian reports errors (above)"; fi
+  while read -r tag; do
+    grep -F -- "\`$tag\`" "$source/docs/deployment.md" >/dev/null ||
+      { cat "$tmp/lintian.log" >&2; fail "lintian warns $tag, which docs/deployment.md does not explain"; }
+  done < <(awk '$1 == "W:" {print $3}' "$tmp/lintian.log" | sort -u)
+  ok "lintian: no error; warnings, each explained: $(awk '$1 == "W:" {print $3}' "$tmp/lintian.log" | sort -u | tr '\n' ' ')"
+else
+  echo "  SKIP: lintian is not installed (scripts/deps installs it): the packages were not linted"
+fi
+
+# The packages in a fresh root: dpkg unpacks them there (its database too); the maintainer
+# scripts are not run (the root has no shell to run them with), so nothing touches this system's
+# users or units. Then the unpacked daemon serves, and the unpacked client, library and module
+# talk to it.
+step "dpkg --root: the packages unpacked in a fresh root, a client against the installed daemon"
+root=$tmp/root
+mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates"
+touch "$root/var/lib/dpkg/status"
+run_logged "dpkg --unpack into $root failed" dpkg-root \
+  dpkg --root="$root" --force-depends --unpack "${deb[@]}"
+for p in "${packages[@]}"; do
+  dpkg --root="$root" -s "$p" 2>/dev/null | grep -q '^Status: install ok unpacked' ||
+    fail "dpkg --root does not list $p as unpacked"
+done
+ok "dpkg --root lists ${packages[*]} as unpacked in $root"
+kill "$daemon_pid" 2>/dev/null || true
+wait "$daemon_pid" 2>/dev/null || true
+root_socket=$tmp/root-run/depot.sock
+"$root/usr/bin/depotd" --socket "$root_socket" --capacity 64MiB >"$tmp/root-depotd.log" 2>&1 &
+daemon_pid=$!
+for ((i = 0; ; i++)); do
+  "$root/usr/bin/depotctl" --socket "$root_socket" ping --count 1 >/dev/null 2>&1 && break
+  kill -0 "$daemon_pid" 2>/dev/null || { cat "$tmp/root-depotd.log" >&2; daemon_pid=""; fail "the unpacked depotd exited"; }
+  ((i < 100)) || fail "the unpacked depotd did not answer within 10 s"
+  sleep 0.1
+done
+loaded=$(ldd "$root/usr/bin/depotctl" | awk '$1 == "libdepot.so.0" {print $3}')
+[[ -n $loaded && $(realpath "$loaded") == $(realpath "$root/usr/lib/libdepot.so.0") ]] ||
+  fail "the unpacked depotctl loads libdepot.so.0 from '$loaded', not from $root/usr/lib"
+guid=$(echo "from the packages" | "$root/usr/bin/depotctl" --socket "$root_socket" put - --name packaged)
+[[ $("$root/usr/bin/depotctl" --socket "$root_socket" cat "$guid") == "from the packages" ]] ||
+  fail "the unpacked depotctl did not get its object back"
+"$root/usr/bin/depotctl" --socket "$root_socket" metrics | grep '^depot_objects{state="sealed"} 1$' >/dev/null ||
+  fail "the unpacked daemon's metrics do not count the object"
+ok "the unpacked depotd serves; the unpacked depotctl (with libdepot0's library) puts, gets and reads metrics"
+# shellcheck disable=SC2086
+run_logged "compiling against the unpacked libdepot-dev failed" build-root \
+  g++ -std=c++20 -o "$tmp/consumer-root" "$tmp/consumer/main.cc" -I"$root/usr/include" -L"$root/usr/lib" -ldepot -pthread
+out=$(LD_LIBRARY_PATH=$root/usr/lib "$tmp/consumer-root" "$root_socket" 2>&1) || { echo "$out" >&2; fail "the consumer of the unpacked packages failed"; }
+ok "a consumer built against libdepot-dev: $out"
+if [[ -n ${deb[python3-depot]:-} ]]; then
+  out=$(PYTHONPATH=$root/usr/lib/python3/dist-packages python3 -c "
+import depot
+c = depot.Client('$root_socket')
+g = c.put(b'from python3-depot')
+assert bytes(c.get(g).frames[0]) == b'from python3-depot'
+print(depot.__file__)" 2>&1) || { echo "$out" >&2; fail "python3-depot did not put and get"; }
+  [[ $out == "$root"/* ]] || fail "python imported depot from $out, not from $root"
+  ok "python3-depot (from $out) puts and gets"
+fi
 
 echo
 echo "PASS: $passed checks"

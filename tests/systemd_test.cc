@@ -436,3 +436,70 @@ TEST_CASE("NOTIFY_SOCKET gets READY=1 once clients connect and STOPPING=1 on SIG
   CHECK(ExitCode(std::exchange(daemon.pid, -1)) == 0);
   std::filesystem::remove_all(dir);
 }
+
+// The journal's native protocol: datagrams of KEY=value lines (a value with a newline comes as
+// KEY, a newline, its 64-bit little-endian length and the bytes). The daemon runs in a mount
+// namespace whose /run/systemd/journal is a directory where this test listens, with
+// JOURNAL_STREAM naming its stderr, as systemd sets it for a service.
+TEST_CASE("under systemd, depotd logs to the journal with priorities and fields", "[systemd]") {
+  if (::getuid() != 0) Skip("needs root to mount over /run/systemd in a mount namespace");
+  if (Run({"unshare", "-m", "true"}) != 0) Skip("unshare -m is not permitted here");
+  std::string journal = TempDir();
+  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string path = journal + "/socket";
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  std::string dir = TempDir();
+  REQUIRE(::chmod(dir.c_str(), 0755) == 0);  // another uid reaches the socket, and is refused
+  std::vector<std::string> records;
+  {
+    Daemon d(dir + "/depot.sock", {"--capacity", "64MiB", "--socket-mode", "0666"},
+             {"unshare", "-m", "sh", "-c",
+              "mount --make-rprivate / && mount -t tmpfs tmpfs /run/systemd && "
+              "mkdir /run/systemd/journal && mount --bind " + journal +
+                  " /run/systemd/journal && "
+                  "JOURNAL_STREAM=$(stat -L -c %d:%i /dev/stderr) exec \"$0\" \"$@\""});
+    // A refused client is logged as a warning.
+    pid_t refused = Spawn([&] {
+      if (::setresgid(41002, 41002, 41002) != 0 || ::setresuid(41002, 41002, 41002) != 0) {
+        return 100;
+      }
+      ConnectOptions o;
+      o.socket_path = d.socket();
+      o.trusted_daemon_uid = 0;
+      return Client::Connect(o).ok() ? 1 : 0;
+    });
+    CHECK(Wait(refused) == 0);
+    d.Stop();
+    // Nothing goes to stderr: the journal has it all.
+    CHECK(d.Log().find("serving") == std::string::npos);
+  }
+  char buf[65536];
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 500) <= 0) break;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    records.emplace_back(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  std::string all;
+  for (const auto& r : records) all += r + "\n--\n";
+  INFO(all);
+  auto find = [&](const std::string& part) {
+    for (const auto& r : records) {
+      if (r.find(part) != std::string::npos) return r;
+    }
+    return std::string();
+  };
+  std::string serving = find("MESSAGE=depotd " DEPOT_VERSION " serving");
+  REQUIRE_FALSE(serving.empty());
+  CHECK(serving.find("\nPRIORITY=6\n") != std::string::npos);  // info
+  CHECK(serving.find("\nSYSLOG_IDENTIFIER=depotd\n") != std::string::npos);
+  CHECK(serving.find("\nDEPOT_SOCKET=" + dir + "/depot.sock\n") != std::string::npos);
+  std::string refusal = find("MESSAGE=refused pid");
+  REQUIRE_FALSE(refusal.empty());
+  CHECK(refusal.find("\nPRIORITY=4\n") != std::string::npos);  // warning
+}

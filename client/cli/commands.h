@@ -16,6 +16,7 @@ namespace depotctl {
 struct LsOptions {
   std::string state, name_glob, sort;
   uint64_t limit = UINT64_MAX;
+  int32_t holder_pid = 0;  // not 0: only what this process holds or creates
 };
 
 int Ls(depot::Client& c, bool json, const LsOptions& opt);
@@ -30,6 +31,12 @@ int Rm(depot::Client& c, const std::vector<std::string>& args);
 int Status(depot::Client& c, bool json);
 int Clients(depot::Client& c, bool json);
 int Ping(depot::Client& c, bool json, uint64_t count);
+// The metrics in the Prometheus text format, for node_exporter's textfile collector and scripts.
+int Metrics(depot::Client& c);
+
+// top.cc: a live view, refreshed every `interval_ms`; plain snapshots when stdout is not a
+// terminal (`count` of them; 0: until interrupted).
+int Top(depot::Client& c, uint64_t interval_ms, uint64_t count);
 
 // watch.cc: events as they happen.
 int Watch(depot::Client& c, bool json, uint64_t count);

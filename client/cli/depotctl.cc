@@ -1,5 +1,7 @@
 // depotctl: inspect and manage a running depotd. Built only on the public client API. This
 // file reads the command line and hands it to the command (commands.h).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -23,9 +25,10 @@ constexpr const char kUsage[] =
 
 Commands:
   status                      the daemon: pools, objects, clients, counters
-  ls [--state S] [--name GLOB] [--sort size|age|name] [--limit N]
-                              objects, one per line (S: creating or sealed)
-  stat GUID                   everything the daemon knows about one object
+  ls [--state S] [--name GLOB] [--sort size|age|name] [--limit N] [--holder PID]
+                              objects, one per line (S: creating or sealed; PID: only what
+                              that process holds or is creating)
+  stat GUID                   everything the daemon knows about one object, and who holds it
   put FILE|- [--name NAME] [--evictable] [--metadata TEXT] [--checksum]
                               stores a file (or stdin) as one object; prints its GUID
                               (--checksum: records XXH3-64 of its bytes at seal)
@@ -37,6 +40,11 @@ Commands:
   watch [--count N]           prints events as they happen, until Ctrl-C (or N events)
   clients                     connected clients and what they hold
   ping [--count N]            round-trip latency over N pings (default 10)
+  metrics                     the daemon's metrics, in the Prometheus text format
+  top [--interval MS] [--count N]
+                              a live view, refreshed every MS ms (default 1000); q quits;
+                              N snapshots in plain text when stdout is not a terminal
+                              (default 1)
 
 The socket is --socket, else $DEPOT_SOCKET, else $XDG_RUNTIME_DIR/depot/depot.sock, else
 /run/user/$UID/depot/depot.sock, else /tmp/depot-$UID/depot.sock. A daemon is trusted when it
@@ -53,6 +61,7 @@ int Main(int argc, char** argv) {
   std::string out = "-";
   std::string metadata;
   std::optional<uint64_t> count;
+  uint64_t holder = 0, interval = 1000;
   LsOptions ls;
   depot::CreateOptions create;
   std::vector<std::string> pos;
@@ -75,7 +84,8 @@ int Main(int argc, char** argv) {
       create.checksum = true;
     } else if (a == "--socket" || a == "-o" || a == "--output" || a == "--name" ||
                a == "--metadata" || a == "--limit" || a == "--count" || a == "-n" ||
-               a == "--state" || a == "--sort" || a == "--daemon-uid") {
+               a == "--state" || a == "--sort" || a == "--daemon-uid" || a == "--holder" ||
+               a == "--interval") {
       if (i + 1 >= argc) return Usage(a + " needs a value");
       std::string v = argv[++i];
       if (a == "--socket") {
@@ -98,6 +108,10 @@ int Main(int argc, char** argv) {
         ls.sort = v;
       } else if (a == "-o" || a == "--output") {
         out = v;
+      } else if (a == "--holder" || a == "--interval") {
+        auto n = number(v);
+        if (!n || *n > INT32_MAX) return Usage(a + " needs a positive number");
+        (a == "--holder" ? holder : interval) = *n;
       } else {
         count = number(v);
         if (!count) return Usage(a + " needs a positive number");
@@ -114,7 +128,8 @@ int Main(int argc, char** argv) {
   static const std::map<std::string, std::pair<size_t, size_t>> kArity = {
       {"status", {0, 0}},  {"ls", {0, 0}},   {"stat", {1, 1}},         {"put", {1, 1}},
       {"get", {1, 1}},     {"cat", {1, 1}},  {"rm", {1, SIZE_MAX}},    {"watch", {0, 0}},
-      {"clients", {0, 0}}, {"ping", {0, 0}}, {"verify", {1, SIZE_MAX}}};
+      {"clients", {0, 0}}, {"ping", {0, 0}}, {"verify", {1, SIZE_MAX}}, {"metrics", {0, 0}},
+      {"top", {0, 0}}};
   auto arity = kArity.find(cmd);
   if (arity == kArity.end()) return Usage(fmt::format("unknown command '{}'", cmd));
   if (args.size() < arity->second.first || args.size() > arity->second.second) {
@@ -125,6 +140,7 @@ int Main(int argc, char** argv) {
                              args.size()));
   }
   if (count && cmd == "ls") ls.limit = *count;
+  ls.holder_pid = static_cast<int32_t>(holder);
 
   auto client = depot::Client::Connect(connect);
   if (!client.ok()) return Fail(client.status(), cmd);
@@ -138,6 +154,8 @@ int Main(int argc, char** argv) {
   if (cmd == "watch") return Watch(*client, json, count.value_or(UINT64_MAX));
   if (cmd == "clients") return Clients(*client, json);
   if (cmd == "ping") return Ping(*client, json, count.value_or(10));
+  if (cmd == "metrics") return Metrics(*client);
+  if (cmd == "top") return Top(*client, interval, count.value_or(::isatty(STDOUT_FILENO) ? 0 : 1));
   create.metadata = std::as_bytes(std::span(metadata));
   return Put(*client, args[0], create);
 }

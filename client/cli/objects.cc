@@ -49,6 +49,16 @@ std::string InfoJson(const depot::ObjectInfo& o, bool with_metadata) {
       o.created_unix_ns, o.sealed_unix_ns, o.creator_pid, o.creator_uid, o.metadata_size);
   if (o.checksum) out += fmt::format(",\"checksum\":\"{:016x}\"", *o.checksum);
   if (with_metadata) {
+    std::string holders;
+    for (const auto& h : o.holders) {
+      holders += fmt::format(
+          "{}{{\"session\":{},\"pid\":{},\"uid\":{},\"process\":{},\"name\":{},"
+          "\"references\":{}}}",
+          holders.empty() ? "" : ",", h.session_id, h.pid, h.uid, Json(h.process), Json(h.name),
+          h.references);
+    }
+    out += fmt::format(",\"holders\":[{}],\"creator_session\":{},\"creator_process\":{}",
+                       holders, o.creator_session, Json(o.creator_process));
     std::string hex;
     for (std::byte b : o.metadata) hex += fmt::format("{:02x}", static_cast<unsigned>(b));
     out += fmt::format(",\"metadata_hex\":\"{}\"", hex);
@@ -124,7 +134,7 @@ int Ls(depot::Client& c, bool json, const LsOptions& opt) {
   };
   std::optional<depot::Guid> after;
   while (true) {
-    auto page = c.List(after, 1000);
+    auto page = c.ListHeldBy(opt.holder_pid, after, 1000);
     if (!page.ok()) return Fail(page.status(), "ls");
     for (auto& o : page->objects) {
       if (!Matches(o, opt)) continue;
@@ -161,8 +171,11 @@ int Stat(depot::Client& c, bool json, const std::string& arg) {
   fmt::print("guid:      {}\nname:      {}\nstate:     {}\nsize:      {} ({} bytes)\n",
              o->guid.ToString(), o->name, depot::ObjectInfo::StateName(o->state), depot::FormatBytes(o->size),
              o->size);
-  fmt::print("refcount:  {}\nevictable: {}\ncreator:   pid {} uid {}\ncreated:   {} ago\n",
+  fmt::print("refcount:  {}\nevictable: {}\ncreator:   pid {} uid {}{}\ncreated:   {} ago\n",
              o->refcount, o->evictable ? "yes" : "no", o->creator_pid, o->creator_uid,
+             o->creator_session == 0
+                 ? ""
+                 : fmt::format(" ({}, session {})", o->creator_process, o->creator_session),
              Age(o->created_unix_ns));
   if (o->sealed_unix_ns != 0) fmt::print("sealed:    {} ago\n", Age(o->sealed_unix_ns));
   if (o->checksum) fmt::print("checksum:  xxh3 {:016x}\n", *o->checksum);
@@ -170,6 +183,11 @@ int Stat(depot::Client& c, bool json, const std::string& arg) {
     const auto& f = o->frames[i];
     fmt::print("frame {}:   {} on {}, segment {} offset {}\n", i, depot::FormatBytes(f.size),
                f.pool == 0 ? "host" : fmt::format("gpu{}", f.pool - 1), f.segment, f.offset);
+  }
+  fmt::print("holders:   {}\n", o->holders.empty() ? "none" : "");
+  for (const auto& h : o->holders) {
+    fmt::print("  pid {:<8} {:<16} uid {:<6} references {:<6} session {}{}\n", h.pid, h.process,
+               h.uid, h.references, h.session_id, h.name.empty() ? "" : " (" + h.name + ")");
   }
   std::string text, hex;
   for (size_t i = 0; i < o->metadata.size() && i < 64; ++i) {

@@ -1,7 +1,8 @@
-// depotctl's commands on the daemon itself: status, clients, ping.
+// depotctl's commands on the daemon itself: status, clients, ping, metrics.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <string_view>
@@ -198,6 +199,13 @@ int Ping(depot::Client& c, bool json, uint64_t count) {
     fmt::print("{} pings to {}: min {}, median {}, max {}\n", count, c.socket_path(), Micros(min),
                Micros(median), Micros(max));
   }
+  return kOk;
+}
+
+int Metrics(depot::Client& c) {
+  auto text = c.Metrics();
+  if (!text.ok()) return Fail(text.status(), "metrics");
+  std::fwrite(text->data(), 1, text->size(), stdout);
   return kOk;
 }
 

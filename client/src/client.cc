@@ -25,7 +25,7 @@ namespace fb = flatbuffers;
 
 Guid FromWire(const wire::Guid* g) { return g ? proto::FromWire(*g) : Guid{}; }
 
-// Requests without arguments (status, ping, clients, subscribe) carry an empty table.
+// Requests without arguments (status, ping, clients, subscribe, metrics) carry an empty table.
 Result<internal::Message> CallWithoutArguments(Connection& conn, MsgType type) {
   fb::FlatBufferBuilder fbb(64);
   fbb.Finish(wire::CreateEmptyReply(fbb));
@@ -70,6 +70,15 @@ ObjectInfo FromWire(const wire::ObjectInfo& w) {
   o.creator_uid = w.creator_uid();
   o.metadata_size = w.metadata_size();
   if (w.checksum()) o.checksum = *w.checksum();
+  if (w.holders()) {
+    for (const wire::HolderInfo* h : *w.holders()) {
+      o.holders.push_back({h->session_id(), h->pid(), h->uid(),
+                           h->process() ? h->process()->str() : "",
+                           h->name() ? h->name()->str() : "", h->references()});
+    }
+  }
+  o.creator_session = w.creator_session();
+  o.creator_process = w.creator_process() ? w.creator_process()->str() : "";
   if (w.metadata()) {
     auto* m = reinterpret_cast<const std::byte*>(w.metadata()->data());
     o.metadata.assign(m, m + w.metadata()->size());
@@ -316,10 +325,14 @@ Result<ObjectInfo> Client::Stat(const Guid& guid) {
 }
 
 Result<ListPage> Client::List(std::optional<Guid> after, uint32_t limit) {
+  return ListHeldBy(0, after, limit);
+}
+
+Result<ListPage> Client::ListHeldBy(int32_t pid, std::optional<Guid> after, uint32_t limit) {
   fb::FlatBufferBuilder fbb(64);
   wire::Guid g;
   if (after) g = ToWire(*after);
-  fbb.Finish(wire::CreateListRequest(fbb, after ? &g : nullptr, limit));
+  fbb.Finish(wire::CreateListRequest(fbb, after ? &g : nullptr, limit, pid));
   auto reply = conn_->Call(MsgType::kList, fbb);
   if (!reply.ok()) return reply.status();
   const auto* r = proto::Body<wire::ListReply>(reply->body);
@@ -339,6 +352,13 @@ Result<StoreStatus> Client::GetStatus() {
   auto reply = CallWithoutArguments(*conn_, MsgType::kStatus);
   if (!reply.ok()) return reply.status();
   return internal::StoreStatusFromReply(*proto::Body<wire::StatusReply>(reply->body));
+}
+
+Result<std::string> Client::Metrics() {
+  auto reply = CallWithoutArguments(*conn_, MsgType::kMetrics);
+  if (!reply.ok()) return reply.status();
+  const auto* text = proto::Body<wire::MetricsReply>(reply->body)->text();
+  return text ? text->str() : std::string();
 }
 
 Status Client::Ping() {

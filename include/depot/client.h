@@ -68,6 +68,16 @@ struct FrameInfo {
   uint64_t size = 0;
 };
 
+// A connection holding an object: its process and how many gets of it are not yet released.
+struct HolderInfo {
+  uint64_t session_id = 0;
+  int32_t pid = 0;
+  uint32_t uid = 0;
+  std::string process;  // its command name (/proc/PID/comm)
+  std::string name;     // what it called itself (ConnectOptions::client_name)
+  uint64_t references = 0;
+};
+
 struct ObjectInfo {
   enum class State { kCreating, kSealed, kDeleted };
   // "creating", "sealed" or "deleted", as depotctl and Python show it.
@@ -96,6 +106,11 @@ struct ObjectInfo {
   uint32_t metadata_size = 0;
   std::vector<std::byte> metadata;  // Stat only
   std::optional<uint64_t> checksum;  // recorded at seal, when the creator asked for one
+  // Stat only: the connections holding it, and the creating connection while it is connected
+  // (creator_session 0 once it is gone).
+  std::vector<HolderInfo> holders;
+  uint64_t creator_session = 0;
+  std::string creator_process;
 };
 
 struct ListPage {
@@ -206,7 +221,15 @@ class Client {
   // One page of objects in GUID order, starting after `after`.
   Result<ListPage> List(std::optional<Guid> after = std::nullopt, uint32_t limit = 1000);
 
+  // Like List, but only the objects that the connections of process `pid` hold or are creating
+  // (in this user's namespace).
+  Result<ListPage> ListHeldBy(int32_t pid, std::optional<Guid> after = std::nullopt,
+                              uint32_t limit = 1000);
+
   Result<StoreStatus> GetStatus();
+
+  // The daemon's metrics in the Prometheus text exposition format (docs/metrics.md).
+  Result<std::string> Metrics();
 
   // Page-locks (cuMemHostRegister) every host segment this connection maps, now and later, so
   // that copies between host objects and a GPU run at pinned-memory speed. Costs time per

@@ -1,0 +1,160 @@
+#include "daemon/metrics_report.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "daemon/prometheus_text.h"
+#include "proto/wire.h"
+
+namespace depot {
+namespace {
+
+// The daemon's resident memory in bytes, or 0 when /proc does not say.
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages_total = 0, pages_resident = 0;
+  if (!(statm >> pages_total >> pages_resident)) return 0;
+  return pages_resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+void Pools(PrometheusText& t, std::span<const PoolReport> pools) {
+  struct Gauge {
+    const char* name;
+    const char* help;
+    uint64_t (*value)(const PoolReport&);
+  };
+  static const Gauge kGauges[] = {
+      {"depot_pool_capacity_bytes", "Bytes the pool may hold.",
+       [](const PoolReport& p) { return p.stats.capacity; }},
+      {"depot_pool_reserved_bytes", "Bytes the pool holds in segments (host) or chunks (GPU).",
+       [](const PoolReport& p) { return p.stats.reserved; }},
+      {"depot_pool_used_bytes", "Bytes allocated to objects' frames.",
+       [](const PoolReport& p) { return p.stats.used; }},
+      {"depot_pool_peak_used_bytes", "The most bytes allocated at once since the daemon started.",
+       [](const PoolReport& p) { return p.peak_used; }},
+      {"depot_pool_free_in_segments_bytes", "Free bytes inside the segments that exist now.",
+       [](const PoolReport& p) { return p.stats.free_in_segments; }},
+      {"depot_pool_largest_free_block_bytes",
+       "The largest free block inside the segments that exist now.",
+       [](const PoolReport& p) { return p.stats.largest_block; }},
+      {"depot_pool_largest_free_bytes",
+       "The largest object that fits without eviction, counting segments not made yet.",
+       [](const PoolReport& p) { return p.stats.largest_free; }},
+      {"depot_pool_segments", "Segments (host) or chunks (GPU) that exist now.",
+       [](const PoolReport& p) { return uint64_t{p.stats.segments}; }},
+  };
+  for (const Gauge& g : kGauges) {
+    t.Family(g.name, "gauge", g.help);
+    for (const PoolReport& p : pools) {
+      t.Sample(g.name, {{"pool", p.pool}, {"kind", p.kind}}, g.value(p));
+    }
+  }
+  t.Family("depot_pool_fragmentation_ratio", "gauge",
+           "1 - largest free block / free bytes in segments: 0 when the free space is one block.");
+  for (const PoolReport& p : pools) {
+    double free = static_cast<double>(p.stats.free_in_segments);
+    double ratio = free == 0 ? 0.0 : 1.0 - static_cast<double>(p.stats.largest_block) / free;
+    t.Sample("depot_pool_fragmentation_ratio", {{"pool", p.pool}, {"kind", p.kind}}, ratio);
+  }
+}
+
+void Objects(PrometheusText& t, const MetricsSnapshot& m) {
+  const ObjectCounts& c = m.objects;
+  // One row per state an object can be in.
+  struct State {
+    const char* name;
+    uint64_t objects, bytes;
+  };
+  const State kStates[] = {{"creating", c.creating, c.creating_bytes},
+                           {"sealed", c.sealed, c.sealed_bytes},
+                           {"deleted", c.deleted, c.deleted_bytes}};
+  t.Family("depot_objects", "gauge",
+           "Objects by state (deleted: gone from the index, still referenced).");
+  for (const State& s : kStates) t.Sample("depot_objects", {{"state", s.name}}, s.objects);
+  t.Family("depot_object_bytes", "gauge", "Bytes of objects by state.");
+  for (const State& s : kStates) t.Sample("depot_object_bytes", {{"state", s.name}}, s.bytes);
+  t.Family("depot_evictable_objects", "gauge",
+           "Sealed objects that eviction may drop: evictable and referenced by nobody.");
+  t.Sample("depot_evictable_objects", {}, c.evictable);
+  t.Family("depot_evictable_bytes", "gauge", "Bytes of those evictable objects.");
+  t.Sample("depot_evictable_bytes", {}, c.evictable_bytes);
+  t.Family("depot_pinned_objects", "gauge",
+           "Sealed objects eviction may not drop: not evictable, or referenced.");
+  t.Sample("depot_pinned_objects", {}, c.sealed - c.evictable);
+  t.Family("depot_pinned_bytes", "gauge", "Bytes of those pinned objects.");
+  t.Sample("depot_pinned_bytes", {}, c.sealed_bytes - c.evictable_bytes);
+  t.Family("depot_object_size_bytes", "histogram", "Sizes of the objects created since start.");
+  t.Histogram("depot_object_size_bytes", {}, m.counters.object_sizes(), 1.0);
+  t.Family("depot_evictions_total", "counter", "Objects evicted to make room.");
+  t.Sample("depot_evictions_total", {}, c.evictions);
+  t.Family("depot_evicted_bytes_total", "counter", "Bytes those evictions gave back.");
+  t.Sample("depot_evicted_bytes_total", {}, c.evicted_bytes);
+}
+
+void Requests(PrometheusText& t, const MetricsSnapshot& m) {
+  t.Family("depot_request_duration_seconds", "histogram",
+           "Time the daemon spent answering requests, by type (a get's wait for a seal is not "
+           "counted); _count is the number of requests.");
+  for (uint16_t type = 1; type < StoreCounters::kRequestTypes; ++type) {
+    std::string name = proto::TypeName(type);
+    if (name.starts_with("unknown")) continue;
+    t.Histogram("depot_request_duration_seconds", {{"type", name}}, m.counters.latency(type),
+                1e9);
+  }
+  t.Family("depot_errors_total", "counter",
+           "Error replies by code (StoreFull: a create that did not fit even after eviction).");
+  for (size_t code = 1; code < m.status.errors.size(); ++code) {
+    t.Sample("depot_errors_total",
+             {{"code", Status::CodeName(static_cast<Status::Code>(code))}}, m.status.errors[code]);
+  }
+}
+
+void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
+  const StoreStatus& s = m.status;
+  t.Family("depot_clients", "gauge", "Connections open now.");
+  t.Sample("depot_clients", {}, uint64_t{s.clients});
+  t.Family("depot_connections_total", "counter", "Connections accepted since start.");
+  t.Sample("depot_connections_total", {}, s.connections);
+  t.Family("depot_gets_waiting", "gauge", "Gets parked until their objects are sealed.");
+  t.Sample("depot_gets_waiting", {}, uint64_t{s.gets_waiting});
+  t.Family("depot_namespaces", "gauge", "Namespaces that exist now.");
+  t.Sample("depot_namespaces", {}, uint64_t{s.namespaces});
+  if (s.user_quota_bytes != 0 || s.user_quota_objects != 0) {
+    t.Family("depot_user_quota_used_bytes", "gauge",
+             "Bytes each user has created and not freed (only when user quotas are set).");
+    for (const auto& u : s.users) {
+      t.Sample("depot_user_quota_used_bytes", {{"uid", fmt::format("{}", u.uid)}}, u.bytes);
+    }
+    t.Family("depot_user_quota_used_objects", "gauge",
+             "Objects each user has created and not freed (only when user quotas are set).");
+    for (const auto& u : s.users) {
+      t.Sample("depot_user_quota_used_objects", {{"uid", fmt::format("{}", u.uid)}}, u.objects);
+    }
+    t.Family("depot_user_quota_limit_bytes", "gauge", "Bytes one user may hold; 0: no limit.");
+    t.Sample("depot_user_quota_limit_bytes", {}, s.user_quota_bytes);
+    t.Family("depot_user_quota_limit_objects", "gauge", "Objects one user may hold; 0: no limit.");
+    t.Sample("depot_user_quota_limit_objects", {}, s.user_quota_objects);
+  }
+  t.Family("depot_resident_memory_bytes", "gauge", "The daemon's own resident memory.");
+  t.Sample("depot_resident_memory_bytes", {}, ResidentBytes());
+  t.Family("depot_uptime_seconds", "gauge", "Seconds since the daemon started.");
+  t.Sample("depot_uptime_seconds", {}, static_cast<double>(s.uptime_ms) / 1e3);
+  t.Family("depot_build_info", "gauge", "Always 1; the daemon's version is its label.");
+  t.Sample("depot_build_info", {{"version", s.daemon_version}}, uint64_t{1});
+}
+
+}  // namespace
+
+std::string RenderMetrics(const MetricsSnapshot& m) {
+  PrometheusText t;
+  Pools(t, m.pools);
+  Objects(t, m);
+  Requests(t, m);
+  Daemon(t, m);
+  return t.text();
+}
+
+}  // namespace depot

@@ -1,0 +1,36 @@
+// The daemon's metrics in the Prometheus text format: the one renderer behind both `depotctl
+// metrics` (the metrics request) and the HTTP endpoint (metrics_listen). Every family is written
+// here, from a snapshot the Store takes on its loop; docs/metrics.md lists them, and a test
+// checks that list against this output.
+//
+// To add a pool (the spill directory, say): one more PoolReport in NamespaceSet::PoolReports,
+// with its own `kind`; a new object state: one more row in ObjectStates (metrics_report.cc);
+// a new counter: a member of StoreCounters and a Family here.
+#ifndef DEPOT_DAEMON_METRICS_REPORT_H_
+#define DEPOT_DAEMON_METRICS_REPORT_H_
+
+#include <span>
+#include <string>
+
+#include "daemon/object_table.h"
+#include "daemon/segmented_pool.h"
+#include "daemon/store_counters.h"
+#include "depot/store_status.h"
+
+namespace depot {
+
+// What the metrics are made of, all of it read on the daemon's loop.
+struct MetricsSnapshot {
+  const StoreStatus& status;  // daemon, clients, gets waiting, errors, users and quotas
+  std::span<const PoolReport> pools;
+  const ObjectCounts& objects;
+  const StoreCounters& counters;
+};
+
+// The exposition text (text/plain; version=0.0.4). Also reads the daemon's resident memory from
+// /proc/self/statm.
+std::string RenderMetrics(const MetricsSnapshot& m);
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_METRICS_REPORT_H_

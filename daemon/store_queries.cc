@@ -1,0 +1,158 @@
+// The Store's queries: requests that report on the store and change nothing in it (contains,
+// list, stat, status, clients, metrics). Kept apart from the requests that create, read and
+// delete objects (store.cc).
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "daemon/metrics_report.h"
+#include "daemon/replies.h"
+#include "daemon/request_limits.h"
+#include "daemon/status_reply.h"
+#include "daemon/store.h"
+
+namespace depot {
+
+using proto::FromWire;
+using proto::MsgType;
+using proto::ToWire;
+namespace fb = flatbuffers;
+
+void Store::OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
+  if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
+  fb::FlatBufferBuilder fbb(256);
+  std::vector<fb::Offset<wire::GuidResult>> results;
+  const ObjectTable& table = sessions_.at(s).ns->table();
+  for (const wire::Guid* g : *req.guids()) {
+    const StoredObject* o = table.Find(FromWire(*g));
+    wire::Code code = o && o->state == ObjectState::kSealed ? wire::Code::Ok : wire::Code::NotFound;
+    auto msg = fbb.CreateString(!o ? "does not exist" : code == wire::Code::Ok ? "" : "not sealed yet");
+    results.push_back(wire::CreateGuidResult(fbb, g, code, msg));
+  }
+  fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
+  Reply(s, id, MsgType::kContains, fbb);
+}
+
+void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
+  size_t limit = req.limit() == 0 ? 1000 : std::min(req.limit(), proto::kMaxListLimit);
+  std::optional<Guid> after;
+  if (req.after()) after = FromWire(*req.after());
+  const ObjectTable& table = sessions_.at(s).ns->table();
+  std::vector<const StoredObject*> objects =
+      req.holder_pid() == 0 ? table.List(after, limit + 1)
+                            : HeldByProcess(table, req.holder_pid(), after, limit + 1);
+  bool more = objects.size() > limit;
+  if (more) objects.pop_back();
+  fb::FlatBufferBuilder fbb(256 * objects.size() + 64);
+  std::vector<fb::Offset<wire::ObjectInfo>> infos;
+  for (const StoredObject* o : objects) infos.push_back(replies::ObjectInfo(fbb, *o, false));
+  fbb.Finish(wire::CreateListReply(fbb, fbb.CreateVector(infos), more));
+  Reply(s, id, MsgType::kList, fbb);
+}
+
+std::vector<const StoredObject*> Store::HeldByProcess(const ObjectTable& table, int32_t pid,
+                                                      std::optional<Guid> after,
+                                                      size_t limit) const {
+  // Only the sessions of `table`'s namespace hold its objects: another namespace's stay unseen.
+  std::vector<const StoredObject*> held;
+  for (const auto& [sid, st] : sessions_) {
+    if (st.creds.pid != pid || st.ns == nullptr || &st.ns->table() != &table) continue;
+    for (const StoredObject* o : table.ObjectsHeldBy(sid)) {
+      if (!after || *after < o->guid) held.push_back(o);
+    }
+  }
+  std::sort(held.begin(), held.end(),
+            [](const StoredObject* a, const StoredObject* b) { return a->guid < b->guid; });
+  // A process with two connections may hold one object on both.
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+  if (held.size() > limit) held.resize(limit);
+  return held;
+}
+
+void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
+  if (!req.guid()) return ReplyError(s, id, Status::InvalidArgument("no GUID given"));
+  Guid guid = FromWire(*req.guid());
+  const ObjectTable& table = sessions_.at(s).ns->table();
+  const StoredObject* o = table.Find(guid);
+  if (!o) {
+    return ReplyError(s, id, Status::NotFound(fmt::format("object {} does not exist", guid.ToString())));
+  }
+  fb::FlatBufferBuilder fbb(512 + o->metadata().size());
+  std::vector<fb::Offset<wire::HolderInfo>> holders;
+  for (const Holder& h : table.HoldersOf(o->id)) {
+    const SessionState& holder = sessions_.at(h.session);
+    holders.push_back(wire::CreateHolderInfo(fbb, h.session, holder.creds.pid, holder.creds.uid,
+                                             fbb.CreateString(holder.process),
+                                             fbb.CreateString(holder.name), h.references));
+  }
+  replies::Holders extra;
+  extra.holders = fbb.CreateVector(holders);
+  if (auto creator = sessions_.find(o->creator); creator != sessions_.end()) {
+    extra.creator_session = o->creator;
+    extra.creator_process = fbb.CreateString(creator->second.process);
+  }
+  fbb.Finish(wire::CreateStatReply(fbb, replies::ObjectInfo(fbb, *o, true, &extra)));
+  Reply(s, id, MsgType::kStat, fbb);
+}
+
+StoreStatus Store::Snapshot() const {
+  StoreStatus st;
+  st.daemon_version = options_.version;
+  st.socket_path = options_.socket_path;
+  st.daemon_pid = ::getpid();
+  st.uptime_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::steady_clock::now() - started_)
+                                           .count());
+  namespaces_.Report(st);
+  quotas_.Report(st);
+  st.clients = static_cast<uint32_t>(sessions_.size());
+  st.connections = connections_;
+  st.gets_waiting = static_cast<uint32_t>(waits_.size());
+  st.requests = requests_;
+  st.errors.assign(errors_.begin(), errors_.begin() + static_cast<size_t>(wire::Code::MAX) + 1);
+  st.devices_unavailable = devices_.unavailable();
+  return st;
+}
+
+void Store::OnStatus(SessionId s, uint64_t id) {
+  StoreStatus st = Snapshot();
+  fb::FlatBufferBuilder fbb(512 + 32 * st.users.size());
+  fbb.Finish(BuildStatusReply(fbb, st));
+  Reply(s, id, MsgType::kStatus, fbb);
+}
+
+std::string Store::Metrics() const {
+  StoreStatus status = Snapshot();
+  std::vector<PoolReport> pools = namespaces_.PoolReports();
+  ObjectCounts objects = namespaces_.Counts();
+  return RenderMetrics({status, pools, objects, counters_});
+}
+
+void Store::OnMetrics(SessionId s, uint64_t id) {
+  std::string text = Metrics();
+  fb::FlatBufferBuilder fbb(text.size() + 64);
+  fbb.Finish(wire::CreateMetricsReply(fbb, fbb.CreateString(text)));
+  Reply(s, id, MsgType::kMetrics, fbb);
+}
+
+void Store::OnClients(SessionId s, uint64_t id) {
+  fb::FlatBufferBuilder fbb(256 * sessions_.size() + 64);
+  std::vector<fb::Offset<wire::ClientInfo>> infos;
+  for (const auto& [sid, st] : sessions_) {
+    if (st.ns == nullptr) continue;  // not greeted
+    Holdings h = st.ns->table().HoldingsOf(sid);
+    QuotaUsage created = quotas_.OfSession(sid);
+    auto name = fbb.CreateString(st.name);
+    auto process = fbb.CreateString(st.process);
+    infos.push_back(wire::CreateClientInfo(
+        fbb, sid, st.creds.pid, st.creds.uid, st.creds.gid, name, process, h.references, h.bytes,
+        h.creating, st.requests, st.connected_ns, events_.subscribed(sid), created.objects,
+        created.bytes));
+  }
+  fbb.Finish(wire::CreateClientsReply(fbb, fbb.CreateVector(infos)));
+  Reply(s, id, MsgType::kClients, fbb);
+}
+
+}  // namespace depot
