@@ -161,6 +161,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   hup.async_wait(on_hup);
   io.run();
   server->reset();
+  (*store)->Persist();
   store->reset();
   spdlog::info("depotd stopped; shared-memory segments released");
   return 0;

@@ -46,6 +46,8 @@ struct DaemonOptions {
   uint32_t max_pending = 0;
   uint64_t max_pending_bytes = 0;
   uint32_t handshake_timeout_ms = 0;
+  std::string spill_dir;       // empty: no spilling
+  std::string spill_capacity;  // bytes, or a % of the spill directory's file system
 
   // What to do rather than serve.
   std::string config_path;
