@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -186,6 +187,55 @@ TEST_CASE("a spilled object is listed on disk, gets restore it, and delete remov
   auto polled = c.Get(OneOnDisk(c), kNoWait);
   INFO(polled.status().ToString());
   CHECK(polled.ok());
+}
+
+TEST_CASE("spills and restores are events, and spill_capacity bounds the files", "[spill]") {
+  std::string spill = TempDir() + "/spill";
+  std::vector<std::string> args = SpillArgs(spill, "4MiB");
+  args.insert(args.end(), {"--spill-capacity", "2MiB"});
+  Daemon d(args);
+  Client watcher = d.Connect();
+  auto events = watcher.Subscribe();
+  REQUIRE(events.ok());
+  Client c = d.Connect();
+  Status full;
+  std::vector<Guid> guids;
+  CreateOptions checked;
+  checked.checksum = true;
+  for (uint32_t i = 0; i < 12 && full.ok(); ++i) {
+    auto g = c.Put(Pattern(900 * kKiB, i), checked);
+    if (g.ok()) guids.push_back(*g);
+    if (!g.ok()) full = g.status();
+  }
+  // Two files of 900 KiB fit in 2 MiB, a third does not.
+  INFO(full.ToString());
+  REQUIRE(full.IsStoreFull());
+  CHECK(full.message().find("host pool") != std::string::npos);
+  CHECK(full.message().find("the spill directory " + spill) != std::string::npos);
+  CHECK(full.message().find("spill_capacity") != std::string::npos);
+  StoreStatus st = StatusOf(c);
+  CHECK(st.spilled_objects == 2);
+  CHECK(st.spill_disk_bytes <= 2 * kMiB);
+  // With the files at their limit nothing more can go out, so reading one back needs room
+  // made by a delete.
+  Guid on_disk = OneOnDisk(c);
+  CHECK(c.Get(on_disk, 10s).status().IsStoreFull());
+  for (const auto& [g, o] : Listing(c)) {
+    if (o.residence == ObjectInfo::Residence::kMemory) {
+      REQUIRE(c.Delete(g).ok());
+      break;
+    }
+  }
+  CheckBytes(c, on_disk, 900 * kKiB,
+             static_cast<uint32_t>(std::find(guids.begin(), guids.end(), on_disk) - guids.begin()));
+  bool spilled = false, restored = false;
+  while (!(spilled && restored)) {
+    auto e = events->Next(10s);
+    REQUIRE(e.ok());
+    spilled |= e->kind == Event::Kind::kSpilled;
+    restored |= e->kind == Event::Kind::kRestored && e->guid == on_disk;
+    if (restored) CHECK(Event::KindName(e->kind) == "restored");
+  }
 }
 
 TEST_CASE("a corrupted and a missing spill file are DataLoss for those objects alone", "[spill]") {
