@@ -45,7 +45,8 @@ namespace depot {
 class Store {
  public:
   // InvalidArgument for options that cannot go together; the pool's error when the shared
-  // namespace cannot be made (with prefault, its whole capacity is reserved here).
+  // namespace cannot be made (with prefault, its whole capacity is reserved here); the spill
+  // directory's when it cannot be used (its objects from a previous daemon are adopted here).
   static Result<std::unique_ptr<Store>> Create(boost::asio::io_context& io, StoreOptions options);
 
   Store(const Store&) = delete;
