@@ -43,6 +43,7 @@ namespace depot {
 struct SpillOptions {
   std::string dir;       // empty: no spilling
   std::string capacity;  // bytes of files at most, or a % of the file system's size
+  uint32_t max_parked = 1024;  // creates one connection may have waiting for room (max_pending)
 };
 
 class SpillStore {
@@ -86,7 +87,8 @@ class SpillStore {
   // for its bytes when every frame is on the host (device frames are not spilled). OK when the
   // create is to be asked again (`then`); else StoreFull naming the host pool and the spill
   // directory, or `full` itself when spilling cannot help.
-  Status MakeRoomFor(Namespace& ns, std::span<const uint64_t> sizes,
+  // A connection (`session`) may have max_parked creates waiting: past that, QuotaExceeded.
+  Status MakeRoomFor(Namespace& ns, SessionId session, std::span<const uint64_t> sizes,
                      std::span<const uint32_t> pools, const Status& full,
                      std::function<void()> then);
   // Spills ahead of need when the host pool is over 90% used, down to 80%.
@@ -157,6 +159,7 @@ class SpillStore {
   bool census_due_ = false;
   std::map<const Namespace*, Place> places_;
   std::map<std::pair<const Namespace*, ObjectId>, std::shared_ptr<Job>> jobs_;
+  std::unordered_map<SessionId, uint32_t> parked_;  // creates waiting for room, by connection
   // Counters since start, for status.
   uint64_t spills_ = 0, spilled_bytes_ = 0, spill_ns_ = 0;
   uint64_t restores_ = 0, restored_bytes_ = 0, restore_ns_ = 0;

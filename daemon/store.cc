@@ -261,7 +261,7 @@ void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body) {
   if (!frames.ok() && frames.status().IsStoreFull()) {
     // Asked again once objects are written out to disk (a copy: the request's buffer goes).
     Status room = namespaces_.spill().MakeRoomFor(
-        ns, sizes, pools, frames.status(),
+        ns, s, sizes, pools, frames.status(),
         [this, s, id, copy = std::vector<uint8_t>(body.begin(), body.end())] {
           if (sessions_.contains(s)) OnCreate(s, id, copy);
         });
