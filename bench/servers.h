@@ -25,6 +25,7 @@ struct DaemonConfig {
   uint64_t capacity = 256ull << 20;
   bool prefault = false;
   uint64_t segment_size = 64ull << 20;  // depotd's default
+  std::string spill_dir;                 // empty: no spilling
 };
 
 class DepotDaemon {

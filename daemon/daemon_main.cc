@@ -113,7 +113,8 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
       StoreOptionsFrom(opts, socket_path, backend.get(), std::move(devices_unavailable));
   auto store = Store::Create(io, so);
   if (!store.ok()) {
-    spdlog::critical("cannot create the host pool: {}", store.status().message());
+    spdlog::critical("cannot start the store (the host pool, or spill_dir): {}",
+                     store.status().message());
     return 1;
   }
   ServerOptions server_opts{
@@ -177,6 +178,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   io.run();
   metrics.reset();
   server->reset();
+  (*store)->Persist();
   store->reset();
   spdlog::info("depotd stopped; shared-memory segments released");
   return 0;

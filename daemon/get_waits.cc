@@ -6,6 +6,12 @@
 
 namespace depot {
 
+void GetWait::ReleaseAll() const {
+  for (const StoredObject* o : acquired) {
+    if (o != nullptr) table->Release(session, o->id);
+  }
+}
+
 Status GetWaits::Park(GetWait& w, int64_t timeout_ms) {
   if (w.missing == 0) {
     answer_(w);
@@ -35,6 +41,23 @@ Status GetWaits::Park(GetWait& w, int64_t timeout_ms) {
 }
 
 void GetWaits::Wake(ObjectTable& table, const Guid& guid) {
+  Settle(table, guid, [&](GetWait& w, size_t i) {
+    auto got = table.Acquire(w.session, guid);
+    if (!got.ok()) return;
+    w.acquired[i] = *got;
+    --w.missing;
+  });
+}
+
+void GetWaits::Fail(ObjectTable& table, const Guid& guid, const Status& why) {
+  Settle(table, guid, [&](GetWait& w, size_t i) {
+    w.errors[i] = why;
+    --w.missing;
+  });
+}
+
+void GetWaits::Settle(ObjectTable& table, const Guid& guid,
+                      const std::function<void(GetWait&, size_t)>& each) {
   // Gets in other namespaces wait for another object of the same GUID.
   auto [b, e] = waiting_on_.equal_range(guid);
   std::vector<uint64_t> ids;
@@ -52,11 +75,8 @@ void GetWaits::Wake(ObjectTable& table, const Guid& guid) {
     if (it == waits_.end()) continue;
     GetWait& w = it->second;
     for (size_t i = 0; i < w.guids.size(); ++i) {
-      if (w.guids[i] != guid || w.acquired[i] != nullptr) continue;
-      auto got = table.Acquire(w.session, guid);
-      if (!got.ok()) continue;
-      w.acquired[i] = *got;
-      --w.missing;
+      if (w.guids[i] != guid || w.acquired[i] != nullptr || !w.errors[i].ok()) continue;
+      each(w, i);
     }
     if (w.missing == 0) Answer(wait_id);
   }

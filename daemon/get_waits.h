@@ -32,6 +32,9 @@ struct GetWait {
   std::vector<Status> errors;                 // per guid, for results that will not come
   size_t missing = 0;
   std::unique_ptr<boost::asio::steady_timer> timer;
+
+  // Gives back every reference the get took: nothing is handed over.
+  void ReleaseAll() const;
 };
 
 class GetWaits {
@@ -51,6 +54,10 @@ class GetWaits {
   // complete are answered.
   void Wake(ObjectTable& table, const Guid& guid);
 
+  // `guid` in `table` will not come (its restore from disk failed): the gets waiting for it
+  // there get `why` for it, and those now complete are answered.
+  void Fail(ObjectTable& table, const Guid& guid, const Status& why);
+
   // The session ended: its parked gets are forgotten, unanswered.
   void DropSession(SessionId session);
 
@@ -58,6 +65,10 @@ class GetWaits {
 
  private:
   void Answer(uint64_t wait_id);
+  // Takes the gets waiting for `guid` in `table` out of the index, and calls `each` on every
+  // result of theirs still waiting for it; answers those left with nothing missing.
+  void Settle(ObjectTable& table, const Guid& guid,
+              const std::function<void(GetWait&, size_t)>& each);
   // Removes a parked get and its index entries; nullopt when it is already gone.
   std::optional<GetWait> Take(uint64_t wait_id);
 

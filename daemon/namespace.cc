@@ -42,6 +42,13 @@ Status Namespace::WriteInline(std::span<const Location> frames, std::span<const 
   return Status::OK();
 }
 
+Result<std::span<uint8_t>> Namespace::HostBytes(const Location& frame) {
+  if (frame.size == 0) return std::span<uint8_t>();
+  auto base = pools_[0]->Map(frame.segment);
+  if (!base.ok()) return base.status();
+  return std::span<uint8_t>(*base + frame.offset, frame.size);
+}
+
 SegmentRef Namespace::SegmentOf(uint32_t pool, uint32_t id) const {
   const SegmentedPool::Segment* seg = pools_.at(pool)->segment(id);
   return {seg->fd(), seg->read_only_fd(), seg->size(), seg->dedicated};

@@ -54,6 +54,10 @@ class Namespace {
   // arrive inside a create request.
   Status WriteInline(std::span<const Location> frames, std::span<const uint8_t> data);
 
+  // The bytes of a host frame, in the daemon's own mapping of its segment (valid while the
+  // frame is allocated).
+  Result<std::span<uint8_t>> HostBytes(const Location& frame);
+
   // The segment or chunk a live object's frame names.
   SegmentRef SegmentOf(uint32_t pool, uint32_t id) const;
 

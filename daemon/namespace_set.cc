@@ -11,9 +11,40 @@
 
 namespace depot {
 
-NamespaceSet::NamespaceSet(NamespaceOptions options, DeviceSet& devices, NamespaceHooks hooks)
-    : options_(std::move(options)), devices_(devices), hooks_(std::move(hooks)) {
+NamespaceSet::NamespaceSet(boost::asio::io_context& io, NamespaceOptions options,
+                           DeviceSet& devices, NamespaceHooks hooks)
+    : options_(std::move(options)),
+      devices_(devices),
+      hooks_(std::move(hooks)),
+      spill_(io, options_.spill,
+             {.restored = [this](Namespace& ns, const Guid& guid,
+                                 const Status& st) { hooks_.restored(ns, guid, st); },
+              .allocate = [this](Namespace& ns, std::span<const uint64_t> sizes,
+                                 uid_t uid) { return Allocate(ns, sizes, {}, 0, uid); },
+              .idle = [this](Namespace* ns) { MaybeDrop(ns); }}) {
   host_budget_.capacity = ShmSource::UsableCapacity(options_.host.capacity);
+}
+
+Status NamespaceSet::LoadSpilled() {
+  auto keys = spill_.Open();
+  if (!keys.ok()) return keys.status();
+  for (uint32_t key : *keys) {
+    if ((key == Namespace::kShared) == options_.per_user) {
+      spdlog::warn("{}: objects spilled under namespaces = {} are not served under {}",
+                   spill_.dir(), options_.per_user ? "shared" : "per_user",
+                   options_.per_user ? "per_user" : "shared");
+      continue;
+    }
+    auto ns = For(key == Namespace::kShared ? 0 : key);
+    if (!ns.ok()) return ns.status();
+  }
+  return Status::OK();
+}
+
+void NamespaceSet::Persist() {
+  std::vector<Namespace*> all;
+  for (auto& [key, ns] : namespaces_) all.push_back(ns.get());
+  spill_.PersistAll(all);
 }
 
 Result<Namespace*> NamespaceSet::For(uid_t uid) {
@@ -49,13 +80,20 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   }
   ns->table_ = std::make_unique<ObjectTable>(
       [this, ns](const StoredObject& o) {
-        ns->Free(o.frames());
+        if (o.residence == Residence::kMemory) ns->Free(o.frames());
+        spill_.Forget(*ns, o);
         hooks_.freed(o);
       },
       WallClockNs);
   ns->table_->set_observer([this, ns](TableEvent e, const StoredObject& o, SessionId by) {
     hooks_.event(*ns, e, o, by);
+    if (!spill_.enabled()) return;
+    if (e == TableEvent::kSealed) spill_.SpillAhead(*ns, Stats(0).used, host_budget_.capacity);
+    if (e == TableEvent::kSealed || e == TableEvent::kDeleted || e == TableEvent::kEvicted) {
+      spill_.NoteChange();
+    }
   });
+  if (Status st = spill_.Attach(*ns); !st.ok()) return st;
   if (key != Namespace::kShared) spdlog::info("namespace of uid {} created", key);
   namespaces_.emplace(key, std::move(owned));
   return ns;
@@ -64,13 +102,14 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
 void NamespaceSet::MaybeDrop(Namespace* ns) {
   const ObjectCounts& c = ns->table().counts();
   if (ns->key() == Namespace::kShared || ns->sessions > 0 ||
-      c.creating + c.sealed + c.deleted > 0) {
+      c.creating + c.sealed + c.deleted > 0 || spill_.Busy(*ns)) {
     return;
   }
   spdlog::info("namespace of uid {} is empty; its segments are given back", ns->key());
   // Its evictions stay counted: they are counters since start, for status and metrics.
   evictions_dropped_ += c.evictions;
   evicted_bytes_dropped_ += c.evicted_bytes;
+  spill_.Detach(*ns);
   namespaces_.erase(ns->key());
 }
 
@@ -130,6 +169,10 @@ void NamespaceSet::Report(StoreStatus& st) const {
   st.per_user_namespaces = options_.per_user;
   st.namespaces = static_cast<uint32_t>(namespaces_.size());
   st.device_pools = DevicePools();
+  st.spilled_objects = c.spilled;
+  st.spilled_bytes = c.spilled_bytes;
+  st.objects_lost = c.lost;
+  spill_.Report(st);
 }
 
 std::vector<DevicePoolInfo> NamespaceSet::DevicePools() const {
@@ -179,6 +222,9 @@ ObjectCounts NamespaceSet::Counts() const {
     total.evictable_bytes += n.evictable_bytes;
     total.evictions += n.evictions;
     total.evicted_bytes += n.evicted_bytes;
+    total.spilled += n.spilled;
+    total.spilled_bytes += n.spilled_bytes;
+    total.lost += n.lost;
   }
   return total;
 }

@@ -2,7 +2,8 @@
 // and dropped once it has neither sessions nor objects. All namespaces draw on one host budget
 // (the capacity) and on each GPU's budget, so allocation is where they meet: a namespace short
 // of space first takes back the spare empty segments (its own and the other namespaces'), then
-// evicts its own least recently used evictable objects.
+// evicts its own least recently used evictable objects. With spilling on, its SpillStore writes
+// non-evictable ones to disk when that is not enough (see SpillStore).
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_NAMESPACE_SET_H_
@@ -17,8 +18,11 @@
 #include <string>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
+
 #include "daemon/device_set.h"
 #include "daemon/namespace.h"
+#include "daemon/spill_store.h"
 #include "depot/device_pool_info.h"
 #include "depot/store_status.h"
 
@@ -36,6 +40,7 @@ struct NamespaceOptions {
   HostMemoryOptions host;
   bool per_user = false;  // each uid gets a namespace of its own
   bool eviction = false;  // evict LRU evictable objects when full
+  SpillOptions spill;
 };
 
 // What the rest of the daemon hears from its namespaces.
@@ -46,11 +51,14 @@ struct NamespaceHooks {
   std::function<void(const StoredObject&)> freed;
   // An object table transition (see ObjectTable::EventFn).
   std::function<void(const Namespace&, TableEvent, const StoredObject&, SessionId by)> event;
+  // A restore from disk ended (see SpillStore::Hooks::restored).
+  std::function<void(Namespace&, const Guid&, const Status&)> restored;
 };
 
 class NamespaceSet {
  public:
-  NamespaceSet(NamespaceOptions options, DeviceSet& devices, NamespaceHooks hooks);
+  NamespaceSet(boost::asio::io_context& io, NamespaceOptions options, DeviceSet& devices,
+               NamespaceHooks hooks);
   NamespaceSet(const NamespaceSet&) = delete;
   NamespaceSet& operator=(const NamespaceSet&) = delete;
 
@@ -66,6 +74,14 @@ class NamespaceSet {
   // least recently used evictable objects while that helps.
   Result<std::vector<Location>> Allocate(Namespace& ns, std::span<const uint64_t> sizes,
                                          std::span<const uint32_t> pools, SessionId by, uid_t uid);
+
+  // Opens the spill directory and makes every namespace that has objects on disk (each adopts
+  // them). The directory's error when it cannot be used.
+  Status LoadSpilled();
+  // At a clean stop, every session closed: writes every object still in memory to disk.
+  void Persist();
+  // The disk behind the host pools: MakeRoom for creates, Acquire for gets.
+  SpillStore& spill() { return spill_; }
 
   const PoolBudget& host_budget() const { return host_budget_; }
   size_t size() const { return namespaces_.size(); }
@@ -90,6 +106,7 @@ class NamespaceSet {
   // Evictions of the namespaces dropped so far.
   uint64_t evictions_dropped_ = 0;
   uint64_t evicted_bytes_dropped_ = 0;
+  SpillStore spill_;  // declared last: its I/O threads end before the namespaces go
 };
 
 }  // namespace depot

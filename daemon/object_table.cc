@@ -30,6 +30,14 @@ uint64_t StoredObject::size() const {
   return total;
 }
 
+void StoredObject::Relocate(std::span<const Location> frames) {
+  if (frame_count_ > 1) {
+    std::copy(frames.begin(), frames.end(), more_frames_.get());
+  } else if (frame_count_ == 1) {
+    first_frame_ = frames[0];
+  }
+}
+
 ObjectTable::ObjectTable(FreeFn on_free, ClockFn clock)
     : on_free_(std::move(on_free)), clock_(std::move(clock)) {}
 
@@ -85,7 +93,7 @@ Status ObjectTable::Seal(SessionId session, const Guid& guid, std::optional<uint
   ++counts_.sealed;
   counts_.creating_bytes -= o.size();
   counts_.sealed_bytes += o.size();
-  if (o.evictable) LruAdd(o);
+  LruAdd(o);
   Notify(TableEvent::kSealed, o, session);
   return Status::OK();
 }
@@ -107,6 +115,14 @@ Result<const StoredObject*> ObjectTable::Acquire(SessionId session, const Guid& 
   StoredObject& o = objects_.at(it->second);
   if (o.state != ObjectState::kSealed) {
     return Status::Timeout(fmt::format("object {} is not sealed yet", guid.ToString()));
+  }
+  if (o.residence == Residence::kLost) {
+    return Status::DataLoss(fmt::format(
+        "object {} was spilled to disk and its file could not be read back", guid.ToString()));
+  }
+  if (o.residence == Residence::kDisk || o.residence == Residence::kRestoring) {
+    return Status::Unavailable(
+        fmt::format("object {} is on disk; it is being restored", guid.ToString()));
   }
   HoldCount& held = sessions_[session].held[o.id];
   if (held++ == 0 && o.refcount++ == 0) LruRemove(o);
@@ -130,7 +146,7 @@ void ObjectTable::Unreference(StoredObject& o, SessionId by) {
   if (o.deleted) {
     Notify(TableEvent::kFreed, o, by);
     Destroy(o);
-  } else if (o.evictable) {
+  } else {
     LruAdd(o);
   }
 }
@@ -184,6 +200,12 @@ bool ObjectTable::EvictLru(SessionId by) {
 
 void ObjectTable::Destroy(StoredObject& o) {
   LruRemove(o);
+  if (o.residence == Residence::kDisk || o.residence == Residence::kRestoring) {
+    --counts_.spilled;
+    counts_.spilled_bytes -= o.size();
+  } else if (o.residence == Residence::kLost) {
+    --counts_.lost;
+  }
   if (o.deleted) {
     --counts_.deleted;
     counts_.deleted_bytes -= o.size();
@@ -199,18 +221,110 @@ void ObjectTable::Destroy(StoredObject& o) {
 
 void ObjectTable::LruAdd(StoredObject& o) {
   LruRemove(o);
-  o.lru_pos = lru_.insert(lru_.end(), o.id);
+  if (o.residence != Residence::kMemory || (!o.evictable && !spilling_)) return;
+  std::list<ObjectId>& list = o.evictable ? lru_ : spill_lru_;
+  o.lru_pos = list.insert(list.end(), o.id);
   o.in_lru = true;
+  if (!o.evictable) return;  // a spill candidate, not a cache entry
   ++counts_.evictable;
   counts_.evictable_bytes += o.size();
 }
 
 void ObjectTable::LruRemove(StoredObject& o) {
   if (!o.in_lru) return;
-  lru_.erase(o.lru_pos);
+  (o.evictable ? lru_ : spill_lru_).erase(o.lru_pos);
   o.in_lru = false;
+  if (!o.evictable) return;
   --counts_.evictable;
   counts_.evictable_bytes -= o.size();
+}
+
+std::vector<ObjectId> ObjectTable::SpillCandidates(
+    uint64_t bytes, const std::function<bool(const StoredObject&)>& skip) const {
+  std::vector<ObjectId> out;
+  uint64_t total = 0;
+  for (auto it = spill_lru_.begin(); it != spill_lru_.end() && total < bytes; ++it) {
+    const StoredObject& o = objects_.at(*it);
+    if (skip(o)) continue;
+    out.push_back(*it);
+    total += o.size();
+  }
+  return out;
+}
+
+void ObjectTable::StartSpill(ObjectId id) {
+  StoredObject& o = objects_.at(id);
+  LruRemove(o);
+  o.residence = Residence::kSpilling;
+}
+
+bool ObjectTable::FinishSpill(ObjectId id, bool written) {
+  StoredObject& o = objects_.at(id);
+  if (!written || o.refcount > 0 || o.deleted) {
+    o.residence = Residence::kMemory;
+    if (o.refcount == 0) LruAdd(o);
+    return false;
+  }
+  o.residence = Residence::kDisk;
+  // Its memory goes: the frames keep their sizes and name no place.
+  std::vector<Location> sizes;
+  for (const Location& f : o.frames()) sizes.push_back(Location{.pool = f.pool, .size = f.size});
+  o.Relocate(sizes);
+  ++counts_.spilled;
+  counts_.spilled_bytes += o.size();
+  Notify(TableEvent::kSpilled, o, 0);
+  return true;
+}
+
+void ObjectTable::StartRestore(ObjectId id) { objects_.at(id).residence = Residence::kRestoring; }
+
+void ObjectTable::FinishRestore(ObjectId id, std::span<const Location> frames,
+                                const Status& restored) {
+  StoredObject& o = objects_.at(id);
+  if (!restored.ok()) {
+    o.residence = restored.IsDataLoss() ? Residence::kLost : Residence::kDisk;
+    if (restored.IsDataLoss()) {
+      --counts_.spilled;
+      counts_.spilled_bytes -= o.size();
+      ++counts_.lost;
+    }
+    return;
+  }
+  o.Relocate(frames);
+  o.residence = Residence::kMemory;
+  --counts_.spilled;
+  counts_.spilled_bytes -= o.size();
+  if (o.refcount == 0) LruAdd(o);
+  Notify(TableEvent::kRestored, o, 0);
+}
+
+Result<const StoredObject*> ObjectTable::Adopt(NewObject n, const SpilledFacts& facts) {
+  if (index_.contains(n.guid)) {
+    return Status::AlreadyExists(fmt::format("object {} already exists", n.guid.ToString()));
+  }
+  ObjectId id = next_id_++;
+  StoredObject& o = objects_.try_emplace(id, n.frames, n.name, n.metadata).first->second;
+  o.id = id;
+  o.guid = n.guid;
+  o.evictable = n.evictable;
+  o.creator_pid = n.creator_pid;
+  o.creator_uid = n.creator_uid;
+  o.created_ns = facts.created_ns;
+  o.sealed_ns = facts.sealed_ns;
+  o.checksum = facts.checksum;
+  o.has_checksum = facts.has_checksum;
+  o.state = ObjectState::kSealed;
+  o.residence = Residence::kDisk;
+  index_.emplace(o.guid, id);
+  ++counts_.sealed;
+  ++counts_.spilled;
+  counts_.spilled_bytes += o.size();
+  return &o;
+}
+
+const StoredObject* ObjectTable::Get(ObjectId id) const {
+  auto it = objects_.find(id);
+  return it == objects_.end() ? nullptr : &it->second;
 }
 
 const StoredObject* ObjectTable::Find(const Guid& guid) const {

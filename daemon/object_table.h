@@ -6,6 +6,13 @@
 //                 │                  └──EvictLru (evictable, unreferenced)──▶ freed
 //                 └──Abort / creator disconnects──▶ freed
 //
+// With spilling on (set_spilling), a sealed object also has a residence: its bytes are in memory,
+// being written to disk (still in memory and readable), on disk (its memory freed), being
+// restored, or lost (its file could not be read back). The table only records it: SpillStore
+// moves objects between residences through StartSpill/FinishSpill and StartRestore/
+// FinishRestore, and keeps a second LRU, of sealed, unreferenced, non-evictable objects in memory
+// (the spill candidates).
+//
 // References are counted per session: a session holds the object while it has at least one
 // acquire not yet released, and the object's refcount is the number of such sessions. Acquires
 // and releases name the object by its ObjectId (the handle a get returns), so a GUID that is
@@ -39,6 +46,9 @@ using ObjectId = uint64_t;
 
 enum class ObjectState { kCreating, kSealed };
 
+// Where a sealed object's bytes are (see the class comment of ObjectTable).
+enum class Residence : uint8_t { kMemory, kSpilling, kDisk, kRestoring, kLost };
+
 // One object as the daemon keeps it. Laid out for a store of millions of small objects: the
 // first frame is inline and the name and metadata share one allocation made only when either is
 // present (about 128 bytes for an object of one frame without either).
@@ -58,6 +68,8 @@ class StoredObject {
     return {extra_.get() + name_size_, metadata_size_};
   }
   uint64_t size() const;
+  // Points the object at new memory of the same frame sizes (a restore).
+  void Relocate(std::span<const Location> frames);
 
   ObjectId id = 0;
   Guid guid;
@@ -74,6 +86,7 @@ class StoredObject {
   bool evictable = false;
   bool in_lru = false;
   bool has_checksum = false;
+  Residence residence = Residence::kMemory;
 
  private:
   Location first_frame_{};
@@ -96,8 +109,25 @@ struct NewObject {
   uint32_t creator_uid = 0;
 };
 
+// What a file on disk says about an object that a previous daemon spilled (ObjectTable::Adopt).
+struct SpilledFacts {
+  uint64_t checksum = 0;
+  bool has_checksum = false;
+  int64_t created_ns = 0;
+  int64_t sealed_ns = 0;
+};
+
 // What happened to an object, for those who watch (depotctl watch).
-enum class TableEvent { kCreated, kSealed, kAborted, kDeleted, kEvicted, kFreed };
+enum class TableEvent {
+  kCreated,
+  kSealed,
+  kAborted,
+  kDeleted,
+  kEvicted,
+  kFreed,
+  kSpilled,
+  kRestored
+};
 
 // What a session holds, for depotctl clients.
 struct Holdings {
@@ -118,6 +148,9 @@ struct ObjectCounts {
   uint64_t evictable_bytes = 0;
   uint64_t evictions = 0;
   uint64_t evicted_bytes = 0;
+  uint64_t spilled = 0;  // sealed objects on disk only (being restored included)
+  uint64_t spilled_bytes = 0;
+  uint64_t lost = 0;  // objects whose file could not be read back
 };
 
 // One session's hold on one object, for depotctl stat.
@@ -153,7 +186,7 @@ class ObjectTable {
   Status Abort(SessionId session, const Guid& guid);
 
   // Takes a reference for `session` on a sealed object. NotFound when absent; Timeout ("not sealed
-  // yet") when still being created.
+  // yet") when still being created; Unavailable while it is on disk; DataLoss when it is lost.
   Result<const StoredObject*> Acquire(SessionId session, const Guid& guid);
 
   // Drops one acquire of `session` on object `id`. NotFound when the session holds no such
@@ -172,8 +205,32 @@ class ObjectTable {
   // False when none.
   bool EvictLru(SessionId by = 0);
 
+  // Keeps the LRU of spill candidates from now on (see the class comment).
+  void set_spilling(bool on) { spilling_ = on; }
+
+  // Spill candidates, least recently used first, until their sizes reach `bytes` (or none is
+  // left); `skip` says which to pass over.
+  std::vector<ObjectId> SpillCandidates(uint64_t bytes,
+                                        const std::function<bool(const StoredObject&)>& skip) const;
+  // Memory -> Spilling: the object leaves the candidates while its file is written.
+  void StartSpill(ObjectId id);
+  // Spilling -> Disk when `written` and nobody took a reference meanwhile: returns true, and the
+  // caller frees the frames. Else back to Memory (and false): the file is not needed.
+  bool FinishSpill(ObjectId id, bool written);
+  // Disk -> Restoring.
+  void StartRestore(ObjectId id);
+  // Restoring -> Memory at `frames` when `restored` is OK; -> Lost when it is DataLoss; else
+  // back to Disk (no memory for it now).
+  void FinishRestore(ObjectId id, std::span<const Location> frames, const Status& restored);
+
+  // Adds a sealed object found on disk at start-up (a previous daemon spilled it): on disk, owned
+  // by no session. AlreadyExists when the GUID is taken.
+  Result<const StoredObject*> Adopt(NewObject o, const SpilledFacts& facts);
+
   // The visible object with this GUID, or nullptr.
   const StoredObject* Find(const Guid& guid) const;
+  // A live object by handle (deleted ones included), or nullptr.
+  const StoredObject* Get(ObjectId id) const;
 
   // Up to `limit` visible objects with GUIDs after `after` (nullopt: from the first), in GUID
   // order.
@@ -218,6 +275,8 @@ class ObjectTable {
   std::map<Guid, ObjectId> index_;                // visible objects, in GUID order for paging
   std::unordered_map<SessionId, SessionRefs> sessions_;
   std::list<ObjectId> lru_;  // evictable, sealed, unreferenced; front is least recently used
+  std::list<ObjectId> spill_lru_;  // non-evictable, sealed, unreferenced, in memory
+  bool spilling_ = false;
   ObjectCounts counts_;
 };
 

@@ -278,6 +278,23 @@ const std::vector<Key>& Keys() {
          return v.empty() ? "" : MetricsServer::CheckAddress(v);
        },
        [](const O& o) { return o.metrics_listen; }},
+      {{"spill_dir", "", "directory (the daemon's own, 0700) where objects go when the host pool is full, and across restarts (empty: no spilling)"},
+       [](O& o, const std::string& v, uint64_t) -> std::string {
+         if (!v.empty() && !v.starts_with('/')) return "needs an absolute path";
+         o.spill_dir = v;
+         return "";
+       },
+       [](const O& o) { return o.spill_dir; }},
+      {{"spill_capacity", "90%", "bytes of spill files at most: bytes, or a % of the spill directory's file system"},
+       [](O& o, const std::string& v, uint64_t) -> std::string {
+         // Percentages are of the file system, known once the directory is opened.
+         if (!ParseSize(v, v.ends_with('%') ? 100 : 0) || v == "0") {
+           return "expected a size such as 100GiB or 90%";
+         }
+         o.spill_capacity = v;
+         return "";
+       },
+       [](const O& o) { return o.spill_capacity; }},
   };
   return keys;
 }

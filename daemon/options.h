@@ -47,6 +47,8 @@ struct DaemonOptions {
   uint64_t max_pending_bytes = 0;
   uint32_t handshake_timeout_ms = 0;
   std::string metrics_listen;  // empty: no HTTP metrics endpoint
+  std::string spill_dir;       // empty: no spilling
+  std::string spill_capacity;  // bytes, or a % of the spill directory's file system
 
   // What to do rather than serve.
   std::string config_path;

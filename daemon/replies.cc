@@ -16,6 +16,9 @@ fb::Offset<fb::Vector<const wire::FrameLocation*>> Frames(fb::FlatBufferBuilder&
   return fbb.CreateVectorOfStructs(out);
 }
 
+static_assert(static_cast<int>(Residence::kLost) == static_cast<int>(wire::Residence::Lost) &&
+              wire::Residence::MAX == wire::Residence::Lost);
+
 fb::Offset<wire::ObjectInfo> ObjectInfo(fb::FlatBufferBuilder& fbb, const StoredObject& o,
                                         bool with_metadata, const Holders* holders) {
   auto name = fbb.CreateString(o.name().data(), o.name().size());
@@ -45,6 +48,7 @@ fb::Offset<wire::ObjectInfo> ObjectInfo(fb::FlatBufferBuilder& fbb, const Stored
     b.add_creator_process(holders->creator_process);
   }
   if (o.has_checksum) b.add_checksum(o.checksum);
+  b.add_residence(static_cast<wire::Residence>(o.residence));
   return b.Finish();
 }
 

@@ -19,23 +19,12 @@ using proto::MsgType;
 using proto::ToWire;
 namespace fb = flatbuffers;
 
-namespace {
-
-// Gives back every reference get `w` took: nothing is handed over.
-void ReleaseAll(const GetWait& w) {
-  for (const StoredObject* o : w.acquired) {
-    if (o != nullptr) w.table->Release(w.session, o->id);
-  }
-}
-
-}  // namespace
-
 Store::Store(boost::asio::io_context& io, StoreOptions options)
     : io_(io),
       options_(std::move(options)),
       access_(options_.access),
       devices_(options_.devices),
-      namespaces_(options_.namespaces, devices_,
+      namespaces_(io, options_.namespaces, devices_,
                   NamespaceHooks{
                       .retired = [this](const Namespace& ns, uint32_t pool,
                                         uint32_t id) { OnSegmentRetired(ns, pool, id); },
@@ -45,6 +34,9 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
                           },
                       .event = [this](const Namespace& ns, TableEvent e, const StoredObject& o,
                                       SessionId by) { events_.Emit(EventBus::KindOf(e), &o, by, &ns); },
+                      .restored = [this](Namespace& ns, const Guid& g, const Status& st) {
+                        st.ok() ? waits_.Wake(ns.table(), g) : waits_.Fail(ns.table(), g, st);
+                      },
                   }),
       quotas_(options_.user_quota, options_.client_quota),
       waits_(io, options_.max_pending, [this](GetWait& w) { AnswerGet(w); }),
@@ -56,6 +48,7 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
 
 Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options) {
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
+  if (Status st = store->namespaces_.LoadSpilled(); !st.ok()) return st;
   if (!store->options_.namespaces.per_user) {
     // The one shared namespace exists from the start (prefaulted when asked).
     auto ns = store->namespaces_.For(0);
@@ -133,7 +126,7 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
       }
       return OnHello(s, id, *proto::Body<wire::HelloRequest>(body));
     case MsgType::kCreate:
-      OnCreate(s, id, *proto::Body<wire::CreateRequest>(body));
+      OnCreate(s, id, body);
       break;
     case MsgType::kSeal:
     case MsgType::kAbort:
@@ -244,7 +237,8 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   return Status::OK();
 }
 
-void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
+void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body) {
+  const wire::CreateRequest& req = *proto::Body<wire::CreateRequest>(body);
   RequestLimits limits{options_.max_frames, options_.max_metadata,
                        namespaces_.host_budget().capacity, devices_.size(), devices_.unavailable()};
   if (Status invalid = CheckCreate(req, limits); !invalid.ok()) return ReplyError(s, id, invalid);
@@ -269,6 +263,16 @@ void Store::OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req) {
   }
 
   auto frames = namespaces_.Allocate(ns, sizes, pools, s, st.creds.uid);
+  if (!frames.ok() && frames.status().IsStoreFull()) {
+    // Asked again once objects are written out to disk (a copy: the request's buffer goes).
+    Status room = namespaces_.spill().MakeRoomFor(
+        ns, s, sizes, pools, frames.status(),
+        [this, s, id, copy = std::vector<uint8_t>(body.begin(), body.end())] {
+          if (sessions_.contains(s)) OnCreate(s, id, copy);
+        });
+    if (room.ok()) return;
+    frames = room;
+  }
   if (!frames.ok()) {
     spdlog::warn("create for pid {}: {}", st.creds.pid, frames.status().message());
     return ReplyError(s, id, frames.status());
@@ -343,17 +347,17 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
   for (size_t i = 0; i < n; ++i) {
     Guid g = FromWire(*req.guids()->Get(i));
     w.guids.push_back(g);
-    auto got = table.Acquire(s, g);
+    auto got = namespaces_.spill().Acquire(*sessions_.at(s).ns, s, g);
     if (got.ok()) {
       w.acquired[i] = *got;
-    } else if (timeout == 0) {
+    } else if (!SpillStore::Waits(got.status(), timeout)) {
       w.errors[i] = got.status();
     } else {
       ++w.missing;
     }
   }
   if (Status parked = waits_.Park(w, timeout); !parked.ok()) {
-    ReleaseAll(w);
+    w.ReleaseAll();
     ReplyError(s, id, parked);
   }
 }
@@ -365,7 +369,7 @@ void Store::AnswerGet(GetWait& w) {
   auto results = replies::GetResults(fbb, w);
   // Checked before any segment is recorded as sent: a refused reply hands nothing over.
   if (Status too_large = CheckReplySize(fbb.GetSize()); !too_large.ok()) {
-    ReleaseAll(w);
+    w.ReleaseAll();
     return ReplyError(w.session, w.request_id, too_large);
   }
   std::vector<uint64_t> keys;
@@ -373,7 +377,7 @@ void Store::AnswerGet(GetWait& w) {
   for (const StoredObject* o : w.acquired) {
     if (o == nullptr) continue;
     if (Status c = segments_.Collect(w.session, o->frames(), false, keys, fds); !c.ok()) {
-      ReleaseAll(w);
+      w.ReleaseAll();
       return ReplyError(w.session, w.request_id, c);
     }
   }

@@ -2,7 +2,8 @@
 // units that keep the daemon's state, and a reply. It never touches a socket (replies go to the
 // session's Peer) and keeps no state of its own beyond the sessions it serves:
 //   AccessPolicy   who may connect (at hello)
-//   NamespaceSet   objects and the pools they live in, allocation with eviction
+//   NamespaceSet   objects and the pools they live in, allocation with eviction; the disk behind
+//                  them (SpillStore: room for creates, restores for gets, persistence at stop)
 //   QuotaLedger    what each user and connection created, against their limits
 //   GetWaits       gets parked until their objects are sealed, and their timers
 //   SegmentTracker which segment descriptors each session has; retire notices
@@ -52,7 +53,8 @@ namespace depot {
 class Store {
  public:
   // InvalidArgument for options that cannot go together; the pool's error when the shared
-  // namespace cannot be made (with prefault, its whole capacity is reserved here).
+  // namespace cannot be made (with prefault, its whole capacity is reserved here); the spill
+  // directory's when it cannot be used (its objects from a previous daemon are adopted here).
   static Result<std::unique_ptr<Store>> Create(boost::asio::io_context& io, StoreOptions options);
 
   Store(const Store&) = delete;
@@ -76,6 +78,10 @@ class Store {
 
   // The socket's group is known once the socket exists (systemd may have made it).
   void SetSocketGroup(gid_t gid) { access_.set_socket_gid(gid); }
+
+  // At a clean stop, once every session is closed: writes every object still in memory to the
+  // spill directory, for the next daemon (nothing without spill_dir).
+  void Persist() { namespaces_.Persist(); }
 
   size_t sessions() const { return sessions_.size(); }
 
@@ -107,7 +113,7 @@ class Store {
   Status Dispatch(SessionId s, SessionState& st, const proto::Header& h,
                   std::span<const uint8_t> body);
   Status OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req);
-  void OnCreate(SessionId s, uint64_t id, const wire::CreateRequest& req);
+  void OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body);
   void OnSealOrAbort(SessionId s, uint64_t id, bool seal, const wire::GuidRequest& req);
   void OnGet(SessionId s, uint64_t id, const wire::GetRequest& req);
   // Replies to a get that is complete or out of time.

@@ -430,5 +430,101 @@ TEST_CASE("ObjectTable sums what a session holds", "[object_table]") {
   CHECK(f.table_.HoldingsOf(9).references == 0);
 }
 
+TEST_CASE_METHOD(TableFixture, "spill candidates are sealed, unreferenced, non-evictable objects in memory, LRU first",
+          "[object_table][spill]") {
+  ObjectTable& t = table_;
+  t.set_spilling(true);
+  ObjectId a = CreateSealed(G(1), 1);
+  CreateSealed(G(2), 1, /*evictable=*/true);
+  ObjectId c = CreateSealed(G(3), 1);
+  Create(G(4), 1);  // still being created
+  auto none = [](const StoredObject&) { return false; };
+  CHECK(t.SpillCandidates(1000, none) == std::vector<ObjectId>{a, c});
+  CHECK(t.SpillCandidates(1, none) == std::vector<ObjectId>{a});
+  // A reference takes an object off the list; its release puts it back, most recent last.
+  Acquire(5, G(1));
+  CHECK(t.SpillCandidates(1000, none) == std::vector<ObjectId>{c});
+  REQUIRE(t.Release(5, a).ok());
+  CHECK(t.SpillCandidates(1000, none) == std::vector<ObjectId>{c, a});
+  CHECK(t.SpillCandidates(1000, [&](const StoredObject& o) { return o.id == c; }) ==
+        std::vector<ObjectId>{a});
+}
+
+TEST_CASE_METHOD(TableFixture, "an object goes to disk and back: gets wait, counts follow, nothing is freed twice",
+          "[object_table][spill]") {
+  ObjectTable& t = table_;
+  t.set_spilling(true);
+  ObjectId a = CreateSealed(G(1), 1, false, {100, 200});
+  t.StartSpill(a);
+  CHECK(t.Get(a)->residence == Residence::kSpilling);
+  // Still in memory while it is written: a get is served, and the spill is then not kept.
+  Acquire(2, G(1));
+  CHECK_FALSE(t.FinishSpill(a, true));
+  CHECK(t.Get(a)->residence == Residence::kMemory);
+  REQUIRE(t.Release(2, a).ok());
+  // A write that failed leaves it in memory, a candidate again.
+  t.StartSpill(a);
+  CHECK_FALSE(t.FinishSpill(a, false));
+  CHECK(t.SpillCandidates(1, [](const StoredObject&) { return false; }) ==
+        std::vector<ObjectId>{a});
+  // Written: on disk, its frames name no memory, a get waits (Unavailable).
+  t.StartSpill(a);
+  CHECK(t.FinishSpill(a, true));
+  const StoredObject& o = *t.Get(a);
+  CHECK(o.residence == Residence::kDisk);
+  CHECK(o.size() == 300);
+  CHECK(o.frames()[0].segment == 0);
+  CHECK(t.counts().spilled == 1);
+  CHECK(t.counts().spilled_bytes == 300);
+  CHECK(t.Acquire(3, G(1)).status().IsUnavailable());
+  CHECK(t.SpillCandidates(1000, [](const StoredObject&) { return false; }).empty());
+  // Restored at new places.
+  t.StartRestore(a);
+  std::vector<Location> back = {{.segment = 9, .offset = 64, .size = 100},
+                                {.segment = 9, .offset = 4096, .size = 200}};
+  t.FinishRestore(a, back, Status::OK());
+  CHECK(o.residence == Residence::kMemory);
+  CHECK(o.frames()[1].segment == 9);
+  CHECK(o.frames()[1].offset == 4096);
+  CHECK(t.counts().spilled == 0);
+  Acquire(3, G(1));
+  REQUIRE(t.Release(3, a).ok());
+  // A restore that finds no memory leaves it on disk; one whose file is bad loses it.
+  t.StartSpill(a);
+  REQUIRE(t.FinishSpill(a, true));
+  t.StartRestore(a);
+  t.FinishRestore(a, {}, Status::StoreFull("no room"));
+  CHECK(o.residence == Residence::kDisk);
+  t.StartRestore(a);
+  t.FinishRestore(a, {}, Status::DataLoss("bad file"));
+  CHECK(o.residence == Residence::kLost);
+  CHECK(t.counts().lost == 1);
+  CHECK(t.counts().spilled == 0);
+  CHECK(t.Acquire(3, G(1)).status().IsDataLoss());
+  // Deleting it frees it once, and the counts go back to nothing.
+  REQUIRE(t.Delete(G(1)).ok());
+  CHECK(FreedCount(a) == 1);
+  CHECK(t.counts().lost == 0);
+  CHECK(t.counts().sealed == 0);
+}
+
+TEST_CASE_METHOD(TableFixture, "objects a previous daemon spilled are adopted on disk", "[object_table][spill]") {
+  ObjectTable& t = table_;
+  NewObject n;
+  n.guid = G(1);
+  n.frames = {Location{.size = 4096}};
+  n.name = "kept";
+  n.creator_uid = 1000;
+  auto adopted = t.Adopt(n, {.checksum = 42, .has_checksum = true, .created_ns = 5, .sealed_ns = 6});
+  REQUIRE(adopted.ok());
+  CHECK((*adopted)->state == ObjectState::kSealed);
+  CHECK((*adopted)->residence == Residence::kDisk);
+  CHECK((*adopted)->checksum == 42);
+  CHECK((*adopted)->sealed_ns == 6);
+  CHECK(t.Find(G(1)) == *adopted);
+  CHECK(t.counts().spilled == 1);
+  CHECK(t.Adopt(n, {}).status().IsAlreadyExists());
+}
+
 }  // namespace
 }  // namespace depot

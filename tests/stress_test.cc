@@ -6,7 +6,8 @@
 // pool has no byte in use and the daemon's own memory is back near where it started (outside
 // the sanitizer builds, whose allocators keep what is freed).
 //
-// Bounded by default (30 s; 10 s in sanitizer builds). To run longer by hand:
+// A second configuration spills: a pool smaller than the working set, with a spill directory.
+// Bounded by default (30 s and 15 s; 10 s and 5 s in sanitizer builds). To run longer by hand:
 //   DEPOT_STRESS_SECONDS=1800 DEPOT_STRESS_CLIENTS=8 build/tests/stress_test
 // DEPOT_STRESS_SEED makes the test's own choices (kills, each child's seed) repeatable.
 #include <fcntl.h>
@@ -307,6 +308,12 @@ class Child {
     return page->objects[Pick(page->objects.size())].guid;
   }
 
+  // What a get may answer here besides the object: gone, not sealed in time, or (with
+  // spilling) on disk with no room to read it back while the other clients hold the pool.
+  static bool Expected(const Status& st) {
+    return st.IsNotFound() || st.IsTimeout() || st.IsStoreFull();
+  }
+
   void Keep(Object o) {
     held_.push_back(std::move(o));
     if (held_.size() > 16 || Pick(3) == 0) held_.pop_front();
@@ -320,7 +327,7 @@ class Child {
     if (got.ok()) {
       Verify(*g, *got);
       Keep(std::move(*got));
-    } else if (!got.status().IsNotFound() && !got.status().IsTimeout()) {
+    } else if (!Expected(got.status())) {
       Unexpected("get", got.status());
     }
   }
@@ -339,7 +346,7 @@ class Child {
       if (results[i].ok()) {
         Verify(guids[i], *results[i]);
         Keep(std::move(*results[i]));
-      } else if (!results[i].status().IsNotFound() && !results[i].status().IsTimeout()) {
+      } else if (!Expected(results[i].status())) {
         Unexpected("multi-get", results[i].status());
       }
     }
@@ -381,8 +388,10 @@ class Child {
   Totals t_;
 };
 
-TEST_CASE("soak: client processes killed at random lose and leak nothing", "[stress]") {
-  const int seconds = EnvInt("DEPOT_STRESS_SECONDS", kDefaultSeconds);
+// Runs the soak against a depotd started with `daemon_args`, for DEPOT_STRESS_SECONDS or
+// `default_seconds`.
+void Soak(const std::vector<std::string>& daemon_args, int default_seconds) {
+  const int seconds = EnvInt("DEPOT_STRESS_SECONDS", default_seconds);
   const int clients = std::max(1, EnvInt("DEPOT_STRESS_CLIENTS", kDefaultClients));
   uint64_t seed = static_cast<uint64_t>(EnvInt("DEPOT_STRESS_SEED", 0));
   if (seed == 0) seed = Guid::Random().lo & 0x7fffffff;
@@ -390,8 +399,7 @@ TEST_CASE("soak: client processes killed at random lose and leak nothing", "[str
   INFO("DEPOT_STRESS_SEED=" << seed << " DEPOT_STRESS_SECONDS=" << seconds
                             << " DEPOT_STRESS_CLIENTS=" << clients);
 
-  // Small enough that evictable objects are evicted to make room.
-  Daemon daemon({"--capacity", "64MiB", "--segment-size", "4MiB"});
+  Daemon daemon(daemon_args);
   uint64_t rss_start = RssAnon(daemon.pid());
 
   int pipe_fds[2];
@@ -567,7 +575,7 @@ TEST_CASE("soak: client processes killed at random lose and leak nothing", "[str
     if (!s.ok()) return false;
     end = *s;
     return end.used == 0 && end.objects_sealed == 0 && end.objects_creating == 0 &&
-           end.objects_deleted == 0;
+           end.objects_deleted == 0 && end.spill_disk_bytes == 0;
   });
   uint64_t rss_end = RssAnon(daemon.pid());
 
@@ -592,6 +600,7 @@ TEST_CASE("soak: client processes killed at random lose and leak nothing", "[str
                 << totals.multi_gets << " multi-gets, " << totals.deletes << " deletes, "
                 << totals.aborts << " aborts, " << totals.verified << " checksums verified, "
                 << totals.store_full << " store full, " << end.evictions << " evictions, "
+                << end.spills << " spills, " << end.restores << " restores, "
                 << checked << " survivors checked, RssAnon " << rss_start / 1024 << " -> "
                 << rss_end / 1024 << " KiB");
 
@@ -609,6 +618,18 @@ TEST_CASE("soak: client processes killed at random lose and leak nothing", "[str
   // memory says nothing there; LeakSanitizer checks it at the daemon's exit instead.
   CHECK(rss_end <= rss_start + (16ull << 20));
 #endif
+}
+
+TEST_CASE("soak: client processes killed at random lose and leak nothing", "[stress]") {
+  // Small enough that evictable objects are evicted to make room.
+  Soak({"--capacity", "64MiB", "--segment-size", "4MiB"}, kDefaultSeconds);
+}
+
+TEST_CASE("soak with spilling: a pool smaller than the working set", "[stress][spill]") {
+  // About 40 MiB of live non-evictable objects in a 16 MiB pool: objects go to disk and come
+  // back all the time, while clients are killed.
+  Soak({"--capacity", "16MiB", "--segment-size", "1MiB", "--spill-dir", TempDir() + "/spill"},
+       kDefaultSeconds / 2);
 }
 
 }  // namespace

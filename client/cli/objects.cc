@@ -35,6 +35,13 @@ std::string Places(const std::vector<depot::FrameInfo>& frames) {
   return out;
 }
 
+// Where the object's bytes are: its frames' places in memory, or the daemon's disk.
+std::string Where(const depot::ObjectInfo& o) {
+  using R = depot::ObjectInfo::Residence;
+  if (o.residence == R::kMemory || o.residence == R::kSpilling) return Places(o.frames);
+  return depot::ObjectInfo::ResidenceName(o.residence);
+}
+
 std::string InfoJson(const depot::ObjectInfo& o, bool with_metadata) {
   std::string frames;
   for (const auto& f : o.frames) {
@@ -48,6 +55,7 @@ std::string InfoJson(const depot::ObjectInfo& o, bool with_metadata) {
       o.guid.ToString(), Json(o.name), depot::ObjectInfo::StateName(o.state), o.size, frames, o.refcount, o.evictable,
       o.created_unix_ns, o.sealed_unix_ns, o.creator_pid, o.creator_uid, o.metadata_size);
   if (o.checksum) out += fmt::format(",\"checksum\":\"{:016x}\"", *o.checksum);
+  out += fmt::format(",\"residence\":\"{}\"", depot::ObjectInfo::ResidenceName(o.residence));
   if (with_metadata) {
     std::string holders;
     for (const auto& h : o.holders) {
@@ -114,9 +122,9 @@ int Ls(depot::Client& c, bool json, const LsOptions& opt) {
       fmt::print("{}{}", shown ? ",\n" : "\n", InfoJson(o, false));
     } else {
       fmt::print("{:<36}  {:<8}  {:>10}  {:<8}  {:>4}  {:>4}  {:>13}  {}\n", o.guid.ToString(),
-                 depot::ObjectInfo::StateName(o.state), depot::FormatBytes(o.size), Places(o.frames), o.refcount,
-                 Age(o.created_unix_ns), fmt::format("{}/{}", o.creator_pid, o.creator_uid),
-                 o.name);
+                 depot::ObjectInfo::StateName(o.state), depot::FormatBytes(o.size), Where(o),
+                 o.refcount, Age(o.created_unix_ns),
+                 fmt::format("{}/{}", o.creator_pid, o.creator_uid), o.name);
     }
     ++shown;
   };
@@ -179,6 +187,7 @@ int Stat(depot::Client& c, bool json, const std::string& arg) {
              Age(o->created_unix_ns));
   if (o->sealed_unix_ns != 0) fmt::print("sealed:    {} ago\n", Age(o->sealed_unix_ns));
   if (o->checksum) fmt::print("checksum:  xxh3 {:016x}\n", *o->checksum);
+  fmt::print("where:     {}\n", depot::ObjectInfo::ResidenceName(o->residence));
   for (size_t i = 0; i < o->frames.size(); ++i) {
     const auto& f = o->frames[i];
     fmt::print("frame {}:   {} on {}, segment {} offset {}\n", i, depot::FormatBytes(f.size),

@@ -125,6 +125,20 @@ int Status(depot::Client& c, bool json) {
   fmt::print("clients       {} connected ({} since start), {} gets waiting\n", s->clients,
              s->connections, s->gets_waiting);
   fmt::print("evictions     {} ({})\n", s->evictions, FormatBytes(s->evicted_bytes));
+  if (s->spill_capacity == 0) {
+    fmt::print("spill         off (no spill_dir)\n");
+  } else {
+    auto rate = [](uint64_t bytes, uint64_t ms) {
+      return ms == 0 ? std::string("-") : FormatBytes(bytes * 1000 / ms) + "/s";
+    };
+    fmt::print(
+        "spill         {} objects ({}) on disk, {} of {} in files; {} lost\n"
+        "              {} written ({}, {}), {} restored ({}, {}), {} failed\n",
+        s->spilled_objects, FormatBytes(s->spilled_bytes), FormatBytes(s->spill_disk_bytes),
+        FormatBytes(s->spill_capacity), s->objects_lost, s->spills, FormatBytes(s->spill_bytes),
+        rate(s->spill_bytes, s->spill_ms), s->restores, FormatBytes(s->restore_bytes),
+        rate(s->restore_bytes, s->restore_ms), s->spill_failures);
+  }
   fmt::print("requests      {} answered, {} errors{}\n", s->requests, errors_total,
              errors_text.empty() ? "" : " (" + errors_text + ")");
   fmt::print("namespaces    {}\n", s->per_user_namespaces

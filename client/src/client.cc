@@ -45,9 +45,12 @@ auto InBatches(std::span<const Guid> guids, Batch batch) {
   return out;
 }
 
-static_assert(static_cast<int>(Event::Kind::kClientDisconnected) ==
-                  static_cast<int>(wire::EventKind::ClientDisconnected) &&
-              wire::EventKind::MAX == wire::EventKind::ClientDisconnected);
+static_assert(static_cast<int>(Event::Kind::kRestored) ==
+                  static_cast<int>(wire::EventKind::Restored) &&
+              wire::EventKind::MAX == wire::EventKind::Restored);
+static_assert(static_cast<int>(ObjectInfo::Residence::kLost) ==
+                  static_cast<int>(wire::Residence::Lost) &&
+              wire::Residence::MAX == wire::Residence::Lost);
 
 ObjectInfo FromWire(const wire::ObjectInfo& w) {
   ObjectInfo o;
@@ -79,6 +82,7 @@ ObjectInfo FromWire(const wire::ObjectInfo& w) {
   }
   o.creator_session = w.creator_session();
   o.creator_process = w.creator_process() ? w.creator_process()->str() : "";
+  o.residence = static_cast<ObjectInfo::Residence>(w.residence());
   if (w.metadata()) {
     auto* m = reinterpret_cast<const std::byte*>(w.metadata()->data());
     o.metadata.assign(m, m + w.metadata()->size());
@@ -420,7 +424,7 @@ Result<Event> Subscription::Next(std::chrono::milliseconds timeout) {
 std::string_view Event::KindName(Kind k) {
   static constexpr std::string_view kNames[] = {
       "created", "sealed", "aborted", "deleted", "evicted", "freed", "client-connected",
-      "client-disconnected"};
+      "client-disconnected", "spilled", "restored"};
   size_t i = static_cast<size_t>(k);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }

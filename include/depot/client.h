@@ -92,6 +92,14 @@ struct ObjectInfo {
     }
     return "unknown";
   }
+  // Where a sealed object's bytes are: in memory, or on the daemon's disk (spill_dir).
+  enum class Residence { kMemory, kSpilling, kDisk, kRestoring, kLost };
+  // "memory", "spilling" (in memory, being written out), "disk", "restoring" or "lost" (its
+  // file could not be read back; gets answer DataLoss).
+  static const char* ResidenceName(Residence r) {
+    static constexpr const char* kNames[] = {"memory", "spilling", "disk", "restoring", "lost"};
+    return kNames[static_cast<int>(r)];
+  }
   Guid guid;
   std::string name;
   State state = State::kCreating;
@@ -111,6 +119,7 @@ struct ObjectInfo {
   std::vector<HolderInfo> holders;
   uint64_t creator_session = 0;
   std::string creator_process;
+  Residence residence = Residence::kMemory;
 };
 
 struct ListPage {
@@ -142,6 +151,8 @@ struct Event {
     kCreated, kSealed, kAborted, kDeleted, kEvicted,
     kFreed,  // a deleted object's memory was given back when its last holder let go
     kClientConnected, kClientDisconnected,
+    kSpilled,   // written to the daemon's disk, its memory freed
+    kRestored,  // read back from disk into memory
   };
   Kind kind = Kind::kCreated;
   int64_t unix_ns = 0;

@@ -51,7 +51,20 @@
   X(client_quota_bytes, uint64_t, "quotas", "client_bytes",                                       \
     "bytes one connection may hold; 0: no limit")                                                 \
   X(client_quota_objects, uint64_t, "quotas", "client_objects",                                   \
-    "objects one connection may hold; 0: no limit")
+    "objects one connection may hold; 0: no limit")                                               \
+  X(spill_capacity, uint64_t, "spill", "capacity",                                                \
+    "bytes of spill files allowed; 0: spilling is off")                                           \
+  X(spill_disk_bytes, uint64_t, "spill", "disk_bytes", "bytes of spill files now")                \
+  X(spilled_objects, uint64_t, "spill", "objects", "objects on disk only now")                    \
+  X(spilled_bytes, uint64_t, "spill", "bytes", "bytes of the objects on disk only")               \
+  X(spills, uint64_t, "spill", "spills", "objects written to disk since start")                   \
+  X(spill_bytes, uint64_t, "spill", "spill_bytes", "bytes of the objects written to disk")        \
+  X(spill_ms, uint64_t, "spill", "spill_ms", "milliseconds the I/O threads spent writing them")   \
+  X(restores, uint64_t, "spill", "restores", "objects read back from disk since start")           \
+  X(restore_bytes, uint64_t, "spill", "restore_bytes", "bytes of the objects read back")          \
+  X(restore_ms, uint64_t, "spill", "restore_ms", "milliseconds the I/O threads spent reading them") \
+  X(spill_failures, uint64_t, "spill", "failures", "spills that failed: a full disk, an I/O error") \
+  X(objects_lost, uint64_t, "spill", "lost", "objects whose spill file could not be read back")
 
 namespace depot {
 

@@ -19,6 +19,7 @@ py::dict ToDict(const depot::ObjectInfo& o) {
              "evictable"_a = o.evictable, "created_unix_ns"_a = o.created_unix_ns,
              "sealed_unix_ns"_a = o.sealed_unix_ns, "creator_pid"_a = o.creator_pid,
              "creator_uid"_a = o.creator_uid, "metadata_size"_a = o.metadata_size);
+  d["residence"] = depot::ObjectInfo::ResidenceName(o.residence);
   if (!o.metadata.empty()) {
     d["metadata"] = py::bytes(reinterpret_cast<const char*>(o.metadata.data()), o.metadata.size());
   }
