@@ -307,6 +307,7 @@ void ReadBody(Sink& sink, uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kClients:
       return reply ? Read<wire::ClientsReply>(sink, body) : Read<wire::EmptyReply>(sink, body);
     case MsgType::kSegmentsRetired:
+    case MsgType::kSegmentsDropped:
       return Read<wire::SegmentsRetired>(sink, body);
     case MsgType::kEvent:
       return Read<wire::Event>(sink, body);

@@ -98,6 +98,7 @@ bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kClients:
       return reply ? Verify<ClientsReply>(body) : Verify<EmptyReply>(body);
     case MsgType::kSegmentsRetired:
+    case MsgType::kSegmentsDropped:
       return !reply && Verify<SegmentsRetired>(body);
     case MsgType::kEvent:
       return !reply && Verify<Event>(body);
@@ -128,7 +129,7 @@ std::vector<uint8_t> EncodeError(uint64_t request_id, wire::Code code, std::stri
 std::string TypeName(uint16_t type) {
   static constexpr const char* kNames[] = {
       "?",    "hello", "create", "seal",   "abort", "get",     "release", "delete",
-      "contains", "list", "stat", "status", "ping", "clients", "subscribe"};
+      "contains", "list", "stat", "status", "ping", "clients", "subscribe", "segments-dropped"};
   bool reply = type & kReplyBit;
   uint16_t base = type & ~kReplyBit;
   std::string name;

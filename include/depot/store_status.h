@@ -51,7 +51,9 @@
   X(client_quota_bytes, uint64_t, "quotas", "client_bytes",                                       \
     "bytes one connection may hold; 0: no limit")                                                 \
   X(client_quota_objects, uint64_t, "quotas", "client_objects",                                   \
-    "objects one connection may hold; 0: no limit")
+    "objects one connection may hold; 0: no limit")                                               \
+  X(retired_held, uint64_t, "host_pool", "retired_held",                                          \
+    "bytes of retired segments that clients still map, counted until they unmap them")
 
 namespace depot {
 
