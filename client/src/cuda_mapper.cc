@@ -56,6 +56,7 @@ Result<int> OrdinalOf(const CudaDriver& cu, const std::string& uuid) {
 }  // namespace
 
 CudaMapper::~CudaMapper() {
+  if (devices_.empty()) return;  // nothing retained: never load the driver just to go
   auto cu = LoadCudaDriver();
   if (!cu.ok()) return;
   for (const auto& [ordinal, device] : devices_) {
