@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -52,7 +54,11 @@ Result<CudaDriver> Load() {
   bind(d.DeviceTotalMem, "cuDeviceTotalMem");
   bind(d.DeviceGetAttribute, "cuDeviceGetAttribute");
   bind(d.DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  bind(d.DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease");
   bind(d.CtxSetCurrent, "cuCtxSetCurrent");
+  bind(d.CtxPushCurrent, "cuCtxPushCurrent");
+  bind(d.CtxPopCurrent, "cuCtxPopCurrent");
+  bind(d.StreamGetCtx, "cuStreamGetCtx");
   bind(d.MemGetAllocationGranularity, "cuMemGetAllocationGranularity");
   bind(d.MemCreate, "cuMemCreate");
   bind(d.MemRelease, "cuMemRelease");
@@ -73,6 +79,7 @@ Result<CudaDriver> Load() {
   bind(d.MemAlloc, "cuMemAlloc");
   bind(d.MemFree, "cuMemFree");
   bind(d.CtxSynchronize, "cuCtxSynchronize");
+  bind(d.MemGetInfo, "cuMemGetInfo");
   if (!missing.empty()) {
     return Status::Unavailable(fmt::format("{} lacks {}", path, missing));
   }
@@ -89,18 +96,37 @@ std::string CudaDriver::Error(CUresult r, const char* call) const {
 }
 
 Result<const CudaDriver*> LoadCudaDriver() {
-  static const Result<CudaDriver> driver = Load();
-  if (!driver.ok()) return driver.status();
+  // Loaded once, and never unloaded: callers keep the pointer. Until it loads, each call tries.
+  static std::mutex mu;
+  static std::optional<CudaDriver> driver;
+  std::lock_guard lk(mu);
+  if (!driver) {
+    auto loaded = Load();
+    if (!loaded.ok()) return loaded.status();
+    driver = *loaded;
+  }
   return &*driver;
 }
 
-std::string FormatGpuUuid(const CUuuid& uuid) {
+std::string FormatGpuUuid(const CUuuid& uuid, bool mig) {
   const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
   return fmt::format(
-      "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}"
+      "{}-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}"
       "{:02x}{:02x}",
-      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-      b[15]);
+      mig ? "MIG" : "GPU", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+      b[12], b[13], b[14], b[15]);
+}
+
+Result<std::string> DeviceUuid(const CudaDriver& cu, CUdevice dev) {
+  CUuuid uuid;
+  if (CUresult r = cu.DeviceGetUuid(&uuid, dev); r != CUDA_SUCCESS) {
+    return Status::Unavailable(cu.Error(r, "cuDeviceGetUuid"));
+  }
+  char name[256] = {};
+  if (CUresult r = cu.DeviceGetName(name, sizeof name - 1, dev); r != CUDA_SUCCESS) {
+    return Status::Unavailable(cu.Error(r, "cuDeviceGetName"));
+  }
+  return FormatGpuUuid(uuid, std::string_view(name).find(" MIG ") != std::string_view::npos);
 }
 
 }  // namespace depot

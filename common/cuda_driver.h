@@ -26,7 +26,11 @@ struct CudaDriver {
   PFN_cuDeviceTotalMem_v3020 DeviceTotalMem;
   PFN_cuDeviceGetAttribute_v2000 DeviceGetAttribute;
   PFN_cuDevicePrimaryCtxRetain_v7000 DevicePrimaryCtxRetain;
+  PFN_cuDevicePrimaryCtxRelease_v11000 DevicePrimaryCtxRelease;
   PFN_cuCtxSetCurrent_v4000 CtxSetCurrent;
+  PFN_cuCtxPushCurrent_v4000 CtxPushCurrent;
+  PFN_cuCtxPopCurrent_v4000 CtxPopCurrent;
+  PFN_cuStreamGetCtx_v9020 StreamGetCtx;
   PFN_cuMemGetAllocationGranularity_v10020 MemGetAllocationGranularity;
   PFN_cuMemCreate_v10020 MemCreate;
   PFN_cuMemRelease_v10020 MemRelease;
@@ -48,6 +52,7 @@ struct CudaDriver {
   PFN_cuMemAlloc_v3020 MemAlloc;
   PFN_cuMemFree_v3020 MemFree;
   PFN_cuCtxSynchronize_v2000 CtxSynchronize;
+  PFN_cuMemGetInfo_v3020 MemGetInfo;
   int driver_version = 0;
 
   // "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
@@ -55,11 +60,17 @@ struct CudaDriver {
 };
 
 // The driver, loaded and initialised (cuInit) once per process. Unavailable with the reason
-// ("cannot load libcuda.so.1: ...", "no CUDA device") when it cannot be.
+// ("cannot load libcuda.so.1: ...", "no CUDA device") when it cannot be. A failure is not kept:
+// the next call tries again, so that a GPU whose kernel modules load late is found later.
 Result<const CudaDriver*> LoadCudaDriver();
 
-// The GPU's UUID in nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
-std::string FormatGpuUuid(const CUuuid& uuid);
+// A UUID in nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, or MIG-... for a MIG
+// instance (as CUDA_VISIBLE_DEVICES and nvidia-smi -L write it).
+std::string FormatGpuUuid(const CUuuid& uuid, bool mig = false);
+
+// The UUID of `dev` in that form; a MIG instance is told by its name ("... MIG 1g.10gb"), which
+// is all the driver API says of it. Unavailable, naming the call, when the driver cannot say.
+Result<std::string> DeviceUuid(const CudaDriver& cu, CUdevice dev);
 
 }  // namespace depot
 

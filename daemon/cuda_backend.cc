@@ -5,6 +5,7 @@
 #ifdef DEPOT_HAVE_CUDA
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "common/cuda_driver.h"
 
@@ -24,37 +25,23 @@ class CudaBackend : public DeviceBackend {
       return Status::Unavailable(cu_->Error(r, "cuDeviceGetCount"));
     }
     if (count == 0) return Status::Unavailable("the CUDA driver sees no GPU");
+    // Found again from scratch each time (the set asks again while it has none).
+    devices_.clear();
     std::vector<DeviceInfo> out;
     std::string skipped;
     for (int i = 0; i < count; ++i) {
       CUdevice dev;
-      if (cu_->DeviceGet(&dev, i) != CUDA_SUCCESS) continue;
-      int vmm = 0, posix_fd = 0;
-      cu_->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
-      cu_->DeviceGetAttribute(&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-                              dev);
-      CUuuid uuid;
-      char name[256] = {};
-      size_t memory = 0;
-      cu_->DeviceGetUuid(&uuid, dev);
-      cu_->DeviceGetName(name, sizeof name - 1, dev);
-      cu_->DeviceTotalMem(&memory, dev);
-      if (!vmm || !posix_fd) {
-        skipped += fmt::format("{}{} lacks {}", skipped.empty() ? "" : "; ", FormatGpuUuid(uuid),
-                               !vmm ? "virtual memory management" : "POSIX fd handles");
+      auto info = Describe(i, dev);
+      if (!info.ok()) {
+        skipped += fmt::format("{}GPU {}: {}", skipped.empty() ? "" : "; ", i,
+                               info.status().message());
         continue;
       }
-      CUmemAllocationProp prop = Prop(dev);
-      size_t granularity = 0;
-      if (CUresult r = cu_->MemGetAllocationGranularity(&granularity, &prop,
-                                                        CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-          r != CUDA_SUCCESS) {
-        return Status::Unavailable(cu_->Error(r, "cuMemGetAllocationGranularity"));
-      }
       devices_.push_back(dev);
-      out.push_back({FormatGpuUuid(uuid), name, memory, granularity});
+      out.push_back(std::move(*info));
     }
     if (out.empty()) return Status::Unavailable(skipped);
+    if (!skipped.empty()) spdlog::warn("GPUs left out of device pools: {}", skipped);
     return out;
   }
 
@@ -81,6 +68,54 @@ class CudaBackend : public DeviceBackend {
   }
 
  private:
+  // Device `ordinal` (its handle in `dev`), when device pools can use it; otherwise why not, naming the call that
+  // failed or what the device lacks. Every answer of the driver is checked: a failed read must
+  // not become a garbage UUID or size.
+  Result<DeviceInfo> Describe(int ordinal, CUdevice& dev) {
+    if (CUresult r = cu_->DeviceGet(&dev, ordinal); r != CUDA_SUCCESS) {
+      return Status::Unavailable(cu_->Error(r, "cuDeviceGet"));
+    }
+    auto uuid = DeviceUuid(*cu_, dev);
+    if (!uuid.ok()) return uuid.status();
+    auto attribute = [&](CUdevice_attribute a, const char* what) -> Result<int> {
+      int value = 0;
+      if (CUresult r = cu_->DeviceGetAttribute(&value, a, dev); r != CUDA_SUCCESS) {
+        return Status::Unavailable(fmt::format("{}: {}", *uuid, cu_->Error(r, what)));
+      }
+      return value;
+    };
+    auto vmm = attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                         "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)");
+    auto posix_fd = attribute(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                              "cuDeviceGetAttribute(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)");
+    auto mode = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, "cuDeviceGetAttribute(COMPUTE_MODE)");
+    for (const auto* a : {&vmm, &posix_fd, &mode}) {
+      if (!a->ok()) return a->status();
+    }
+    if (!*vmm) return Status::Unavailable(*uuid + " lacks virtual memory management");
+    if (!*posix_fd) return Status::Unavailable(*uuid + " lacks POSIX fd handles");
+    if (*mode == CU_COMPUTEMODE_PROHIBITED) {
+      return Status::Unavailable(*uuid + " is in the prohibited compute mode");
+    }
+    char name[256] = {};
+    size_t memory = 0;
+    if (CUresult r = cu_->DeviceGetName(name, sizeof name - 1, dev); r != CUDA_SUCCESS) {
+      return Status::Unavailable(fmt::format("{}: {}", *uuid, cu_->Error(r, "cuDeviceGetName")));
+    }
+    if (CUresult r = cu_->DeviceTotalMem(&memory, dev); r != CUDA_SUCCESS) {
+      return Status::Unavailable(fmt::format("{}: {}", *uuid, cu_->Error(r, "cuDeviceTotalMem")));
+    }
+    CUmemAllocationProp prop = Prop(dev);
+    size_t granularity = 0;
+    if (CUresult r = cu_->MemGetAllocationGranularity(&granularity, &prop,
+                                                      CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+        r != CUDA_SUCCESS) {
+      return Status::Unavailable(
+          fmt::format("{}: {}", *uuid, cu_->Error(r, "cuMemGetAllocationGranularity")));
+    }
+    return DeviceInfo{*uuid, name, memory, granularity};
+  }
+
   static CUmemAllocationProp Prop(CUdevice dev) {
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;

@@ -159,7 +159,8 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
     metrics.reset();
     io.stop();
   });
-  // SIGHUP re-reads the log level from the config file.
+  // SIGHUP re-reads the log level from the config file, and looks for GPUs again when there
+  // are none (their kernel modules may have loaded after the daemon started).
   boost::asio::signal_set hup(io, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_hup =
       [&](const boost::system::error_code& ec, int) {
@@ -172,6 +173,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
           spdlog::set_level(spdlog::level::from_str(*level));
           spdlog::info("SIGHUP: log level is now {}", *level);
         }
+        (*store)->FindDevices();
         hup.async_wait(on_hup);
       };
   hup.async_wait(on_hup);

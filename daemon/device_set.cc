@@ -43,6 +43,17 @@ Status DeviceSet::Open() {
   return Status::OK();
 }
 
+bool DeviceSet::Redetect() {
+  if (!may_redetect()) return !devices_.empty();
+  if (Status st = Open(); !st.ok()) {
+    devices_.clear();
+    options_.unavailable = st.message();
+    return false;
+  }
+  options_.unavailable.clear();
+  return true;
+}
+
 std::string DeviceSet::Summary() const {
   if (devices_.empty()) return fmt::format("unavailable ({})", options_.unavailable);
   std::string out = fmt::format("{} GPU{} ({})", devices_.size(), devices_.size() == 1 ? "" : "s",

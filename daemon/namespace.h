@@ -61,6 +61,10 @@ class Namespace {
   // The segment or chunk a live object's frame names.
   SegmentRef SegmentOf(uint32_t pool, uint32_t id) const;
 
+  // Every client that mapped retired segment `id` of pool `pool` has dropped it (see
+  // SegmentedPool::Dropped).
+  void Dropped(uint32_t pool, uint32_t id) { pools_.at(pool)->Dropped(id); }
+
   // Gives back every pool's empty spare segments; returns how many bytes went back.
   uint64_t ReleaseSpares();
 

@@ -48,36 +48,22 @@ void NamespaceSet::Persist() {
 }
 
 Result<Namespace*> NamespaceSet::For(uid_t uid) {
+  FindDevices(false);
   uint32_t key = options_.per_user ? static_cast<uint32_t>(uid) : Namespace::kShared;
   if (auto it = namespaces_.find(key); it != namespaces_.end()) return it->second.get();
   auto owned = std::make_unique<Namespace>(key);
   Namespace* ns = owned.get();
   std::string prefix = options_.host.name_prefix;
   if (key != Namespace::kShared) prefix += fmt::format("u{}-", key);
-  auto retire = [this, ns](uint32_t n) {
-    return [this, ns, n](uint32_t id) { hooks_.retired(*ns, n, id); };
-  };
-  auto host = SegmentedPool::Create(std::make_unique<ShmSource>(prefix),
-                                    {.budget = &host_budget_,
-                                     .segment_size = options_.host.segment_size,
-                                     .prefault = options_.host.prefault},
-                                    retire(0));
+  auto host = SegmentedPool::Create(
+      std::make_unique<ShmSource>(prefix),
+      {.budget = &host_budget_,
+       .segment_size = options_.host.segment_size,
+       .prefault = options_.host.prefault},
+      [this, ns](uint32_t id) { return hooks_.retired(*ns, 0, id); });
   if (!host.ok()) return host.status();
   ns->pools_.push_back(std::move(*host));
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    // An object of more than half a chunk gets a chunk of its own: a chunk is large.
-    auto device = SegmentedPool::Create(
-        std::make_unique<DeviceSource>(devices_.backend(), devices_.backend_index(i),
-                                       devices_.device(i)),
-        {.budget = devices_.mutable_budget(i),
-         .segment_size = devices_.chunk_size(),
-         .alignment = DeviceSource::kAlignment,
-         .dedicated_divisor = 2,
-         .prefault = false},
-        retire(static_cast<uint32_t>(i + 1)));
-    if (!device.ok()) return device.status();
-    ns->pools_.push_back(std::move(*device));
-  }
+  if (Status st = AddDevicePools(*ns); !st.ok()) return st;
   ns->table_ = std::make_unique<ObjectTable>(
       [this, ns](const StoredObject& o) {
         if (o.residence == Residence::kMemory) ns->Free(o.frames());
@@ -97,6 +83,45 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   if (key != Namespace::kShared) spdlog::info("namespace of uid {} created", key);
   namespaces_.emplace(key, std::move(owned));
   return ns;
+}
+
+Status NamespaceSet::AddDevicePools(Namespace& ns) {
+  for (size_t i = ns.pools_.size() - 1; i < devices_.size(); ++i) {
+    auto n = static_cast<uint32_t>(i + 1);
+    // An object of more than half a chunk gets a chunk of its own: a chunk is large.
+    auto device = SegmentedPool::Create(
+        std::make_unique<DeviceSource>(devices_.backend(), devices_.backend_index(i),
+                                       devices_.device(i)),
+        {.budget = devices_.mutable_budget(i),
+         .segment_size = devices_.chunk_size(),
+         .alignment = DeviceSource::kAlignment,
+         .dedicated_divisor = 2,
+         .prefault = false},
+        [this, ns = &ns, n](uint32_t id) { return hooks_.retired(*ns, n, id); });
+    if (!device.ok()) return device.status();
+    ns.pools_.push_back(std::move(*device));
+  }
+  return Status::OK();
+}
+
+void NamespaceSet::FindDevices(bool now) {
+  if (!devices_.may_redetect()) {
+    if (now) spdlog::info("device pools: not looking again ({})", devices_.Summary());
+    return;
+  }
+  auto at = std::chrono::steady_clock::now();
+  if (!now && at - looked_ < kLookAgain) return;
+  looked_ = at;
+  if (!devices_.Redetect()) {
+    if (now) spdlog::info("device pools: looked again, still {}", devices_.Summary());
+    return;
+  }
+  spdlog::info("device pools: found on looking again: {}", devices_.Summary());
+  for (auto& [key, ns] : namespaces_) {
+    if (Status st = AddDevicePools(*ns); !st.ok()) {
+      spdlog::error("device pools of namespace {}: {}", key, st.message());
+    }
+  }
 }
 
 void NamespaceSet::MaybeDrop(Namespace* ns) {
@@ -124,9 +149,10 @@ Result<std::vector<Location>> NamespaceSet::Allocate(Namespace& ns, std::span<co
     if (frames.ok() || !frames.status().IsStoreFull()) return frames;
     if (take_spares) {
       take_spares = false;
-      uint64_t released = 0;
-      for (auto& [key, each] : namespaces_) released += each->ReleaseSpares();
-      if (released > 0) continue;
+      // Tried again even when nothing came back: what clients still map stays held, and the
+      // refusal then says so.
+      for (auto& [key, each] : namespaces_) each->ReleaseSpares();
+      continue;
     }
     if (!options_.eviction || !ns.table().EvictLru(by)) return frames;
     take_spares = true;
@@ -143,6 +169,7 @@ PoolStats NamespaceSet::Stats(uint32_t pool) const {
     total.free_in_segments += p.free_in_segments;
     total.largest_block = std::max(total.largest_block, p.largest_block);
     total.segments += p.segments;
+    total.retired_held += p.retired_held;
   }
   if (namespaces_.empty() && pool == 0) {
     total.largest_free = host_budget_.capacity - host_budget_.reserved;
@@ -159,6 +186,7 @@ void NamespaceSet::Report(StoreStatus& st) const {
   st.free_in_segments = host.free_in_segments;
   st.largest_free_block = host.largest_block;
   st.segments = host.segments;
+  st.retired_held = host.retired_held;
   ObjectCounts c = Counts();
   st.objects_creating = c.creating;
   st.objects_sealed = c.sealed;
@@ -188,7 +216,8 @@ std::vector<DevicePoolInfo> NamespaceSet::DevicePools() const {
                      .chunk_size = devices_.chunk_size(),
                      .reserved = devices_.budget(i).reserved,
                      .used = use.used,
-                     .chunks = use.segments});
+                     .chunks = use.segments,
+                     .retired_held = use.retired_held});
   }
   return pools;
 }

@@ -3,7 +3,9 @@
 // (the capacity) and on each GPU's budget, so allocation is where they meet: a namespace short
 // of space first takes back the spare empty segments (its own and the other namespaces'), then
 // evicts its own least recently used evictable objects. With spilling on, its SpillStore writes
-// non-evictable ones to disk when that is not enough (see SpillStore).
+// non-evictable ones to disk when that is not enough (see SpillStore). Every namespace has a
+// pool on each GPU of the DeviceSet; when the set found none, it looks again (FindDevices) at a
+// hello, where clients learn the pools, at most once per kLookAgain, and on SIGHUP.
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_NAMESPACE_SET_H_
@@ -11,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -45,8 +48,9 @@ struct NamespaceOptions {
 
 // What the rest of the daemon hears from its namespaces.
 struct NamespaceHooks {
-  // A segment (pool 0) or chunk was given back: clients must unmap it.
-  std::function<void(const Namespace&, uint32_t pool, uint32_t id)> retired;
+  // A segment (pool 0) or chunk was given back: clients must unmap it. Returns whether some
+  // client may still map it; then its pool holds it until Namespace::Dropped.
+  std::function<bool(const Namespace&, uint32_t pool, uint32_t id)> retired;
   // An object's memory was freed (its frames are already back in their pools).
   std::function<void(const StoredObject&)> freed;
   // An object table transition (see ObjectTable::EventFn).
@@ -65,6 +69,11 @@ class NamespaceSet {
   // The namespace of user `uid` (the shared one unless per_user), made on first use (with
   // prefault, the shared one reserves the whole capacity then).
   Result<Namespace*> For(uid_t uid);
+
+  // When the daemon has no GPU and could have one, looks for them again (`now`: whenever asked,
+  // as on SIGHUP; otherwise at most once per kLookAgain) and gives every namespace a pool on
+  // each GPU found. Logs what it found (an unchanged failure only when asked `now`).
+  void FindDevices(bool now);
 
   // Forgets a per-user namespace left without sessions or objects (its segments go back).
   void MaybeDrop(Namespace* ns);
@@ -96,6 +105,12 @@ class NamespaceSet {
   ObjectCounts Counts() const;
 
  private:
+  // How often a hello may make the daemon look for GPUs again: each look costs loading the
+  // driver, on the loop.
+  static constexpr std::chrono::seconds kLookAgain{2};
+
+  // Makes `ns`'s pools on the GPUs it has none on yet.
+  Status AddDevicePools(Namespace& ns);
   // Totals over every namespace.
   PoolStats Stats(uint32_t pool) const;
   NamespaceOptions options_;
@@ -106,6 +121,7 @@ class NamespaceSet {
   // Evictions of the namespaces dropped so far.
   uint64_t evictions_dropped_ = 0;
   uint64_t evicted_bytes_dropped_ = 0;
+  std::chrono::steady_clock::time_point looked_ = std::chrono::steady_clock::now();
   SpillStore spill_;  // declared last: its I/O threads end before the namespaces go
 };
 

@@ -72,7 +72,8 @@ Offsets<wire::DevicePoolInfo> DevicePools(fb::FlatBufferBuilder& fbb,
     auto name = fbb.CreateString(p.name);
     auto kind = fbb.CreateString(p.kind);
     infos.push_back(wire::CreateDevicePoolInfo(fbb, p.pool, uuid, name, kind, p.capacity,
-                                               p.chunk_size, p.reserved, p.used, p.chunks));
+                                               p.chunk_size, p.reserved, p.used, p.chunks,
+                                               p.retired_held));
   }
   return fbb.CreateVector(infos);
 }

@@ -44,12 +44,14 @@ Status CheckCreate(const wire::CreateRequest& req, const RequestLimits& limits) 
   uint64_t capacity = limits.host_capacity;
   for (size_t i = 0; i < nframes; ++i) {
     uint64_t size = req.frame_sizes()->Get(i);
-    if (size > capacity) {
+    bool host = !req.frame_pools() || req.frame_pools()->Get(i) == 0;
+    // A device frame is held to its GPU's capacity, by its pool.
+    if (host && size > capacity) {
       return Status::StoreFull(fmt::format("a frame of {} is larger than the store's capacity of {}",
                                            FormatBytes(size), FormatBytes(capacity)));
     }
     total += size;
-    if (!req.frame_pools() || req.frame_pools()->Get(i) == 0) host_total += size;
+    if (host) host_total += size;
   }
   // Refused before anything is evicted to make room that could never be enough.
   if (host_total > capacity) {

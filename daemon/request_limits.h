@@ -15,7 +15,7 @@ namespace depot {
 struct RequestLimits {
   uint32_t max_frames = proto::kMaxFrames;
   uint32_t max_metadata = proto::kMaxMetadataSize;
-  uint64_t host_capacity = 0;  // no frame may be larger
+  uint64_t host_capacity = 0;  // no host frame may be larger
   size_t device_pools = 0;     // pools 1..device_pools exist
   std::string devices_unavailable;  // why there are none, when there are none
 };

@@ -43,10 +43,39 @@ Status SegmentTracker::Collect(SessionId session, std::span<const Location> fram
 
 std::vector<SessionId> SegmentTracker::Retire(const Namespace* ns, uint32_t pool, uint32_t id) {
   std::vector<SessionId> holders;
+  uint64_t key = Key(pool, id);
   for (auto& [session, e] : sessions_) {
-    if (e.ns == ns && e.sent.erase(Key(pool, id)) > 0) holders.push_back(session);
+    if (e.ns != ns || e.sent.erase(key) == 0) continue;
+    holders.push_back(session);
+    e.holding.insert(key);
+    Held& held = held_.try_emplace({ns, key}, Held{e.ns, {}}).first->second;
+    held.by.insert(session);
   }
   return holders;
+}
+
+void SegmentTracker::Dropped(SessionId session, const wire::SegmentsRetired& dropped) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end() || dropped.ids() == nullptr) return;
+  for (uint32_t id : *dropped.ids()) {
+    uint64_t key = Key(dropped.pool(), id);
+    if (it->second.holding.erase(key) > 0) LetGo(session, it->second.ns, key);
+  }
+}
+
+void SegmentTracker::Leave(SessionId session) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  Entry e = std::move(it->second);
+  sessions_.erase(it);
+  for (uint64_t key : e.holding) LetGo(session, e.ns, key);
+}
+
+void SegmentTracker::LetGo(SessionId session, Namespace* ns, uint64_t key) {
+  auto it = held_.find({ns, key});
+  if (it == held_.end() || it->second.by.erase(session) == 0 || !it->second.by.empty()) return;
+  held_.erase(it);
+  released_(*ns, static_cast<uint32_t>(key >> 32), static_cast<uint32_t>(key));
 }
 
 }  // namespace depot

@@ -47,6 +47,7 @@ SegmentedPool::~SegmentedPool() {
     Unmap(seg);
     source_->Release(seg.memory);
   }
+  for (auto& [id, memory] : held_) source_->Release(memory);
 }
 
 Result<uint8_t*> SegmentedPool::Map(uint32_t id) {
@@ -86,10 +87,15 @@ Result<Location> SegmentedPool::Allocate(uint64_t size, uint32_t owner) {
   auto full = [&](std::string_view why) {
     PoolStats s = stats();
     std::string_view where = source_->describe();
+    std::string held =
+        s.retired_held == 0
+            ? ""
+            : fmt::format(", {} in retired segments that clients have not unmapped yet",
+                          FormatBytes(s.retired_held));
     return Status::StoreFull(
-        fmt::format("cannot allocate {}{}{}: {} ({} of {} in use, largest free block {})",
+        fmt::format("cannot allocate {}{}{}: {} ({} of {} in use{}, largest free block {})",
                     FormatBytes(size), where.empty() ? "" : " ", where, why, FormatBytes(s.used),
-                    FormatBytes(s.capacity), FormatBytes(s.largest_free)));
+                    FormatBytes(s.capacity), held, FormatBytes(s.largest_free)));
   };
   if (size == 0) return Status::InvalidArgument("cannot allocate 0 bytes");
   if (size > budget_->capacity) return full("larger than the whole capacity");
@@ -143,23 +149,39 @@ uint64_t SegmentedPool::ReleaseSpares() {
   uint64_t released = 0;
   for (auto it = segments_.begin(); it != segments_.end();) {
     auto next = std::next(it);
-    if (!it->second.dedicated && it->second.allocator.empty()) {
-      released += it->second.size();
-      Retire(it);
-    }
+    if (!it->second.dedicated && it->second.allocator.empty()) released += Retire(it);
     it = next;
   }
   return released;
 }
 
-void SegmentedPool::Retire(std::map<uint32_t, Segment>::iterator it) {
+uint64_t SegmentedPool::Retire(std::map<uint32_t, Segment>::iterator it) {
   uint32_t id = it->first;
-  reserved_ -= it->second.size();
-  budget_->reserved -= it->second.size();
   Unmap(it->second);
-  source_->Release(it->second.memory);
+  SegmentMemory memory = std::move(it->second.memory);
   segments_.erase(it);
-  if (on_retire_) on_retire_(id);
+  uint64_t size = memory.size;
+  if (on_retire_ && on_retire_(id)) {
+    // A client's mapping keeps these pages (or this chunk) in memory: they stay counted.
+    held_bytes_ += size;
+    held_.emplace(id, std::move(memory));
+    return 0;
+  }
+  reserved_ -= size;
+  budget_->reserved -= size;
+  source_->Release(memory);
+  return size;
+}
+
+void SegmentedPool::Dropped(uint32_t id) {
+  auto it = held_.find(id);
+  if (it == held_.end()) return;
+  uint64_t size = it->second.size;
+  held_bytes_ -= size;
+  reserved_ -= size;
+  budget_->reserved -= size;
+  source_->Release(it->second);
+  held_.erase(it);
 }
 
 const SegmentedPool::Segment* SegmentedPool::segment(uint32_t id) const {
@@ -172,6 +194,7 @@ PoolStats SegmentedPool::stats() const {
   s.capacity = budget_->capacity;
   s.reserved = reserved_;
   s.segments = static_cast<uint32_t>(segments_.size());
+  s.retired_held = held_bytes_;
   for (const auto& [id, seg] : segments_) {
     s.used += seg.allocator.used();
     s.free_in_segments += seg.allocator.free();

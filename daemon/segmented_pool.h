@@ -8,6 +8,9 @@
 // back, one empty shared segment per owner kept as a spare (at most kMaxSpares in all) so that a
 // put/delete cycle does not make one each time. With prefault, one segment of the whole budget is
 // made at start-up and kept, and every owner's objects share it (see docs/design.md).
+// A segment given back while clients still map it is held: its memory and its bytes against the
+// budget stay until every such client has said it dropped it (Dropped), so that the budget never
+// counts as free what a client's mapping keeps in memory.
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_SEGMENTED_POOL_H_
@@ -44,6 +47,7 @@ struct PoolStats {
   uint64_t free_in_segments = 0;  // free bytes inside the segments that exist
   uint64_t largest_block = 0;     // largest free block inside them (fragmentation: 1 - this/that)
   uint32_t segments = 0;
+  uint64_t retired_held = 0;      // bytes of retired segments that clients still map (in reserved)
 };
 
 // One pool as metrics name it (the host, a GPU by UUID), totalled over every namespace.
@@ -77,8 +81,9 @@ class SegmentedPool {
     const std::string& name() const { return memory.name; }
   };
 
-  // Called with a segment's id when it is given back, so that clients can unmap it.
-  using RetireFn = std::function<void(uint32_t segment)>;
+  // Called with a segment's id when it is given back, so that clients can unmap it. Returns
+  // whether some client may still map it: then the segment is held until Dropped(id).
+  using RetireFn = std::function<bool(uint32_t segment)>;
 
   // Builds a pool over `source`; with prefault, reserves the whole budget now, failing when the
   // source cannot give it.
@@ -101,8 +106,12 @@ class SegmentedPool {
   void Free(const Location& location);
 
   // Gives back the empty shared segments kept as spares (not with prefault), so that another pool
-  // on the same budget can use their bytes. Returns how many bytes went back.
+  // on the same budget can use their bytes. Returns how many bytes went back (not those held).
   uint64_t ReleaseSpares();
+
+  // Every client that mapped retired segment `id` has dropped it: its memory goes back to the
+  // source and its bytes to the budget. Nothing for an id that is not held.
+  void Dropped(uint32_t id);
 
   // nullptr for an unknown or retired id.
   const Segment* segment(uint32_t id) const;
@@ -117,7 +126,8 @@ class SegmentedPool {
   SegmentedPool(std::unique_ptr<SegmentSource> source, SegmentedPoolOptions options,
                 RetireFn on_retire);
   Result<Segment*> AddSegment(uint64_t size, bool dedicated, uint32_t owner);
-  void Retire(std::map<uint32_t, Segment>::iterator it);
+  // Gives a segment back, or holds it while clients map it; returns the bytes given back.
+  uint64_t Retire(std::map<uint32_t, Segment>::iterator it);
   static void Unmap(Segment& seg);
 
   std::unique_ptr<SegmentSource> source_;
@@ -126,6 +136,8 @@ class SegmentedPool {
   uint64_t granularity_;  // of segment sizes: the source's, at least the alignment
   RetireFn on_retire_;
   std::map<uint32_t, Segment> segments_;
+  std::map<uint32_t, SegmentMemory> held_;  // retired, still mapped by clients
+  uint64_t held_bytes_ = 0;
   uint32_t next_id_ = 1;
   uint64_t reserved_ = 0;  // by this pool
 };

@@ -27,7 +27,7 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
       namespaces_(io, options_.namespaces, devices_,
                   NamespaceHooks{
                       .retired = [this](const Namespace& ns, uint32_t pool,
-                                        uint32_t id) { OnSegmentRetired(ns, pool, id); },
+                                        uint32_t id) { return OnSegmentRetired(ns, pool, id); },
                       .freed =
                           [this](const StoredObject& o) {
                             quotas_.Credit(o.creator_uid, o.creator, o.size());
@@ -40,6 +40,7 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
                   }),
       quotas_(options_.user_quota, options_.client_quota),
       waits_(io, options_.max_pending, [this](GetWait& w) { AnswerGet(w); }),
+      segments_([](Namespace& ns, uint32_t pool, uint32_t id) { ns.Dropped(pool, id); }),
       started_(std::chrono::steady_clock::now()) {
   Guid seed = Guid::Random();
   std::seed_seq seq{seed.hi, seed.lo, static_cast<uint64_t>(::getpid())};
@@ -137,6 +138,9 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
       break;
     case MsgType::kRelease:
       OnRelease(s, *proto::Body<wire::ReleaseRequest>(body));
+      break;
+    case MsgType::kSegmentsDropped:
+      segments_.Dropped(s, *proto::Body<wire::SegmentsRetired>(body));
       break;
     case MsgType::kDelete:
       OnDelete(s, id, *proto::Body<wire::GuidsRequest>(body));
@@ -386,10 +390,10 @@ void Store::AnswerGet(GetWait& w) {
   Reply(w.session, w.request_id, MsgType::kGet, fbb, std::move(fds));
 }
 
-void Store::OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id) {
-  for (SessionId holder : segments_.Retire(&ns, pool, id)) {
-    sessions_.at(holder).peer->Send(replies::SegmentRetired(pool, id), {});
-  }
+bool Store::OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id) {
+  auto holders = segments_.Retire(&ns, pool, id);
+  for (SessionId h : holders) sessions_.at(h).peer->Send(replies::SegmentRetired(pool, id), {});
+  return !holders.empty();
 }
 
 void Store::OnRelease(SessionId s, const wire::ReleaseRequest& req) {

@@ -75,6 +75,9 @@ class Store {
 
   // "2 GPUs (GPU-..., GPU-...)", or "unavailable (<reason>)".
   std::string DeviceSummary() const { return devices_.Summary(); }
+  // Looks for GPUs again when there are none (SIGHUP), logging what it finds; clients that
+  // connect from then on are told of the pools found.
+  void FindDevices() { namespaces_.FindDevices(true); }
 
   // The socket's group is known once the socket exists (systemd may have made it).
   void SetSocketGroup(gid_t gid) { access_.set_socket_gid(gid); }
@@ -132,7 +135,8 @@ class Store {
   std::vector<const StoredObject*> HeldByProcess(const ObjectTable& table, int32_t pid,
                                                  std::optional<Guid> after, size_t limit) const;
 
-  void OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id);
+  // Tells the sessions that have the segment to unmap it; whether any has it (then it is held).
+  bool OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id);
 
   boost::asio::io_context& io_;
   StoreOptions options_;

@@ -14,13 +14,16 @@
 #include <string_view>
 
 #include "daemon/histogram.h"
+#include "proto/wire.h"
 
 namespace depot {
 
 class StoreCounters {
  public:
-  // Request types are proto::MsgType values below this (hello = 1 ... metrics = 15).
-  static constexpr size_t kRequestTypes = 16;
+  // Request types are proto::MsgType values below this (hello = 1 ... segments-dropped, the
+  // last request type).
+  static constexpr size_t kRequestTypes =
+      static_cast<size_t>(proto::MsgType::kSegmentsDropped) + 1;
 
   // Latency buckets: 1 us to 1 s, by fours, in nanoseconds.
   static constexpr std::array<uint64_t, 11> kLatencyBoundsNs = {

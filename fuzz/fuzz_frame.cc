@@ -325,6 +325,7 @@ void ReadBody(Sink& sink, uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kMetrics:
       return reply ? Read<wire::MetricsReply>(sink, body) : Read<wire::EmptyReply>(sink, body);
     case MsgType::kSegmentsRetired:
+    case MsgType::kSegmentsDropped:
       return Read<wire::SegmentsRetired>(sink, body);
     case MsgType::kEvent:
       return Read<wire::Event>(sink, body);

@@ -359,7 +359,8 @@ Bytes Event() {
   return Encode(T(MsgType::kEvent), fbb, 0);
 }
 
-Bytes SegmentsRetired() {
+// A retire notice, or (kSegmentsDropped) a client's answer to one: the same table.
+Bytes SegmentsRetired(MsgType type = MsgType::kSegmentsRetired) {
   fb::FlatBufferBuilder fbb;
   std::vector<uint32_t> ids = {1, 2};
   auto ids_vec = fbb.CreateVector(ids);
@@ -367,7 +368,7 @@ Bytes SegmentsRetired() {
   b.add_ids(ids_vec);
   b.add_pool(1);
   fbb.Finish(b.Finish());
-  return Encode(T(MsgType::kSegmentsRetired), fbb, 0);
+  return Encode(T(type), fbb, 0);
 }
 
 Bytes Error() { return proto::EncodeError(7, wire::Code::NotFound, "object does not exist"); }
@@ -427,6 +428,7 @@ void WriteFrameCorpus(const std::filesystem::path& dir) {
       {"clients", Empty(T(MsgType::kClients))},
       {"subscribe", Empty(T(MsgType::kSubscribe))},
       {"metrics", Empty(T(MsgType::kMetrics))},
+      {"segments-dropped", SegmentsRetired(MsgType::kSegmentsDropped)},
       {"hello-reply", HelloReply()},
       {"create-reply", CreateReply()},
       {"seal-reply", Empty(proto::ReplyType(MsgType::kSeal))},

@@ -100,6 +100,7 @@ bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kMetrics:
       return reply ? Verify<MetricsReply>(body) : Verify<EmptyReply>(body);
     case MsgType::kSegmentsRetired:
+    case MsgType::kSegmentsDropped:
       return !reply && Verify<SegmentsRetired>(body);
     case MsgType::kEvent:
       return !reply && Verify<Event>(body);
@@ -130,7 +131,8 @@ std::vector<uint8_t> EncodeError(uint64_t request_id, wire::Code code, std::stri
 std::string TypeName(uint16_t type) {
   static constexpr const char* kNames[] = {
       "?",    "hello", "create", "seal",   "abort", "get",     "release", "delete",
-      "contains", "list", "stat", "status", "ping", "clients", "subscribe", "metrics"};
+      "contains", "list", "stat", "status", "ping", "clients", "subscribe", "metrics",
+      "segments-dropped"};
   bool reply = type & kReplyBit;
   uint16_t base = type & ~kReplyBit;
   std::string name;

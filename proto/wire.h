@@ -36,6 +36,7 @@ enum class MsgType : uint16_t {
   kClients = 13,       // EmptyReply -> ClientsReply
   kSubscribe = 14,     // EmptyReply -> EmptyReply; then Events on this connection
   kMetrics = 15,       // EmptyReply -> MetricsReply
+  kSegmentsDropped = 16,  // SegmentsRetired (the ids this client unmapped after a notice), no reply
   kSegmentsRetired = 64,  // daemon -> client, request id 0
   kEvent = 65,            // daemon -> subscribed client, request id 0
   kError = 0x7fff,        // ErrorReply, in answer to any request

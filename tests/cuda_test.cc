@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "common/cuda_driver.h"
 #include "tests/daemon_fixture.h"
@@ -20,8 +22,8 @@ using namespace depot::test;
 namespace {
 
 
-// Skips the test unless a child process finds a GPU with what device pools need.
-void NeedGpu() {
+// Skips the test unless a child process finds `gpus` GPUs (at least) with what device pools need.
+void NeedGpu(int gpus = 1) {
   Channel why;
   int rc = RunChild([&] {
     auto cu = LoadCudaDriver();
@@ -30,14 +32,33 @@ void NeedGpu() {
       return 77;
     }
     int count = 0;
-    (*cu)->DeviceGetCount(&count);
-    why.Send(count > 0 ? "" : "the CUDA driver sees no GPU");
-    return count > 0 ? 0 : 77;
+    if (CUresult r = (*cu)->DeviceGetCount(&count); r != CUDA_SUCCESS) {
+      why.Send((*cu)->Error(r, "cuDeviceGetCount"));
+      return 77;
+    }
+    why.Send(count >= gpus ? "" : fmt::format("the CUDA driver sees {} GPU(s), not {}", count, gpus));
+    return count >= gpus ? 0 : 77;
   });
   std::string reason = why.Receive();
-  if (rc == 77) Skip("no CUDA GPU here: " + reason);
+  if (rc == 77) Skip(fmt::format("needs {} CUDA GPU(s): {}", gpus, reason));
   REQUIRE(rc == 0);
 }
+
+// The UUID of GPU `ordinal`, read in a child (this process never initialises CUDA).
+std::string UuidOf(int ordinal) {
+  Channel uuid;
+  int rc = RunChild([&] {
+    const CudaDriver& cu = **LoadCudaDriver();
+    CUdevice dev;
+    if (cu.DeviceGet(&dev, ordinal) != CUDA_SUCCESS) return 1;
+    auto id = DeviceUuid(cu, dev);
+    uuid.Send(id.ok() ? *id : "");
+    return id.ok() ? 0 : 2;
+  });
+  REQUIRE(rc == 0);
+  return uuid.Receive();
+}
+
 
 // Makes device `ordinal`'s primary context current in this thread (of a child process).
 const CudaDriver& Cuda(int ordinal = 0) {
@@ -48,6 +69,20 @@ const CudaDriver& Cuda(int ordinal = 0) {
   cu->DevicePrimaryCtxRetain(&ctx, dev);
   cu->CtxSetCurrent(ctx);
   return *cu;
+}
+
+// Free bytes on GPU `ordinal`, from a child.
+uint64_t FreeOn(int ordinal) {
+  Channel bytes;
+  int rc = RunChild([&] {
+    const CudaDriver& cu = Cuda(ordinal);
+    size_t free = 0, total = 0;
+    if (cu.MemGetInfo(&free, &total) != CUDA_SUCCESS) return 1;
+    bytes.Send(std::to_string(free));
+    return 0;
+  });
+  REQUIRE(rc == 0);
+  return std::stoull(bytes.Receive());
 }
 
 CUdeviceptr Ptr(std::span<const std::byte> frame) { return reinterpret_cast<CUdeviceptr>(frame.data()); }
@@ -248,4 +283,111 @@ TEST_CASE("cuda: a deleted range is not reused while a consumer holds it", "[cud
     return AllWords(cu, view->frame(0), 0xA) ? 0 : 6;
   });
   CHECK(rc == 0);
+}
+
+// A thread that never touched CUDA has no current context; the client makes the device's own
+// current around each call that needs one. Seal with the default stream must wait for the
+// frame's GPU even when the sealing thread has no context (or another GPU's) current.
+TEST_CASE("cuda: a put and a seal from a fresh thread with no context", "[cuda]") {
+  NeedGpu();
+  Daemon d = CudaDaemon();
+  Place gpu = FirstGpu(d);
+  int rc = RunChild([&] {
+    Client c = d.Connect();
+    CreateOptions o;
+    o.places = {gpu};
+    auto bytes = std::vector<std::byte>(8 << 20, std::byte{0x5A});
+    Result<Guid> put = Status::Unavailable("not run");
+    std::thread([&] { put = c.Put(bytes, o); }).join();  // cuMemcpyHtoD without a context
+    if (!put.ok()) {
+      std::printf("put: %s\n", put.status().ToString().c_str());
+      return 1;
+    }
+    // The writes are queued in this thread, on the legacy default stream of the GPU's primary
+    // context; the seal comes from a thread with no context at all.
+    const CudaDriver& cu = Cuda();
+    auto draft = c.Create({64 << 20}, o);
+    if (!draft.ok()) return 2;
+    if (cu.MemsetD32(Ptr(draft->frame(0)), 0xC0FFEE, (64 << 20) / 4) != CUDA_SUCCESS) return 3;
+    Guid g = draft->guid();
+    Status sealed = Status::Unavailable("not run");
+    std::thread([&] { sealed = draft->Seal(); }).join();
+    if (!sealed.ok()) {
+      std::printf("seal: %s\n", sealed.ToString().c_str());
+      return 4;
+    }
+    Client reader = d.Connect();
+    auto a = reader.Get(*put);
+    auto b = reader.Get(g);
+    if (!a.ok() || !b.ok()) return 5;
+    if (!AllWords(cu, a->frame(0), 0x5A5A5A5A)) return 6;
+    if (!AllWords(cu, b->frame(0), 0xC0FFEE)) return 7;
+    return b->Populate().ok() ? 0 : 8;  // device frames are not host memory: skipped
+  });
+  CHECK(rc == 0);
+}
+
+TEST_CASE("cuda: with two GPUs and a subset configured, memory comes from the GPU named",
+          "[cuda]") {
+  NeedGpu(2);
+  std::string second = UuidOf(1);
+  Daemon d({"--capacity", "256MiB", "--device-chunk-size", "1GiB", "--devices", second});
+  auto pools = d.Connect().DevicePools();
+  REQUIRE(pools.ok());
+  REQUIRE(pools->size() == 1);
+  CHECK((*pools)[0].uuid == second);
+  uint64_t free0 = FreeOn(0), free1 = FreeOn(1);
+  Client c = d.Connect();
+  CreateOptions o;
+  o.places = {Place::Gpu(second)};
+  auto draft = c.Create({512 << 20}, o);  // one chunk of 1 GiB
+  REQUIRE(draft.ok());
+  uint64_t now0 = FreeOn(0), now1 = FreeOn(1);
+  std::printf("free before/after: GPU 0 %llu/%llu, GPU 1 %llu/%llu\n",
+              static_cast<unsigned long long>(free0), static_cast<unsigned long long>(now0),
+              static_cast<unsigned long long>(free1), static_cast<unsigned long long>(now1));
+  CHECK(free1 - now1 >= (1ull << 30));
+  CHECK(now0 + (256ull << 20) > free0);  // GPU 0 lost no chunk (contexts cost a little)
+}
+
+// A consumer whose own work is on another GPU reads a frame through the copy engines (peer
+// access where the GPUs have it).
+TEST_CASE("cuda: a consumer on another GPU than the producer", "[cuda]") {
+  NeedGpu(2);
+  Daemon d({"--capacity", "256MiB", "--device-chunk-size", "256MiB", "--devices", UuidOf(0)});
+  Place gpu0 = FirstGpu(d);
+  Channel guid;
+  int producer = RunChild([&] {
+    const CudaDriver& cu = Cuda(0);
+    Client c = d.Connect();
+    auto draft = c.Create({16 << 20}, CreateOptions{.places = {gpu0}});
+    if (!draft.ok() || cu.MemsetD32(Ptr(draft->frame(0)), 0xAB, (16 << 20) / 4) != CUDA_SUCCESS) {
+      return 1;
+    }
+    guid.Send(draft->guid().ToString());
+    return draft->Seal().ok() ? 0 : 2;
+  });
+  REQUIRE(producer == 0);
+  Guid g = *Guid::Parse(guid.Receive());
+  int consumer = RunChild([&] {
+    const CudaDriver& cu = Cuda(1);  // this process works on GPU 1
+    Client c = d.Connect();
+    auto obj = c.Get(g);
+    if (!obj.ok()) {
+      std::printf("get: %s\n", obj.status().ToString().c_str());
+      return 1;
+    }
+    CUdeviceptr local = 0;
+    if (cu.MemAlloc(&local, 16 << 20) != CUDA_SUCCESS) return 2;
+    CUresult r = cu.MemcpyDtoD(local, Ptr(obj->frame(0)), 16 << 20);
+    if (r != CUDA_SUCCESS) {
+      std::printf("%s\n", cu.Error(r, "cuMemcpyDtoD (GPU 0 frame to GPU 1)").c_str());
+      return 3;
+    }
+    std::vector<uint32_t> host((16 << 20) / 4);
+    if (cu.MemcpyDtoH(host.data(), local, 16 << 20) != CUDA_SUCCESS) return 4;
+    cu.MemFree(local);
+    return std::all_of(host.begin(), host.end(), [](uint32_t w) { return w == 0xAB; }) ? 0 : 5;
+  });
+  CHECK(consumer == 0);
 }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -137,6 +138,9 @@ pid_t Spawn(std::function<int()> fn) {
     } catch (...) {
       rc = 98;
     }
+    // _Exit flushes nothing: what the child printed would be lost.
+    std::cout.flush();
+    std::fflush(nullptr);
     std::_Exit(rc);
   }
   return pid;

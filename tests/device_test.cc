@@ -12,10 +12,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "tests/daemon_fixture.h"
 #include "tests/other_users.h"
@@ -342,4 +345,209 @@ TEST_CASE("creators of two uids never share a device chunk", "[device]") {
   REQUIRE(chunks[kAlice].size() == 1);  // alice's two objects share her chunk
   REQUIRE(chunks[kBob].size() == 1);
   CHECK(*chunks[kAlice].begin() != *chunks[kBob].begin());
+}
+
+namespace {
+
+// Mappings in process `pid` whose /proc maps line contains `name` and ends with `suffix`.
+int MappingsIn(pid_t pid, const std::string& name, const std::string& suffix = "") {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    n += line.find(name) != std::string::npos && line.ends_with(suffix);
+  }
+  return n;
+}
+
+}  // namespace
+
+// A client maps a shared segment (or chunk) once and keeps it for the objects to come; when the
+// daemon gives it back, a client that is not reading its socket still maps it. Until it says it
+// has unmapped it (it does so when it next talks to the daemon) or it is gone, the segment's
+// bytes stay counted against the capacity, so the daemon never promises memory that a mapping
+// still holds.
+TEST_CASE("a retired segment an idle client still maps is counted until it lets go", "[device]") {
+  const bool device = GENERATE(false, true);
+  const bool killed = GENERATE(false, true);
+  CAPTURE(device, killed);
+  // Two segments' worth of capacity: 4 MiB host segments, or 16 MiB chunks.
+  const uint64_t seg = device ? 16 << 20 : 4 << 20;
+  Daemon d = StandIn({"--capacity", "8MiB", "--segment-size", "4MiB", "--device-capacity", "32MiB"});
+  CreateOptions o;
+  if (device) o.places = {kGpu0};
+  auto held_bytes = [&](Client& c) -> uint64_t {
+    auto st = c.GetStatus();
+    REQUIRE(st.ok());
+    return device ? st->device_pools.at(0).retired_held : st->retired_held;
+  };
+  // Two halves fill the first segment; the third object opens the second. They are put by a
+  // process of their own, so that no child forked here inherits a mapping of them.
+  Channel guids;
+  REQUIRE(RunChild([&] {
+            Client p = d.Connect();
+            for (uint32_t seed : {1, 2, 3}) {
+              auto id = p.Put(Pattern(seg / 2, seed), o);
+              if (!id.ok()) return 1;
+              guids.Send(id->ToString());
+            }
+            return 0;
+          }) == 0);
+  std::optional<Guid> a1 = Guid::Parse(guids.Receive()), a2 = Guid::Parse(guids.Receive()),
+                      b = Guid::Parse(guids.Receive());
+  Client c = d.Connect();
+  uint32_t b_segment = c.Stat(*b)->frames.at(0).segment;
+  REQUIRE(b_segment != c.Stat(*a1)->frames.at(0).segment);
+  const std::string name = device ? "/memfd:depot-test-gpu0-chunk" : "/memfd:depot-";
+  const std::string suffix = device ? "" : fmt::format("-{} (deleted)", b_segment);
+
+  Channel from_child, to_child;
+  pid_t idle = Spawn([&] {
+    Client k = d.Connect();
+    {
+      auto obj = k.Get(*b);  // maps the second segment; dropping the object keeps the mapping
+      if (!obj.ok() || std::memcmp(obj->frame(0).data(), Pattern(seg / 2, 3).data(), seg / 2)) {
+        from_child.Send("failed");
+        return 1;
+      }
+    }
+    from_child.Send("ready");
+    to_child.Receive();  // idle: reads nothing from the daemon meanwhile
+    if (!k.GetStatus().ok()) return 2;  // any request reads the notice that waits
+    from_child.Send("talked");
+    ::pause();
+    return 0;
+  });
+  REQUIRE(from_child.Receive() == "ready");
+  REQUIRE(MappingsIn(idle, name, suffix) == 1);
+  // Its reference goes within a millisecond; then the object is freed as soon as it is deleted.
+  REQUIRE(WaitFor([&] { return c.GetStatus()->objects_deleted == 0; }));
+  REQUIRE(c.Delete(*a1).ok());
+  REQUIRE(c.Delete(*a2).ok());  // the first segment, empty, is kept as the spare
+  REQUIRE(c.Delete(*b).ok());   // the second is given back, but the idle client maps it
+  REQUIRE(WaitFor([&] { return c.GetStatus()->objects_deleted == 0; }));
+  CHECK(held_bytes(c) == seg);
+  CHECK(MappingsIn(idle, name, suffix) == 1);
+  // More than one segment's worth needs both: the held one is not free.
+  auto refused = c.Create({seg + seg / 8}, o);
+  INFO(refused.status().ToString());
+  REQUIRE(refused.status().IsStoreFull());
+  CHECK(refused.status().message().find("in retired segments that clients have not unmapped") !=
+        std::string::npos);
+  std::string out;
+  REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "status"}, &out) == 0);
+  CHECK(out.find(device ? "in retired chunks clients still map" : "in retired segments clients still map") !=
+        std::string::npos);
+
+  if (killed) {
+    ::kill(idle, SIGKILL);
+    Wait(idle);
+  } else {
+    to_child.Send("talk");
+    REQUIRE(from_child.Receive() == "talked");
+  }
+  CHECK(WaitFor([&] { return held_bytes(c) == 0; }));
+  if (!killed) CHECK(MappingsIn(idle, name, suffix) == 0);
+  auto made = c.Create({seg + seg / 8}, o);
+  INFO(made.status().ToString());
+  CHECK(made.ok());
+  if (!killed) {
+    ::kill(idle, SIGKILL);
+    Wait(idle);
+  }
+}
+
+// The backend numbers devices in its own list; with `devices` naming a subset the daemon's pool
+// 1 is the backend's second GPU, and its memory must come from there (the stand-in names each
+// chunk after the device it is on).
+TEST_CASE("a device subset takes memory on the GPU it names", "[device]") {
+  Daemon d = StandIn({"--devices", kGpu1.gpu});
+  Client c = d.Connect();
+  CreateOptions o;
+  o.places = {kGpu1};
+  auto draft = c.Create({1 << 20}, o);
+  REQUIRE(draft.ok());
+  CHECK(MappingOf(draft->frame(0).data()).find("depot-test-gpu1-chunk") != std::string::npos);
+  REQUIRE(draft->Seal().ok());
+  o.places = {kGpu0};
+  CHECK(c.Create({4096}, o).status().IsInvalidArgument());  // not pooled
+}
+
+// What the stand-in can show of puts and seals from a thread that never touched a GPU (CUDA
+// needs a current context for both; cuda_test checks that on a GPU).
+TEST_CASE("a put and a seal of device frames from a fresh thread", "[device]") {
+  Daemon d = StandIn();
+  Client c = d.Connect();
+  Result<Guid> put = Status::Unavailable("not run");
+  Status sealed = Status::Unavailable("not run");
+  std::optional<Guid> created;
+  std::thread([&] {
+    CreateOptions o;
+    o.places = {kGpu0, kGpu1};
+    put = c.Put(std::vector<std::span<const std::byte>>{Pattern(1 << 20, 7), Pattern(4096, 8)}, o);
+    auto draft = c.Create({1 << 20}, o = CreateOptions{.places = {kGpu1}});
+    if (!draft.ok()) return;
+    auto bytes = Pattern(1 << 20, 9);
+    std::memcpy(draft->frame(0).data(), bytes.data(), bytes.size());
+    created = draft->guid();
+    sealed = draft->Seal();
+  }).join();
+  REQUIRE(put.ok());
+  REQUIRE(sealed.ok());
+  Client reader = d.Connect();
+  auto a = reader.Get(*put);
+  auto b = reader.Get(*created);
+  REQUIRE((a.ok() && b.ok()));
+  CHECK(std::memcmp(a->frame(0).data(), Pattern(1 << 20, 7).data(), 1 << 20) == 0);
+  CHECK(std::memcmp(a->frame(1).data(), Pattern(4096, 8).data(), 4096) == 0);
+  CHECK(std::memcmp(b->frame(0).data(), Pattern(1 << 20, 9).data(), 1 << 20) == 0);
+  CHECK(a->Populate().ok());  // device frames are skipped, host ones filled
+}
+
+// At boot the GPU's kernel modules may load after the daemon started: it looks for GPUs again
+// on SIGHUP, and at a client's hello (where clients learn the pools), at most every 2 seconds.
+TEST_CASE("a daemon that found no GPU finds them later", "[device]") {
+  const bool on_hup = GENERATE(true, false);
+  CAPTURE(on_hup);
+  std::string gpus = TempDir() + "/gpus";
+  auto set_gpus = [&](int n) { std::ofstream(gpus) << n << "\n"; };
+  set_gpus(0);
+  ::setenv("DEPOT_TEST_GPUS_FILE", gpus.c_str(), 1);
+  Daemon d = StandIn();
+  ::unsetenv("DEPOT_TEST_GPUS_FILE");
+  CHECK(d.Log().find("device pools: unavailable (no stand-in GPUs") != std::string::npos);
+  Client early = d.Connect();
+  CHECK(early.DevicePools().status().IsUnavailable());
+  set_gpus(2);
+  if (on_hup) {
+    ::kill(d.pid(), SIGHUP);
+    REQUIRE(WaitFor([&] { return d.Log().find("found on looking again") != std::string::npos; }));
+  } else {
+    // The start-up look was just now: a hello before 2 seconds have passed does not look again.
+    CHECK(d.Connect().DevicePools().status().IsUnavailable());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  }
+  Client late = d.Connect();
+  auto pools = late.DevicePools();
+  REQUIRE(pools.ok());
+  CHECK(pools->size() == 2);
+  CHECK(d.Log().find("device pools: found on looking again: 2 GPUs (memfd-test)") !=
+        std::string::npos);
+  CreateOptions o;
+  o.places = {kGpu1};
+  auto id = late.Put(Pattern(1 << 20, 4), o);
+  REQUIRE(id.ok());
+  // A client connected before knows only the pools its hello listed; it reads host objects
+  // as ever, and what others put on the GPUs it cannot map.
+  CHECK(early.Put(Pattern(100, 1)).ok());
+  CHECK(early.Create({4096}, o).status().IsUnavailable());
+  auto st = late.GetStatus();
+  REQUIRE(st.ok());
+  CHECK(st->devices_unavailable.empty());
+}
+
+TEST_CASE("SIGHUP with GPUs already found does not look again", "[device]") {
+  Daemon d = StandIn();
+  ::kill(d.pid(), SIGHUP);
+  REQUIRE(WaitFor([&] { return d.Log().find("not looking again") != std::string::npos; }));
+  CHECK(d.Connect().DevicePools()->size() == 2);
 }

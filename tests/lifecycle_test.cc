@@ -117,6 +117,32 @@ TEST_CASE("a deleted object stays readable by the process that holds it", "[life
   CHECK(StatusOf(c).objects_deleted == 0);
 }
 
+// The process that deletes an object it still holds must not be answered from its own cache:
+// to it, too, the object is gone, while the views it took stay valid.
+TEST_CASE("an object deleted by the process that holds it reads as deleted there", "[lifecycle]") {
+  Daemon d;
+  Client c = d.Connect();
+  auto data = Pattern(256 << 10, 6);
+  auto id = c.Put(data);
+  REQUIRE(id.ok());
+  auto held = c.Get(*id);
+  REQUIRE(held.ok());
+  REQUIRE(*c.Contains(*id));
+  REQUIRE(c.Delete(*id).ok());
+  CHECK_FALSE(*c.Contains(*id));
+  CHECK(c.Get(*id).status().IsNotFound());
+  CHECK(c.Get(std::span<const Guid>(&*id, 1), kNoWait).front().status().IsNotFound());
+  CHECK(std::memcmp(held->frame(0).data(), data.data(), data.size()) == 0);
+  // The same GUID made again is the new object, not the one this process still holds.
+  CreateOptions o;
+  o.guid = *id;
+  REQUIRE(c.Put(Pattern(1000, 7), o).ok());
+  auto again = c.Get(*id);
+  REQUIRE(again.ok());
+  CHECK(again->frame(0).size() == 1000);
+  CHECK(held->frame(0).size() == data.size());
+}
+
 TEST_CASE("a client killed with SIGKILL gives back its references and unsealed objects",
           "[lifecycle]") {
   Daemon d;
@@ -335,4 +361,21 @@ TEST_CASE("a dropped object is released promptly even by an idle client", "[life
   }
   REQUIRE(c.Delete(*id).ok());  // carries the release: the memory goes with the delete
   CHECK(c.GetStatus()->used == 0);
+}
+
+// A spare segment this client maps is given back to make room for its own large object; its
+// bytes count until the client has unmapped it, which it does on the notice that comes with
+// the refusal, and then tries the create once more.
+TEST_CASE("a client's own spare segment gives way to its large object", "[lifecycle]") {
+  Daemon d({"--capacity", "8MiB", "--segment-size", "4MiB"});
+  Client c = d.Connect();
+  auto small = c.Put(Pattern(kMiB, 1));
+  REQUIRE(small.ok());
+  REQUIRE(c.Delete(*small).ok());  // its segment stays, empty, as the spare; c maps it
+  REQUIRE(WaitFor([&] { return StatusOf(c).used == 0; }));
+  auto big = c.Put(Pattern(6 * kMiB, 2));  // a dedicated segment: needs the spare's room
+  REQUIRE(big.ok());
+  auto st = StatusOf(c);
+  CHECK(st.retired_held == 0);
+  CHECK(st.reserved == 6 * kMiB);
 }

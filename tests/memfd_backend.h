@@ -2,8 +2,12 @@
 // chunks are memfd segments. It exercises device pools, the device protocol and chunk fd passing;
 // it is not GPU coverage (that is the [cuda] tests, on a machine with a GPU).
 //
-// $DEPOT_TEST_GPUS is the number of stand-in GPUs (default 2), each of 256 MiB with a granularity
-// of 2 MiB. Not thread-safe, like every DeviceBackend.
+// $DEPOT_TEST_GPUS is the number of stand-in GPUs (default 2), or the file $DEPOT_TEST_GPUS_FILE
+// holds it (read at each look, so that GPUs can appear later, as they do when their kernel modules
+// load after the daemon started), each of 256 MiB with a granularity
+// of 2 MiB. Like a real backend it holds each device to its own memory and names each chunk after
+// the device it is on ("depot-test-gpu<index>-chunk", index in Devices()' list), so that a test
+// sees which device's memory an object took. Not thread-safe, like every DeviceBackend.
 #ifndef DEPOT_TESTS_MEMFD_BACKEND_H_
 #define DEPOT_TESTS_MEMFD_BACKEND_H_
 
@@ -20,14 +24,17 @@ class MemfdBackend : public DeviceBackend {
   std::string kind() const override { return "memfd-test"; }
   Result<std::vector<DeviceInfo>> Devices() override;
   Result<DeviceChunk> CreateChunk(size_t index, uint64_t size) override;
-  void ReleaseChunk(size_t, DeviceChunk& chunk) override;
+  void ReleaseChunk(size_t index, DeviceChunk& chunk) override;
 
   // Chunks created and not yet released.
   uint64_t live_chunks() const { return live_; }
 
  private:
+  static constexpr uint64_t kMemory = uint64_t{256} << 20;  // of each stand-in GPU
+
   uint64_t chunks_ = 0;
   uint64_t live_ = 0;
+  std::vector<uint64_t> used_;  // bytes in chunks, per device of the last Devices()
 };
 
 }  // namespace depot::test

@@ -54,7 +54,10 @@ struct Fixture {
       : budget{capacity, 0} {
     o.budget = &budget;
     auto r =
-        SegmentedPool::Create(std::move(source), o, [this](uint32_t id) { retired.push_back(id); });
+        SegmentedPool::Create(std::move(source), o, [this](uint32_t id) {
+          retired.push_back(id);
+          return held;
+        });
     REQUIRE(r.ok());
     pool = std::move(*r);
   }
@@ -67,6 +70,7 @@ struct Fixture {
 
   PoolBudget budget;
   std::vector<uint32_t> retired;
+  bool held = false;  // what the retire callback answers: some client still maps the segment
   std::unique_ptr<SegmentedPool> pool;
 };
 
@@ -144,6 +148,32 @@ TEST_CASE("The host pool gives a large object a dedicated segment and retires it
   CHECK_FALSE(ShmExists(f.Name(big.segment)));
   CHECK(f.retired == std::vector<uint32_t>{big.segment});
   CHECK(f.pool->stats().reserved == kMiB);
+}
+
+TEST_CASE("A retired segment that clients still map stays counted until they drop it",
+          "[segmented_pool]") {
+  PoolFixture f(2 * kMiB);  // room for two 1 MiB segments
+  f.held = true;
+  Location big = f.Allocate(kMiB + kMiB / 2);  // a dedicated segment of 1.5 MiB rounded up
+  uint64_t big_size = f.pool->segment(big.segment)->size();
+  f.pool->Free(big);
+  CHECK(f.retired == std::vector<uint32_t>{big.segment});
+  CHECK(f.pool->segment(big.segment) == nullptr);
+  CHECK(ShmExists(f.Name(big.segment)));  // its memory is kept while it is held
+  CHECK(f.pool->stats().retired_held == big_size);
+  CHECK(f.pool->stats().reserved == big_size);
+  CHECK(f.budget.reserved == big_size);
+  auto refused = f.pool->Allocate(kMiB, kOwner);
+  REQUIRE(refused.status().IsStoreFull());
+  CHECK(refused.status().message().find("in retired segments that clients have not unmapped") !=
+        std::string::npos);
+  f.pool->Dropped(big.segment + 1);  // not held: nothing changes
+  CHECK(f.pool->stats().retired_held == big_size);
+  f.pool->Dropped(big.segment);
+  CHECK_FALSE(ShmExists(f.Name(big.segment)));
+  CHECK(f.pool->stats().retired_held == 0);
+  CHECK(f.budget.reserved == 0);
+  CHECK(f.pool->Allocate(kMiB, kOwner).ok());
 }
 
 TEST_CASE("The host pool keeps at most one empty shared segment", "[segmented_pool]") {

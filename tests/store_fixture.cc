@@ -224,6 +224,27 @@ void StoreHarness::Release(Client& c, const std::vector<uint64_t>& handles) {
   REQUIRE_FALSE(Reply(c, id));  // one way
 }
 
+size_t StoreHarness::DropRetired(Client& c) {
+  size_t dropped = 0;
+  auto& received = c.peer.received;
+  for (auto it = received.begin(); it != received.end();) {
+    if (it->type != static_cast<uint16_t>(MsgType::kSegmentsRetired)) {
+      ++it;
+      continue;
+    }
+    const auto* notice = it->As<wire::SegmentsRetired>();
+    std::vector<uint32_t> ids(notice->ids()->begin(), notice->ids()->end());
+    fb::FlatBufferBuilder fbb;
+    fbb.Finish(wire::CreateSegmentsRetired(fbb, fbb.CreateVector(ids), notice->pool()));
+    uint64_t id = 0;
+    REQUIRE(Send(c, MsgType::kSegmentsDropped, fbb, &id).ok());
+    REQUIRE_FALSE(Reply(c, id));  // one way
+    dropped += ids.size();
+    it = received.erase(it);
+  }
+  return dropped;
+}
+
 Message StoreHarness::Delete(Client& c, const std::vector<Guid>& guids) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateGuidsRequest(fbb, Guids(fbb, guids)));
@@ -271,6 +292,8 @@ StatusSummary StoreHarness::StatusOf(Client& c) {
   s.gets_waiting = r->gets_waiting();
   s.namespaces = r->namespaces();
   s.clients = r->clients();
+  s.reserved = r->reserved();
+  s.retired_held = r->retired_held();
   if (r->errors()) s.errors.assign(r->errors()->begin(), r->errors()->end());
   if (r->users()) {
     for (const wire::UserUsage* u : *r->users()) s.users[u->uid()] = {u->objects(), u->bytes()};

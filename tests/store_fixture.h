@@ -116,6 +116,8 @@ struct StatusSummary {
   uint32_t gets_waiting = 0;
   uint32_t namespaces = 0;
   uint32_t clients = 0;
+  uint64_t reserved = 0;
+  uint64_t retired_held = 0;
   std::vector<uint64_t> errors;                             // by code
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> users;  // uid -> objects, bytes
   uint64_t errors_of(Status::Code c) const { return errors.at(static_cast<size_t>(c)); }
@@ -155,6 +157,9 @@ class StoreHarness {
   // A get that must be answered at once.
   Message Get(Client& c, const std::vector<Guid>& guids, int64_t timeout_ms = 0);
   void Release(Client& c, const std::vector<uint64_t>& handles);
+  // Answers every retire notice `c` received (and removes them) as the client library does once
+  // it has unmapped the segments: a SegmentsDropped naming them. Returns how many segments.
+  size_t DropRetired(Client& c);
   Message Delete(Client& c, const std::vector<Guid>& guids);
   Message Contains(Client& c, const std::vector<Guid>& guids);
   Message List(Client& c);

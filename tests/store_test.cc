@@ -501,3 +501,44 @@ TEST_CASE("store: sessions that have a segment are told when it is given back", 
   CHECK(h.Create(a, {.sizes = {600 * kKiB}}).fds.empty());
   CHECK(h.Create(a, {.sizes = {600 * kKiB}}).fds.size() == 1);
 }
+
+// A retired segment stays counted (reserved, and retired_held) until every session told of it
+// has said it dropped it, or has gone; nobody else can let go in its place.
+TEST_CASE("store: a retired segment is held until the sessions told of it drop it", "[store]") {
+  StoreHarness h;  // 1 MiB segments: objects of 600 KiB take one each
+  Client& a = h.Hello();
+  Client& b = h.Hello();
+  Client& c = h.Hello();
+  Client& other = h.Hello();
+  Guid p = h.Put(a, 600 * kKiB);
+  Guid q = h.Put(a, 600 * kKiB);
+  for (Client* reader : {&b, &c}) {
+    Message got = h.Get(*reader, {q});
+    h.Release(*reader, Handles(got));
+  }
+  h.Delete(a, {p});
+  h.Delete(a, {q});  // q's segment is given back; a, b and c have it
+  CHECK(h.StatusOf(a).retired_held == kMiB);
+  CHECK(h.StatusOf(a).reserved == 2 * kMiB);
+  // A session that never had it cannot let go for the others; a repeated drop counts once.
+  fb::FlatBufferBuilder fbb;
+  uint32_t id = 0;
+  for (const Message& m : a.peer.received) {
+    if (m.type == static_cast<uint16_t>(MsgType::kSegmentsRetired)) {
+      id = m.As<wire::SegmentsRetired>()->ids()->Get(0);
+    }
+  }
+  REQUIRE(id != 0);
+  std::vector<uint32_t> ids{id, id, 999};
+  fbb.Finish(wire::CreateSegmentsRetired(fbb, fbb.CreateVector(ids), 0));
+  REQUIRE(h.Send(other, MsgType::kSegmentsDropped, fbb).ok());
+  CHECK(h.StatusOf(a).retired_held == kMiB);
+  CHECK(h.DropRetired(a) == 1);
+  CHECK(h.DropRetired(a) == 0);
+  CHECK(h.StatusOf(a).retired_held == kMiB);  // b and c still map it
+  CHECK(h.DropRetired(b) == 1);
+  CHECK(h.StatusOf(a).retired_held == kMiB);
+  h.Close(c);  // gone: its mappings with it
+  CHECK(h.StatusOf(a).retired_held == 0);
+  CHECK(h.StatusOf(a).reserved == kMiB);  // the spare
+}

@@ -94,13 +94,17 @@ int Status(depot::Client& c, bool json) {
   for (const auto& p : s->device_pools) {
     pools_json += fmt::format(
         "{}{{\"pool\":{},\"uuid\":{},\"name\":{},\"kind\":{},\"capacity\":{},\"chunk_size\":{},"
-        "\"reserved\":{},\"used\":{},\"chunks\":{}}}",
+        "\"reserved\":{},\"used\":{},\"chunks\":{},\"retired_held\":{}}}",
         pools_json.empty() ? "" : ",", p.pool, Json(p.uuid), Json(p.name), Json(p.kind), p.capacity,
-        p.chunk_size, p.reserved, p.used, p.chunks);
+        p.chunk_size, p.reserved, p.used, p.chunks, p.retired_held);
     pools_text +=
         fmt::format("\n  gpu{} {} ({}, {}): {} used of {}, {} in {} chunk{}", p.pool - 1, p.uuid,
                     p.name, p.kind, depot::FormatBytes(p.used), depot::FormatBytes(p.capacity),
                     depot::FormatBytes(p.reserved), p.chunks, p.chunks == 1 ? "" : "s");
+    if (p.retired_held > 0) {
+      pools_text += fmt::format(", {} in retired chunks clients still map",
+                                depot::FormatBytes(p.retired_held));
+    }
   }
   if (json) {
     fmt::print("{}\n", StatusJson(*s, errors_json, pools_json));
@@ -113,8 +117,11 @@ int Status(depot::Client& c, bool json) {
       "host pool     {} used of {} ({} free), largest free block {}, fragmentation {:.0f}%\n",
       FormatBytes(s->used), FormatBytes(s->capacity), FormatBytes(s->capacity - s->used),
       FormatBytes(s->largest_free), 100 * s->fragmentation());
-  fmt::print("segments      {} holding {}{}\n", s->segments, FormatBytes(s->reserved),
-             s->prefault ? " (prefaulted)" : "");
+  fmt::print("segments      {} holding {}{}{}\n", s->segments, FormatBytes(s->reserved),
+             s->prefault ? " (prefaulted)" : "",
+             s->retired_held == 0 ? ""
+                                  : fmt::format(", {} in retired segments clients still map",
+                                                FormatBytes(s->retired_held)));
   if (s->device_pools.empty()) {
     fmt::print("device pools  unavailable ({})\n", s->devices_unavailable);
   } else {

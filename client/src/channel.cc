@@ -254,7 +254,10 @@ Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body, 
     return Status::OK();
   }
   if (h.type == static_cast<uint16_t>(proto::MsgType::kSegmentsRetired)) {
-    segments_.Retire(*proto::Body<wire::SegmentsRetired>(body));
+    // Told at once, so that the daemon counts the memory free again. A send that fails means
+    // the connection is gone, and with it every hold this process had.
+    std::vector<uint8_t> dropped = segments_.Retire(*proto::Body<wire::SegmentsRetired>(body));
+    if (!dropped.empty()) Send(dropped);
     return Status::OK();
   }
   Message msg;

@@ -168,7 +168,7 @@ Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
     // Create, fill and seal in one round trip.
     fb::FlatBufferBuilder fbb(total + 256);
     fbb.Finish(BuildCreate(fbb, sizes, {}, options, frames));
-    auto reply = conn_->Call(MsgType::kCreate, fbb);
+    auto reply = conn_->CallCreate(fbb);
     if (!reply.ok()) return reply.status();
     return FromWire(proto::Body<wire::CreateReply>(reply->body)->guid());
   }
@@ -204,7 +204,7 @@ Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOption
   }
   fb::FlatBufferBuilder fbb(256);
   fbb.Finish(BuildCreate(fbb, sizes, pools, options, {}));
-  auto reply = conn_->Call(MsgType::kCreate, fbb);
+  auto reply = conn_->CallCreate(fbb);
   if (!reply.ok()) return reply.status();
   auto draft =
       conn_->MakeDraft(*proto::Body<wire::CreateReply>(reply->body), *reply, sizes, pools);
@@ -285,6 +285,7 @@ std::vector<Status> Client::Delete(std::span<const Guid> guids) {
   const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
   for (size_t i = 0; results && i < results->size() && i < out.size(); ++i) {
     out[i] = ToStatus(results->Get(i)->code(), results->Get(i)->message());
+    if (out[i].ok()) conn_->Deleted(guids[i]);
   }
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -48,7 +49,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
 }
 
 Status Connection::CopyIn(std::span<std::byte> dst, std::span<const std::byte> src,
-                          const Place& place) const {
+                          const Place& place) {
   if (dst.empty()) return Status::OK();
   auto pool = PoolOf(place);
   if (!pool.ok()) return pool.status();
@@ -56,17 +57,20 @@ Status Connection::CopyIn(std::span<std::byte> dst, std::span<const std::byte> s
     std::memcpy(dst.data(), src.data(), dst.size());
     return Status::OK();
   }
-  return cuda_.CopyIn(dst, src);
+  return cuda_.CopyIn(dst, src, *pool);
 }
 
-Status Connection::SyncDevices(const std::vector<Place>& places, void* cuda_stream) const {
-  bool cuda = false;
+Status Connection::SyncDevices(const std::vector<Place>& places, void* cuda_stream) {
+  std::vector<uint32_t> gpus;  // the CUDA pools of the frames, each once
   for (const Place& p : places) {
     auto pool = PoolOf(p);
-    cuda = cuda || (pool.ok() && pools_.IsCuda(*pool));
+    if (pool.ok() && pools_.IsCuda(*pool) &&
+        std::find(gpus.begin(), gpus.end(), *pool) == gpus.end()) {
+      gpus.push_back(*pool);
+    }
   }
-  if (!cuda) return Status::OK();
-  return cuda_.Sync(cuda_stream);
+  if (gpus.empty()) return Status::OK();
+  return cuda_.Sync(cuda_stream, gpus);
 }
 
 std::optional<Object> Connection::Cached(const Guid& guid) {
@@ -117,7 +121,7 @@ Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Mes
 
 void Connection::Forget(Holding& h) {
   cache_.Forget(h);
-  segments_.DropUses(h.segment_uses);
+  DropUses(h.segment_uses);
   if (h.handle != 0) releases_.Queue(h.handle);
 }
 

@@ -41,8 +41,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return channel_.Call(type, fbb, releases_.Take());
   }
 
-  // Gives back segment uses that MapFrames recorded.
-  void DropUses(const std::vector<uint64_t>& uses) { segments_.DropUses(uses); }
+  // A create request. When it finds the store full while this process was unmapping segments
+  // the daemon had retired (their bytes count until the daemon hears it), it is sent once more.
+  Result<Message> CallCreate(flatbuffers::FlatBufferBuilder& fbb) {
+    uint64_t drops = segments_.retired_drops();
+    auto reply = Call(proto::MsgType::kCreate, fbb);
+    if (reply.ok() || !reply.status().IsStoreFull() || segments_.retired_drops() == drops) {
+      return reply;
+    }
+    return Call(proto::MsgType::kCreate, fbb);
+  }
+
+  // Gives back segment uses that MapFrames recorded, and tells the daemon of the retired
+  // segments that this unmapped.
+  void DropUses(const std::vector<uint64_t>& uses) {
+    if (auto dropped = segments_.DropUses(uses); !dropped.empty()) channel_.Send(dropped);
+  }
   // Every result of `reply` is handled: closes its dedicated segments that nothing uses.
   void DropIdle(const Message& reply) { segments_.DropIdle(reply.dedicated); }
 
@@ -52,11 +66,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // pool on that GPU.
   Result<uint32_t> PoolOf(const Place& place) const { return pools_.PoolOf(place); }
   // Copies host bytes into a frame of this process's draft at `place`.
-  Status CopyIn(std::span<std::byte> dst, std::span<const std::byte> src, const Place& place) const;
+  Status CopyIn(std::span<std::byte> dst, std::span<const std::byte> src, const Place& place);
   // See Client::PinHostMemory.
   Status PinHostMemory() { return segments_.PinHostMemory(); }
   // Waits for `cuda_stream` when any of `places` is on a CUDA GPU (see Draft::Seal).
-  Status SyncDevices(const std::vector<Place>& places, void* cuda_stream) const;
+  Status SyncDevices(const std::vector<Place>& places, void* cuda_stream);
 
   // An Object this process already holds, if any.
   std::optional<Object> Cached(const Guid& guid);
@@ -67,6 +81,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Result<Object> Adopt(const Guid& guid, const wire::GetResult& result, Message& reply);
   // A Holding's last Object is gone: forget it and release its reference on the daemon.
   void Forget(Holding& h);
+  // This process deleted `guid`: it is no longer answered from the cache.
+  void Deleted(const Guid& guid) { cache_.Deleted(guid); }
 
   // Builds a Draft from a create reply for frames of `sizes` in `pools` (empty: all on the host),
   // and aborts the object when its frames cannot be mapped. A reply whose frames are not those

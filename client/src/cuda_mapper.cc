@@ -12,96 +12,208 @@ namespace depot::internal {
 
 namespace {
 
-// The local CUDA device of the GPU with this UUID.
-Result<int> LocalDevice(const CudaDriver& cu, const Place& place) {
+Status Failed(const CudaDriver& cu, CUresult r, const char* call) {
+  return Status::Unavailable(cu.Error(r, call));
+}
+
+// Makes a context current in this thread while it lives, and then whatever was current before.
+class ScopedContext {
+ public:
+  ScopedContext(const CudaDriver& cu, void* context)
+      : cu_(cu), pushed_(cu.CtxPushCurrent(static_cast<CUcontext>(context))) {}
+  ~ScopedContext() {
+    CUcontext popped;
+    if (pushed_ == CUDA_SUCCESS) cu_.CtxPopCurrent(&popped);
+  }
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+  Status status() const {
+    return pushed_ == CUDA_SUCCESS ? Status::OK() : Failed(cu_, pushed_, "cuCtxPushCurrent");
+  }
+
+ private:
+  const CudaDriver& cu_;
+  CUresult pushed_;
+};
+
+// The ordinal of the local GPU named `uuid`.
+Result<int> OrdinalOf(const CudaDriver& cu, const std::string& uuid) {
   int count = 0;
-  cu.DeviceGetCount(&count);
+  if (CUresult r = cu.DeviceGetCount(&count); r != CUDA_SUCCESS) {
+    return Failed(cu, r, "cuDeviceGetCount");
+  }
   for (int i = 0; i < count; ++i) {
     CUdevice dev;
-    CUuuid uuid;
-    if (cu.DeviceGet(&dev, i) != CUDA_SUCCESS || cu.DeviceGetUuid(&uuid, dev) != CUDA_SUCCESS) {
-      continue;
-    }
-    if (FormatGpuUuid(uuid) != place.gpu) continue;
-    // The runtime API works in the primary context: make sure it exists for this device.
-    CUcontext ctx;
-    cu.DevicePrimaryCtxRetain(&ctx, dev);
-    return static_cast<int>(dev);
+    if (cu.DeviceGet(&dev, i) != CUDA_SUCCESS) continue;
+    auto id = DeviceUuid(cu, dev);
+    if (id.ok() && *id == uuid) return i;
   }
   return Status::Unavailable(
-      fmt::format("{} is not visible to this process (CUDA_VISIBLE_DEVICES?)", place.gpu));
+      fmt::format("{} is not visible to this process (CUDA_VISIBLE_DEVICES?)", uuid));
 }
 
 }  // namespace
 
-Result<void*> CudaMapper::Map(int fd, uint64_t size, uint32_t pool, bool writable) {
+CudaMapper::~CudaMapper() {
+  if (devices_.empty()) return;  // nothing retained: never load the driver just to go
+  auto cu = LoadCudaDriver();
+  if (!cu.ok()) return;
+  for (const auto& [ordinal, device] : devices_) {
+    CUdevice dev;
+    if ((*cu)->DeviceGet(&dev, ordinal) == CUDA_SUCCESS) (*cu)->DevicePrimaryCtxRelease(dev);
+  }
+}
+
+Result<CudaMapper::Device> CudaMapper::DeviceOf(uint32_t pool) {
   auto cu = LoadCudaDriver();
   if (!cu.ok()) return cu.status();
-  auto device = LocalDevice(**cu, pools_.PlaceOf(pool));
+  int ordinal = 0;
+  if (pool != 0) {
+    auto found = OrdinalOf(**cu, pools_.PlaceOf(pool).gpu);
+    if (!found.ok()) return found.status();
+    ordinal = *found;
+  }
+  std::lock_guard lk(mu_);
+  if (auto it = devices_.find(ordinal); it != devices_.end()) return it->second;
+  CUdevice dev;
+  if (CUresult r = (*cu)->DeviceGet(&dev, ordinal); r != CUDA_SUCCESS) {
+    return Failed(**cu, r, "cuDeviceGet");
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t granularity = 0;
+  if (CUresult r = (*cu)->MemGetAllocationGranularity(&granularity, &prop,
+                                                      CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+      r != CUDA_SUCCESS) {
+    return Failed(**cu, r, "cuMemGetAllocationGranularity");
+  }
+  CUcontext ctx;
+  if (CUresult r = (*cu)->DevicePrimaryCtxRetain(&ctx, dev); r != CUDA_SUCCESS) {
+    return Failed(**cu, r, "cuDevicePrimaryCtxRetain");
+  }
+  Device d{ordinal, ctx, granularity};
+  devices_.emplace(ordinal, d);
+  return d;
+}
+
+Result<void*> CudaMapper::Map(int fd, uint64_t size, uint32_t pool, bool writable) {
+  auto device = DeviceOf(pool);
   if (!device.ok()) return device.status();
+  const CudaDriver& cu = **LoadCudaDriver();
+  ScopedContext current(cu, device->context);
+  if (Status st = current.status(); !st.ok()) return st;
   // Chunks are imported per mapping; the mapping keeps the memory alive after the handle goes.
   CUmemGenericAllocationHandle handle;
-  CUresult r = (*cu)->MemImportFromShareableHandle(
-      &handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  if (r != CUDA_SUCCESS) {
-    return Status::Unavailable((*cu)->Error(r, "cuMemImportFromShareableHandle"));
-  }
+  CUresult r = cu.MemImportFromShareableHandle(&handle,
+                                               reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r != CUDA_SUCCESS) return Failed(cu, r, "cuMemImportFromShareableHandle");
   CUdeviceptr ptr = 0;
-  r = (*cu)->MemAddressReserve(&ptr, size, 0, 0, 0);
-  if (r == CUDA_SUCCESS) r = (*cu)->MemMap(ptr, size, 0, handle, 0);
-  (*cu)->MemRelease(handle);
+  // The range is aligned to the device's granularity, as cuMemMap requires of its address.
+  if (r = cu.MemAddressReserve(&ptr, size, device->granularity, 0, 0); r != CUDA_SUCCESS) {
+    cu.MemRelease(handle);
+    return Failed(cu, r, "cuMemAddressReserve");
+  }
+  r = cu.MemMap(ptr, size, 0, handle, 0);
+  cu.MemRelease(handle);
   if (r != CUDA_SUCCESS) {
-    if (ptr != 0) (*cu)->MemAddressFree(ptr, size);
-    return Status::Unavailable((*cu)->Error(r, "cuMemMap"));
+    cu.MemAddressFree(ptr, size);
+    return Failed(cu, r, "cuMemMap");
   }
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = *device;
+  access.location.id = device->ordinal;
   access.flags = writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
-  if (r = (*cu)->MemSetAccess(ptr, size, &access, 1); r != CUDA_SUCCESS) {
-    (*cu)->MemUnmap(ptr, size);
-    (*cu)->MemAddressFree(ptr, size);
-    return Status::Unavailable((*cu)->Error(r, "cuMemSetAccess"));
+  if (r = cu.MemSetAccess(ptr, size, &access, 1); r != CUDA_SUCCESS) {
+    cu.MemUnmap(ptr, size);
+    cu.MemAddressFree(ptr, size);
+    return Failed(cu, r, "cuMemSetAccess");
   }
   return reinterpret_cast<void*>(ptr);
 }
 
 void CudaMapper::Unmap(void* base, uint64_t size) {
-  auto cu = LoadCudaDriver();
-  if (!cu.ok()) return;
-  (*cu)->MemUnmap(reinterpret_cast<CUdeviceptr>(base), size);
-  (*cu)->MemAddressFree(reinterpret_cast<CUdeviceptr>(base), size);
+  // Only a mapped chunk is unmapped, and mapping loaded the driver. The virtual memory calls
+  // act on the process's address space and need no context.
+  const CudaDriver& cu = **LoadCudaDriver();
+  cu.MemUnmap(reinterpret_cast<CUdeviceptr>(base), size);
+  cu.MemAddressFree(reinterpret_cast<CUdeviceptr>(base), size);
 }
 
 Status CudaMapper::Load() const { return LoadCudaDriver().status(); }
 
-Status CudaMapper::Pin(void* base, uint64_t size, bool read_only) const {
-  auto cu = LoadCudaDriver();
-  if (!cu.ok()) return cu.status();
-  unsigned flags = read_only ? CU_MEMHOSTREGISTER_READ_ONLY : 0;
-  if (CUresult r = (*cu)->MemHostRegister(base, size, flags); r != CUDA_SUCCESS) {
-    return Status::Unavailable((*cu)->Error(r, "cuMemHostRegister"));
+Result<bool> CudaMapper::Pin(void* base, uint64_t size, bool read_only) {
+  auto device = DeviceOf(0);
+  if (!device.ok()) return device.status();
+  const CudaDriver& cu = **LoadCudaDriver();
+  ScopedContext current(cu, device->context);
+  if (Status st = current.status(); !st.ok()) return st;
+  unsigned flags = CU_MEMHOSTREGISTER_PORTABLE;
+  if (read_only) {
+    int supported = 0;
+    CUresult r = cu.DeviceGetAttribute(&supported,
+                                       CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+                                       device->ordinal);
+    if (r != CUDA_SUCCESS) return Failed(cu, r, "cuDeviceGetAttribute");
+    if (supported) flags |= CU_MEMHOSTREGISTER_READ_ONLY;
   }
-  return Status::OK();
+  CUresult r = cu.MemHostRegister(base, size, flags);
+  if (r == CUDA_SUCCESS) return true;
+  // Without the read-only flag a read-only mapping registers only where the GPU uses the host's
+  // page tables; elsewhere it stays pageable, which costs speed, not correctness.
+  if (read_only && (flags & CU_MEMHOSTREGISTER_READ_ONLY) == 0) return false;
+  return Failed(cu, r, "cuMemHostRegister");
 }
 
-// Only a pinned mapping is unpinned, and pinning loaded the driver.
-void CudaMapper::Unpin(void* base) const { (*LoadCudaDriver())->MemHostUnregister(base); }
-
-Status CudaMapper::CopyIn(std::span<std::byte> dst, std::span<const std::byte> src) const {
-  auto cu = LoadCudaDriver();
-  if (!cu.ok()) return cu.status();
-  CUresult r = (*cu)->MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst.data()), src.data(), dst.size());
-  if (r != CUDA_SUCCESS) return Status::Unavailable((*cu)->Error(r, "cuMemcpyHtoD"));
-  return Status::OK();
+void CudaMapper::Unpin(void* base) {
+  // Only a pinned mapping is unpinned, and pinning retained the device.
+  auto device = DeviceOf(0);
+  if (!device.ok()) return;
+  const CudaDriver& cu = **LoadCudaDriver();
+  ScopedContext current(cu, device->context);
+  cu.MemHostUnregister(base);
 }
 
-Status CudaMapper::Sync(void* cuda_stream) const {
-  auto cu = LoadCudaDriver();
-  if (!cu.ok()) return cu.status();
-  CUresult r = (*cu)->StreamSynchronize(static_cast<CUstream>(cuda_stream));
-  if (r != CUDA_SUCCESS) return Status::Unavailable((*cu)->Error(r, "cuStreamSynchronize"));
+Status CudaMapper::CopyIn(std::span<std::byte> dst, std::span<const std::byte> src,
+                          uint32_t pool) {
+  auto device = DeviceOf(pool);
+  if (!device.ok()) return device.status();
+  const CudaDriver& cu = **LoadCudaDriver();
+  ScopedContext current(cu, device->context);
+  if (Status st = current.status(); !st.ok()) return st;
+  CUresult r = cu.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst.data()), src.data(), dst.size());
+  return r == CUDA_SUCCESS ? Status::OK() : Failed(cu, r, "cuMemcpyHtoD");
+}
+
+Status CudaMapper::Sync(void* cuda_stream, std::span<const uint32_t> pools) {
+  auto loaded = LoadCudaDriver();
+  if (!loaded.ok()) return loaded.status();
+  const CudaDriver& cu = **loaded;
+  if (cuda_stream != nullptr) {
+    // A stream belongs to one context: wait in that one, whichever is current here.
+    auto stream = static_cast<CUstream>(cuda_stream);
+    CUcontext ctx;
+    if (CUresult r = cu.StreamGetCtx(stream, &ctx); r != CUDA_SUCCESS) {
+      return Failed(cu, r, "cuStreamGetCtx");
+    }
+    ScopedContext current(cu, ctx);
+    if (Status st = current.status(); !st.ok()) return st;
+    CUresult r = cu.StreamSynchronize(stream);
+    return r == CUDA_SUCCESS ? Status::OK() : Failed(cu, r, "cuStreamSynchronize");
+  }
+  for (uint32_t pool : pools) {
+    auto device = DeviceOf(pool);
+    if (!device.ok()) return device.status();
+    ScopedContext current(cu, device->context);
+    if (Status st = current.status(); !st.ok()) return st;
+    if (CUresult r = cu.StreamSynchronize(nullptr); r != CUDA_SUCCESS) {
+      return Failed(cu, r, "cuStreamSynchronize");
+    }
+  }
   return Status::OK();
 }
 
@@ -113,15 +225,16 @@ Status NoCuda() { return Status::Unavailable("this libdepot is built without CUD
 
 }  // namespace
 
+CudaMapper::~CudaMapper() = default;
 Result<void*> CudaMapper::Map(int, uint64_t, uint32_t, bool) { return NoCuda(); }
 void CudaMapper::Unmap(void*, uint64_t) {}
 Status CudaMapper::Load() const { return NoCuda(); }
-Status CudaMapper::Pin(void*, uint64_t, bool) const { return NoCuda(); }
-void CudaMapper::Unpin(void*) const {}
-Status CudaMapper::CopyIn(std::span<std::byte>, std::span<const std::byte>) const {
+Result<bool> CudaMapper::Pin(void*, uint64_t, bool) { return NoCuda(); }
+void CudaMapper::Unpin(void*) {}
+Status CudaMapper::CopyIn(std::span<std::byte>, std::span<const std::byte>, uint32_t) {
   return NoCuda();
 }
-Status CudaMapper::Sync(void*) const { return NoCuda(); }
+Status CudaMapper::Sync(void*, std::span<const uint32_t>) { return NoCuda(); }
 
 #endif  // DEPOT_HAVE_CUDA
 

@@ -54,8 +54,9 @@ Status Object::Verify() const {
 
 Status Object::Populate() const {
   static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  for (auto f : h_->frames) {
-    if (f.empty()) continue;
+  for (size_t i = 0; i < h_->frames.size(); ++i) {
+    std::span<const std::byte> f = h_->frames[i];
+    if (f.empty() || !place(i).host()) continue;
     uintptr_t start = reinterpret_cast<uintptr_t>(f.data()) & ~(kPage - 1);
     uintptr_t end = reinterpret_cast<uintptr_t>(f.data()) + f.size();
     if (::madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_READ) != 0) {
@@ -112,11 +113,12 @@ Status Draft::Finish(bool seal, void* cuda_stream) {
   fb::Optional<uint64_t> checksum;
   if (seal && checksum_) checksum = Checksum(frames_);
   fbb.Finish(wire::CreateGuidRequest(fbb, &g, checksum));
-  auto reply = conn_->Call(seal ? MsgType::kSeal : MsgType::kAbort, fbb);
+  // Unmapped before the daemon hears of it: once sealed, a reader may release and delete the
+  // object at once, and a dedicated segment is then given back without a retire notice.
   frames_.clear();
   conn_->DropUses(segment_uses_);
   segment_uses_.clear();
-  return reply.status();
+  return conn_->Call(seal ? MsgType::kSeal : MsgType::kAbort, fbb).status();
 }
 
 }  // namespace depot

@@ -51,6 +51,12 @@ class ObjectCache {
   void Remember(const std::shared_ptr<Holding>& h);
   // `h`'s last Object is gone: forgets it, unless a newer holding of its GUID took its place.
   void Forget(const Holding& h);
+  // This process deleted `guid`: a get or contains of it must ask the daemon again, and find it
+  // gone. The Objects that hold it keep their bytes.
+  void Deleted(const Guid& guid) {
+    std::lock_guard lk(mu_);
+    entries_.erase(guid);
+  }
 
  private:
   struct Entry {

@@ -13,7 +13,7 @@ std::vector<DevicePoolInfo> DevicePoolsFromWire(
   auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
   for (const wire::DevicePoolInfo* p : *pools) {
     out.push_back({p->pool(), str(p->uuid()), str(p->name()), str(p->kind()), p->capacity(),
-                   p->chunk_size(), p->reserved(), p->used(), p->chunks()});
+                   p->chunk_size(), p->reserved(), p->used(), p->chunks(), p->retired_held()});
   }
   return out;
 }

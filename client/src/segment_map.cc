@@ -35,18 +35,42 @@ void SegmentMap::Keep(Segment& s, UniqueFd fd) {
   if (!slot.valid()) slot = std::move(fd);
 }
 
-void SegmentMap::Retire(const wire::SegmentsRetired& notice) {
-  std::lock_guard lk(mu_);
-  if (notice.ids() == nullptr) return;
-  for (uint32_t id : *notice.ids()) {
-    auto it = segments_.find(SegmentKey(notice.pool(), id));
-    if (it == segments_.end()) continue;
-    it->second.retired = true;
-    if (it->second.uses == 0) {
-      Unmap(it->second);
-      segments_.erase(it);
+std::vector<uint8_t> SegmentMap::Retire(const wire::SegmentsRetired& notice) {
+  std::vector<uint64_t> dropped;
+  {
+    std::lock_guard lk(mu_);
+    if (notice.ids() == nullptr) return {};
+    for (uint32_t id : *notice.ids()) {
+      uint64_t key = SegmentKey(notice.pool(), id);
+      auto it = segments_.find(key);
+      if (it != segments_.end()) {
+        it->second.retired = true;
+        if (it->second.uses > 0) continue;  // dropped with its last use
+        Unmap(it->second);
+        segments_.erase(it);
+      }
+      dropped.push_back(key);
     }
   }
+  return DroppedMessage(std::move(dropped));
+}
+
+std::vector<uint8_t> SegmentMap::DroppedMessage(std::vector<uint64_t> keys) {
+  retired_drops_.fetch_add(keys.size(), std::memory_order_relaxed);
+  std::sort(keys.begin(), keys.end());
+  std::vector<uint8_t> out;
+  for (auto first = keys.begin(); first != keys.end();) {
+    auto pool = static_cast<uint32_t>(*first >> 32);
+    auto last = std::find_if(first, keys.end(), [&](uint64_t k) { return k >> 32 != pool; });
+    std::vector<uint32_t> ids;
+    for (auto it = first; it != last; ++it) ids.push_back(static_cast<uint32_t>(*it));
+    flatbuffers::FlatBufferBuilder fbb(64 + 4 * ids.size());
+    fbb.Finish(wire::CreateSegmentsRetired(fbb, fbb.CreateVector(ids), pool));
+    auto msg = proto::Encode(static_cast<uint16_t>(proto::MsgType::kSegmentsDropped), 0, fbb);
+    out.insert(out.end(), msg.begin(), msg.end());
+    first = last;
+  }
+  return out;
 }
 
 Result<std::vector<std::span<std::byte>>> SegmentMap::MapFrames(
@@ -112,16 +136,22 @@ Result<std::vector<std::span<std::byte>>> SegmentMap::MapFrames(
   return out;
 }
 
-void SegmentMap::DropUses(const std::vector<uint64_t>& uses) {
-  std::lock_guard lk(mu_);
-  for (uint64_t id : uses) {
-    auto it = segments_.find(id);
-    if (it == segments_.end() || --it->second.uses > 0) continue;
-    if (it->second.dedicated || it->second.retired) {
+std::vector<uint8_t> SegmentMap::DropUses(const std::vector<uint64_t>& uses) {
+  std::vector<uint64_t> dropped;
+  {
+    std::lock_guard lk(mu_);
+    for (uint64_t key : uses) {
+      auto it = segments_.find(key);
+      if (it == segments_.end() || --it->second.uses > 0) continue;
+      if (!it->second.dedicated && !it->second.retired) continue;
+      // A dedicated segment gets no notice: the daemon frees it only after this process's
+      // release (or seal, or abort), which is sent after this.
+      if (it->second.retired) dropped.push_back(key);
       Unmap(it->second);
       segments_.erase(it);
     }
   }
+  return DroppedMessage(std::move(dropped));
 }
 
 void SegmentMap::DropIdle(const std::vector<SegmentFd>& dedicated) {
@@ -164,18 +194,19 @@ Status SegmentMap::Map(Segment& s, bool writable, void*& base) {
 Status SegmentMap::Pin(Segment& s, void* base) {
   if (!pin_host_ || s.pinned || base == nullptr) return Status::OK();
   // One registration per segment: the read-only mapping when there is one.
-  if (Status st = cuda_.Pin(base, s.size, base == s.ro); !st.ok()) return st;
-  s.pinned = true;
+  auto pinned = cuda_.Pin(base, s.size, base == s.ro);
+  if (!pinned.ok()) return pinned.status();
+  if (*pinned) s.pinned = base;
   return Status::OK();
 }
 
 void SegmentMap::Unmap(Segment& s) {
-  if (s.pinned) cuda_.Unpin(s.ro ? s.ro : s.rw);
+  if (s.pinned != nullptr) cuda_.Unpin(s.pinned);
   for (void* base : {s.ro, s.rw}) {
     if (base != nullptr) MapperFor(s.cuda).Unmap(base, s.size);
   }
   s.ro = s.rw = nullptr;
-  s.pinned = false;
+  s.pinned = nullptr;
 }
 
 }  // namespace depot::internal

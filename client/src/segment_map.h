@@ -6,11 +6,15 @@
 // its own access). Each frame of a live Object or Draft counts one use of
 // its segment. A shared segment stays mapped for the objects to come until the daemon retires
 // it; a retired one, or one dedicated to a single object, is unmapped when its last use goes.
+// The daemon counts a retired segment's bytes until this process says it has unmapped it: the
+// calls that unmap retired segments return that message (SegmentsDropped), for the caller to
+// send at once.
 //
 // Thread-safe: one mutex guards the map.
 #ifndef DEPOT_CLIENT_SRC_SEGMENT_MAP_H_
 #define DEPOT_CLIENT_SRC_SEGMENT_MAP_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -49,8 +53,9 @@ class SegmentMap {
   // A shared segment, from the reply that first named it (kept unless already known).
   void AddShared(SegmentFd segment);
   // The daemon retired these segments: each is unmapped now if unused, else when its last use
-  // goes.
-  void Retire(const wire::SegmentsRetired& notice);
+  // goes. Returns the SegmentsDropped message naming those unmapped now (and those this process
+  // never mapped), or nothing.
+  std::vector<uint8_t> Retire(const wire::SegmentsRetired& notice);
 
   // Resolves frame locations of a reply to pointers in this process, mapping segments as
   // needed (read-write for `writable`). `dedicated` holds the fds of the reply's dedicated
@@ -61,11 +66,15 @@ class SegmentMap {
       const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable,
       std::vector<SegmentFd>& dedicated, std::vector<uint64_t>& uses,
       std::vector<std::span<std::byte>>* unpopulated = nullptr);
-  void DropUses(const std::vector<uint64_t>& uses);
+  // Returns the SegmentsDropped message naming the retired segments this unmapped, or nothing.
+  std::vector<uint8_t> DropUses(const std::vector<uint64_t>& uses);
   // A reply's results are all handled: its dedicated segments that no frame uses (a mapping
   // failed, or no result named them) are unmapped and their fds closed, rather than kept
   // forever.
   void DropIdle(const std::vector<SegmentFd>& dedicated);
+
+  // How many retired segments this map has unmapped so far.
+  uint64_t retired_drops() const { return retired_drops_.load(std::memory_order_relaxed); }
 
   // Registers every host mapping, present and to come, with CUDA (see Client::PinHostMemory).
   Status PinHostMemory();
@@ -85,9 +94,11 @@ class SegmentMap {
     std::vector<bool> rw_populated;
     uint32_t pool = 0;    // 0: host; otherwise a device chunk
     bool cuda = false;    // mapped by CudaMapper: ro and rw are device addresses
-    bool pinned = false;  // ro (or else rw) is registered with CUDA
+    void* pinned = nullptr;  // the mapping registered with CUDA (ro, else rw), if any
   };
 
+  // SegmentsDropped messages (one per pool) naming `keys`; empty when `keys` is.
+  std::vector<uint8_t> DroppedMessage(std::vector<uint64_t> keys);
   // Keeps a received fd in the slot its access mode names (unless that slot has one). mu_ held.
   static void Keep(Segment& s, UniqueFd fd);
   // Maps segment `s` read-write or read-only into `base` (its rw or ro), and pins a host
@@ -103,6 +114,7 @@ class SegmentMap {
   CudaMapper& cuda_;
   MmapMapper mmap_;
 
+  std::atomic<uint64_t> retired_drops_{0};
   std::mutex mu_;
   bool pin_host_ = false;  // register host mappings with CUDA (PinHostMemory)
   std::unordered_map<uint64_t, Segment> segments_;  // by SegmentKey(pool, id)

@@ -216,7 +216,9 @@ class Client {
                                   std::chrono::milliseconds timeout = kNoWait);
 
   // Removes the GUID at once; the memory is freed when the last process holding the object lets
-  // it go. NotFound when absent; InvalidArgument for an object not yet sealed.
+  // it go. NotFound when absent; InvalidArgument for an object not yet sealed. Once deleted, Get
+  // and Contains answer as the daemon does (not found), even while this process still holds the
+  // object: the Objects it has keep their bytes.
   Status Delete(const Guid& guid);
   // Any number of GUIDs, in batches as Get does; one status per GUID, in order.
   std::vector<Status> Delete(std::span<const Guid> guids);

@@ -18,6 +18,7 @@ struct DevicePoolInfo {
   uint64_t reserved = 0;  // bytes in chunks
   uint64_t used = 0;      // bytes allocated to frames
   uint32_t chunks = 0;
+  uint64_t retired_held = 0;  // bytes of retired chunks clients still map (part of reserved)
 
   bool operator==(const DevicePoolInfo&) const = default;
 };

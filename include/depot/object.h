@@ -65,9 +65,9 @@ class Object {
   // they match; DataLoss when they do not; InvalidArgument when no checksum was recorded.
   Status Verify() const;
 
-  // Fills this process's page tables for every frame in one call per frame
-  // (MADV_POPULATE_READ), so that the first read of each page does not fault. Optional: it only
-  // moves the cost of first touch to here.
+  // Fills this process's page tables for every host frame in one call per frame
+  // (MADV_POPULATE_READ), so that the first read of each page does not fault. Device frames are
+  // skipped: they are not host memory. Optional: it only moves the cost of first touch to here.
   Status Populate() const;
 
  private:

@@ -33,6 +33,8 @@
   X(prefault, bool, "host_pool", "prefault", "the whole capacity was reserved at start-up")       \
   X(free_in_segments, uint64_t, "host_pool", "free_in_segments",                                  \
     "free bytes inside the segments that exist now")                                              \
+  X(retired_held, uint64_t, "host_pool", "retired_held",                                          \
+    "bytes of retired segments that clients still map, counted until they unmap them")            \
   X(objects_creating, uint64_t, "objects", "creating", "objects being written, not sealed yet")   \
   X(objects_sealed, uint64_t, "objects", "sealed", "sealed objects")                              \
   X(objects_deleted, uint64_t, "objects", "deleted", "deleted objects still referenced")          \
