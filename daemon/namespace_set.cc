@@ -14,6 +14,11 @@ namespace depot {
 NamespaceSet::NamespaceSet(NamespaceOptions options, DeviceSet& devices, NamespaceHooks hooks)
     : options_(std::move(options)), devices_(devices), hooks_(std::move(hooks)) {
   host_budget_.capacity = ShmSource::UsableCapacity(options_.host.capacity);
+  host_budget_.warm_limit = std::min(options_.host.keep_warm, host_budget_.capacity);
+  // A GPU's memory is scarcer: one empty chunk is kept there, whoever's it was.
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    devices_.mutable_budget(i)->warm_limit = devices_.chunk_size();
+  }
 }
 
 Result<Namespace*> NamespaceSet::For(uid_t uid) {
@@ -29,7 +34,8 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   auto host = SegmentedPool::Create(std::make_unique<ShmSource>(prefix),
                                     {.budget = &host_budget_,
                                      .segment_size = options_.host.segment_size,
-                                     .prefault = options_.host.prefault},
+                                     .prefault = options_.host.prefault,
+                                     .reuse_large = true},
                                     retire(0));
   if (!host.ok()) return host.status();
   ns->pools_.push_back(std::move(*host));

@@ -1,8 +1,8 @@
 // NamespaceSet holds the daemon's namespaces: the shared one, or one per user made on first use
 // and dropped once it has neither sessions nor objects. All namespaces draw on one host budget
 // (the capacity) and on each GPU's budget, so allocation is where they meet: a namespace short
-// of space first takes back the spare empty segments (its own and the other namespaces'), then
-// evicts its own least recently used evictable objects.
+// of space first takes back the empty segments kept warm (its own and the other namespaces'),
+// then evicts its own least recently used evictable objects.
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_NAMESPACE_SET_H_
@@ -27,8 +27,10 @@ namespace depot {
 // The host memory of the whole daemon.
 struct HostMemoryOptions {
   uint64_t capacity = 0;
-  uint64_t segment_size = 0;  // larger objects get a segment of their own
+  uint64_t segment_size = 0;  // larger objects go to segments of large objects
   bool prefault = false;      // reserve the whole capacity at start-up and keep it
+  // Bytes of empty segments kept warm for the next objects (at most the capacity).
+  uint64_t keep_warm = uint64_t{2} << 30;
   std::string name_prefix;    // segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7"
 };
 

@@ -44,6 +44,7 @@ Result<std::unique_ptr<SegmentedPool>> SegmentedPool::Create(std::unique_ptr<Seg
 SegmentedPool::~SegmentedPool() {
   budget_->reserved -= reserved_;
   for (auto& [id, seg] : segments_) {
+    if (Warm(seg)) budget_->warm -= seg.size();
     Unmap(seg);
     source_->Release(seg.memory);
   }
@@ -69,7 +70,7 @@ void SegmentedPool::Unmap(Segment& seg) {
   seg.map = nullptr;
 }
 
-Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool dedicated,
+Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool large,
                                                           uint32_t owner) {
   uint32_t id = next_id_++;
   auto memory = source_->Create(id, size);
@@ -77,9 +78,25 @@ Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool de
   uint64_t bytes = memory->size;
   reserved_ += bytes;
   budget_->reserved += bytes;
-  auto [it, inserted] = segments_.emplace(
-      id, Segment{id, std::move(*memory), dedicated, owner, Allocator(bytes, options_.alignment)});
+  bool dedicated = large && !options_.reuse_large;
+  auto [it, inserted] = segments_.emplace(id, Segment{id, std::move(*memory), dedicated, owner,
+                                                      Allocator(bytes, options_.alignment), large});
   return &it->second;
+}
+
+SegmentedPool::Segment* SegmentedPool::Fit(uint64_t size, bool large, uint32_t owner) {
+  Segment* emptiest = nullptr;
+  for (auto& [id, seg] : segments_) {
+    if (seg.dedicated || (seg.owner != owner && seg.owner != kAnyOwner)) continue;
+    // A large object may take room in a shared segment (a GPU's chunk is large), never a small
+    // object in a large one: it would pin memory made for one large object.
+    if (seg.large && !large) continue;
+    if (seg.allocator.largest_free() < seg.allocator.BlockSize(size)) continue;
+    if (!seg.allocator.empty()) return &seg;
+    // Of the empty ones, the smallest that holds it leaves the larger ones for larger objects.
+    if (emptiest == nullptr || seg.size() < emptiest->size()) emptiest = &seg;
+  }
+  return emptiest;
 }
 
 Result<Location> SegmentedPool::Allocate(uint64_t size, uint32_t owner) {
@@ -94,20 +111,19 @@ Result<Location> SegmentedPool::Allocate(uint64_t size, uint32_t owner) {
   if (size == 0) return Status::InvalidArgument("cannot allocate 0 bytes");
   if (size > budget_->capacity) return full("larger than the whole capacity");
 
-  for (auto& [id, seg] : segments_) {
-    if (seg.dedicated || (seg.owner != owner && seg.owner != kAnyOwner)) continue;
-    if (auto offset = seg.allocator.Allocate(size)) {
-      return Location{.segment = id, .offset = *offset, .size = size};
-    }
+  bool large = size > options_.segment_size / options_.dedicated_divisor;
+  if (Segment* seg = Fit(size, large, owner)) {
+    if (Warm(*seg)) budget_->warm -= seg->size();
+    // Fit found a free block of at least the size.
+    auto offset = seg->allocator.Allocate(size);
+    return Location{.segment = seg->id, .offset = *offset, .size = size};
   }
   if (options_.prefault) return full("no free block is large enough");
 
-  bool dedicated = size > options_.segment_size / options_.dedicated_divisor;
   uint64_t left = (budget_->capacity - budget_->reserved) / granularity_ * granularity_;
-  uint64_t seg_size =
-      dedicated ? RoundUp(size, granularity_) : std::min(options_.segment_size, left);
+  uint64_t seg_size = large ? RoundUp(size, granularity_) : std::min(options_.segment_size, left);
   if (seg_size > left || seg_size < size) return full("no free block is large enough");
-  auto seg = AddSegment(seg_size, dedicated, owner);
+  auto seg = AddSegment(seg_size, large, owner);
   if (!seg.ok()) return seg.status();
   // A fresh segment of at least `size` bytes, in whole granules, always has room.
   auto offset = (*seg)->allocator.Allocate(size);
@@ -119,17 +135,11 @@ void SegmentedPool::Free(const Location& location) {
   if (it == segments_.end() || !it->second.allocator.Free(location.offset, location.size)) return;
   Segment& seg = it->second;
   if (!seg.allocator.empty() || options_.prefault) return;
-  if (!seg.dedicated) {
-    // Keep one empty shared segment per owner so that a put/delete cycle does not create one
-    // each time, but no more than kMaxSpares in all: every spare is memory held for nobody.
-    uint32_t spares = 1;
-    for (auto& [id, other] : segments_) {
-      if (id == seg.id || other.dedicated || !other.allocator.empty()) continue;
-      if (other.owner == seg.owner || ++spares > kMaxSpares) {
-        Retire(it);
-        return;
-      }
-    }
+  // Kept, the segment's next object is written into pages its clients have mapped and faulted in
+  // already, rather than into a new segment that is reserved, zeroed and faulted in anew; but
+  // every byte kept is memory held for nobody, hence the limit.
+  if (!seg.dedicated && budget_->warm + seg.size() <= budget_->warm_limit) {
+    budget_->warm += seg.size();
     return;
   }
   Retire(it);
@@ -140,8 +150,9 @@ uint64_t SegmentedPool::ReleaseSpares() {
   uint64_t released = 0;
   for (auto it = segments_.begin(); it != segments_.end();) {
     auto next = std::next(it);
-    if (!it->second.dedicated && it->second.allocator.empty()) {
+    if (Warm(it->second)) {
       released += it->second.size();
+      budget_->warm -= it->second.size();
       Retire(it);
     }
     it = next;

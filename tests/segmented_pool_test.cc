@@ -48,10 +48,12 @@ bool ShmExists(const std::string& name) {
 
 constexpr uint32_t kOwner = 1000;  // the uid whose objects a test allocates
 
-// A pool with a budget of its own and a record of the segments it retired.
+// A pool with a budget of its own (keeping up to `warm` bytes of empty segments) and a record of
+// the segments it retired.
 struct Fixture {
-  Fixture(std::unique_ptr<SegmentSource> source, uint64_t capacity, SegmentedPoolOptions o)
-      : budget{capacity, 0} {
+  Fixture(std::unique_ptr<SegmentSource> source, uint64_t capacity, SegmentedPoolOptions o,
+          uint64_t warm)
+      : budget{capacity, 0, warm} {
     o.budget = &budget;
     auto r =
         SegmentedPool::Create(std::move(source), o, [this](uint32_t id) { retired.push_back(id); });
@@ -70,12 +72,13 @@ struct Fixture {
   std::unique_ptr<SegmentedPool> pool;
 };
 
-// The host pool, as the store makes it: shared-memory segments under a prefix of its own.
+// The host pool, as the store makes it: shared-memory segments under a prefix of its own, large
+// objects in segments that are kept warm; one segment's worth kept warm unless told.
 struct PoolFixture : Fixture {
   explicit PoolFixture(uint64_t capacity, uint64_t segment_size = kMiB, bool prefault = false,
-                       const std::string& prefix = UniquePrefix())
+                       uint64_t warm = kMiB, const std::string& prefix = UniquePrefix())
       : Fixture(std::make_unique<ShmSource>(prefix), ShmSource::UsableCapacity(capacity),
-                {.segment_size = segment_size, .prefault = prefault}),
+                {.segment_size = segment_size, .prefault = prefault, .reuse_large = true}, warm),
         prefix(prefix) {}
 
   std::string Name(uint32_t id) const { return prefix + std::to_string(id); }
@@ -121,21 +124,22 @@ TEST_CASE("The host pool creates segments on demand, 0600, and aligns offsets",
   for (const Location& l : blocks) CHECK(ShmExists(f.Name(l.segment)));
 }
 
-TEST_CASE("The host pool gives a large object a dedicated segment and retires it",
+TEST_CASE("The host pool gives a large object a segment of its size and retires it past the limit",
           "[segmented_pool]") {
-  PoolFixture f(8 * kMiB);
+  PoolFixture f(8 * kMiB);  // keeps 1 MiB warm: less than the large segment
   Location small = f.Allocate(64);
   Location big = f.Allocate(kMiB + kMiB / 2);
   CHECK(big.segment != small.segment);
   const SegmentedPool::Segment* seg = f.pool->segment(big.segment);
   REQUIRE(seg != nullptr);
-  CHECK(seg->dedicated);
+  CHECK(seg->large);
+  CHECK_FALSE(seg->dedicated);  // its descriptor travels once per session, like any other
   CHECK(seg->size() >= kMiB + kMiB / 2);
   CHECK(seg->size() % 4096 == 0);
   CHECK(f.pool->stats().reserved == kMiB + seg->size());
   REQUIRE(ShmExists(f.Name(big.segment)));
 
-  // Nothing small is ever placed in a dedicated segment, even when it has room.
+  // Nothing small is ever placed in a large segment, even when it has room.
   Location other = f.Allocate(64);
   CHECK(other.segment == small.segment);
 
@@ -144,6 +148,49 @@ TEST_CASE("The host pool gives a large object a dedicated segment and retires it
   CHECK_FALSE(ShmExists(f.Name(big.segment)));
   CHECK(f.retired == std::vector<uint32_t>{big.segment});
   CHECK(f.pool->stats().reserved == kMiB);
+  CHECK(f.budget.warm == 0);
+}
+
+TEST_CASE("The host pool keeps an empty large segment warm and reuses it for large objects",
+          "[segmented_pool]") {
+  PoolFixture f(16 * kMiB, kMiB, false, /*warm=*/5 * kMiB);
+  Location big = f.Allocate(3 * kMiB);
+  const uint32_t id = big.segment;
+  f.pool->Free(big);
+  // Kept: the same memory, counted as warm, given back to nobody.
+  REQUIRE(f.pool->segment(id) != nullptr);
+  CHECK(ShmExists(f.Name(id)));
+  CHECK(f.retired.empty());
+  CHECK(f.budget.warm == 3 * kMiB);
+  CHECK(f.pool->stats().reserved == 3 * kMiB);
+
+  // A small object does not take it; large ones do, two of them side by side.
+  Location small = f.Allocate(64);
+  CHECK(small.segment != id);
+  Location a = f.Allocate(kMiB + kMiB / 4);
+  Location b = f.Allocate(kMiB + kMiB / 4);
+  CHECK(a.segment == id);
+  CHECK(b.segment == id);
+  CHECK(a.offset != b.offset);
+  CHECK(f.budget.warm == 0);
+  // A third does not fit there: a segment of its own size.
+  Location c = f.Allocate(kMiB + kMiB / 4);
+  CHECK(c.segment != id);
+  CHECK(f.pool->segment(c.segment)->size() == kMiB + kMiB / 4);
+
+  for (const Location& l : {a, b, c, small}) f.pool->Free(l);
+  // Empty: 3 + 1.25 + 1 MiB, of which 5 MiB may be kept: the last to fall empty goes back.
+  CHECK(f.budget.warm == 3 * kMiB + kMiB + kMiB / 4);
+  CHECK(f.retired == std::vector<uint32_t>{small.segment});
+  // An object picks the smallest empty segment that holds it.
+  Location d = f.Allocate(kMiB + kMiB / 8);
+  CHECK(f.pool->segment(d.segment)->size() < 3 * kMiB);
+  f.pool->Free(d);
+  uint64_t warm = f.budget.warm;
+  CHECK(f.pool->ReleaseSpares() == warm);
+  CHECK(f.budget.warm == 0);
+  CHECK(f.pool->stats().segments == 0);
+  CHECK(f.budget.reserved == 0);
 }
 
 TEST_CASE("The host pool keeps at most one empty shared segment", "[segmented_pool]") {
@@ -170,7 +217,7 @@ TEST_CASE("The host pool keeps at most one empty shared segment", "[segmented_po
 
 TEST_CASE("Objects of different owners never share a segment, and each owner keeps a spare",
           "[segmented_pool]") {
-  PoolFixture f(8 * kMiB);
+  PoolFixture f(8 * kMiB, kMiB, false, /*warm=*/2 * kMiB);
   Location alice = f.Allocate(100, 41001);
   Location bob = f.Allocate(100, 41002);
   Location alice2 = f.Allocate(100, 41001);
@@ -194,13 +241,20 @@ TEST_CASE("Objects of different owners never share a segment, and each owner kee
   CHECK(f.pool->stats().segments == 0);
 }
 
-TEST_CASE("Spares are kept per owner, at most four in all", "[segmented_pool]") {
-  PoolFixture f(16 * kMiB);
+TEST_CASE("Empty segments are kept up to the warm limit over all owners", "[segmented_pool]") {
+  PoolFixture f(16 * kMiB, kMiB, false, /*warm=*/4 * kMiB);
   std::vector<Location> blocks;
   for (uint32_t owner = 1; owner <= 6; ++owner) blocks.push_back(f.Allocate(100, owner));
   for (const Location& l : blocks) f.pool->Free(l);
-  CHECK(f.pool->stats().segments == SegmentedPool::kMaxSpares);
-  CHECK(f.retired.size() == 6 - SegmentedPool::kMaxSpares);
+  CHECK(f.pool->stats().segments == 4);
+  CHECK(f.retired.size() == 2);
+  CHECK(f.budget.warm == 4 * kMiB);
+
+  // No limit: every empty segment goes back at once.
+  PoolFixture none(16 * kMiB, kMiB, false, /*warm=*/0);
+  none.pool->Free(none.Allocate(100));
+  CHECK(none.pool->stats().segments == 0);
+  CHECK(none.retired.size() == 1);
 }
 
 TEST_CASE("The host pool reports StoreFull with sizes and refuses 0 bytes", "[segmented_pool]") {
@@ -339,7 +393,8 @@ struct GpuFixture : Fixture {
       : Fixture(std::make_unique<DeviceSource>(backend, 0, backend.Devices()->at(0)), capacity,
                 {.segment_size = 16 * kMiB,
                  .alignment = DeviceSource::kAlignment,
-                 .dedicated_divisor = 2}) {}
+                 .dedicated_divisor = 2},
+                /*warm=*/16 * kMiB) {}
 };
 
 TEST_CASE("A device pool aligns to 256 bytes and gives a large object a chunk of its own",
@@ -429,7 +484,7 @@ TEST_CASE("A device pool's destructor gives every chunk back", "[segmented_pool]
 
 TEST_CASE("Pools on one budget share it: a spare given back makes room in the other",
           "[segmented_pool]") {
-  PoolBudget budget{2 * kMiB, 0};
+  PoolBudget budget{2 * kMiB, 0, kMiB};
   auto make = [&] {
     auto r = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix()),
                                    {.budget = &budget, .segment_size = kMiB}, nullptr);
@@ -470,7 +525,8 @@ TEST_CASE("Per-owner segments: reserved against used with many owners", "[segmen
   constexpr uint64_t kCapacity = uint64_t{16} << 30;
   constexpr uint64_t kSegment = 64 * kMiB;
   for (uint32_t owners : {1u, 8u}) {
-    Fixture f(std::make_unique<BookkeepingSource>(), kCapacity, {.segment_size = kSegment});
+    Fixture f(std::make_unique<BookkeepingSource>(), kCapacity,
+              {.segment_size = kSegment, .reuse_large = true}, /*warm=*/4 * kSegment);
     std::mt19937_64 rng(42);
     std::vector<Location> live;
     uint64_t peak_reserved = 0;
