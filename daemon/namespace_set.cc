@@ -19,6 +19,7 @@ NamespaceSet::NamespaceSet(NamespaceOptions options, DeviceSet& devices, Namespa
   for (size_t i = 0; i < devices_.size(); ++i) {
     devices_.mutable_budget(i)->warm_limit = devices_.chunk_size();
   }
+  if (hooks_.post) maker_ = std::make_unique<SegmentMaker>(hooks_.post);
 }
 
 Result<Namespace*> NamespaceSet::For(uid_t uid) {
@@ -31,7 +32,7 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   auto retire = [this, ns](uint32_t n) {
     return [this, ns, n](uint32_t id) { hooks_.retired(*ns, n, id); };
   };
-  auto host = SegmentedPool::Create(std::make_unique<ShmSource>(prefix),
+  auto host = SegmentedPool::Create(std::make_unique<ShmSource>(prefix, maker_.get()),
                                     {.budget = &host_budget_,
                                      .segment_size = options_.host.segment_size,
                                      .prefault = options_.host.prefault,

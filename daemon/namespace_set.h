@@ -19,6 +19,7 @@
 
 #include "daemon/device_set.h"
 #include "daemon/namespace.h"
+#include "daemon/segment_maker.h"
 #include "depot/device_pool_info.h"
 #include "depot/store_status.h"
 
@@ -48,6 +49,9 @@ struct NamespaceHooks {
   std::function<void(const StoredObject&)> freed;
   // An object table transition (see ObjectTable::EventFn).
   std::function<void(const Namespace&, TableEvent, const StoredObject&, SessionId by)> event;
+  // Runs a function on the daemon's loop. When set, host segments are made ahead of need on a
+  // helper thread (see SegmentMaker) and handed back through it.
+  std::function<void(std::function<void()>)> post;
 };
 
 class NamespaceSet {
@@ -86,6 +90,7 @@ class NamespaceSet {
   DeviceSet& devices_;
   NamespaceHooks hooks_;
   PoolBudget host_budget_;
+  std::unique_ptr<SegmentMaker> maker_;  // before the namespaces, whose pools use it
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
 };
 

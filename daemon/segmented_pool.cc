@@ -116,6 +116,7 @@ Result<Location> SegmentedPool::Allocate(uint64_t size, uint32_t owner) {
     if (Warm(*seg)) budget_->warm -= seg->size();
     // Fit found a free block of at least the size.
     auto offset = seg->allocator.Allocate(size);
+    if (!large) GrowAhead(owner);
     return Location{.segment = seg->id, .offset = *offset, .size = size};
   }
   if (options_.prefault) return full("no free block is large enough");
@@ -127,7 +128,47 @@ Result<Location> SegmentedPool::Allocate(uint64_t size, uint32_t owner) {
   if (!seg.ok()) return seg.status();
   // A fresh segment of at least `size` bytes, in whole granules, always has room.
   auto offset = (*seg)->allocator.Allocate(size);
-  return Location{.segment = (*seg)->id, .offset = *offset, .size = size};
+  Location made{.segment = (*seg)->id, .offset = *offset, .size = size};
+  if (!large) GrowAhead(owner);
+  return made;
+}
+
+void SegmentedPool::GrowAhead(uint32_t owner) {
+  const uint64_t size = options_.segment_size;
+  if (ahead_in_flight_ || options_.prefault || budget_->capacity - budget_->reserved < 2 * size ||
+      budget_->warm + size > budget_->warm_limit) {
+    return;
+  }
+  uint64_t free = 0;
+  for (const auto& [id, seg] : segments_) {
+    if (seg.large || seg.owner != owner) continue;
+    if (seg.allocator.empty()) return;  // one is ready already
+    free += seg.allocator.free();
+  }
+  if (free >= size / 2) return;
+  uint32_t id = next_id_++;
+  std::weak_ptr<SegmentedPool*> alive = alive_;
+  ahead_in_flight_ = source_->CreateAhead(id, size, [alive, id, owner](Result<SegmentMemory> m) {
+    if (auto pool = alive.lock()) (*pool)->Adopt(id, owner, std::move(m));
+  });
+}
+
+void SegmentedPool::Adopt(uint32_t id, uint32_t owner, Result<SegmentMemory> memory) {
+  ahead_in_flight_ = false;
+  if (!memory.ok()) return;  // the put that needs a segment will make one, or say why not
+  uint64_t bytes = memory->size;
+  // The budget was not held while the segment was made, so that it never refused an object.
+  if (budget_->reserved + bytes > budget_->capacity ||
+      budget_->warm + bytes > budget_->warm_limit) {
+    source_->Release(*memory);
+    return;
+  }
+  reserved_ += bytes;
+  budget_->reserved += bytes;
+  budget_->warm += bytes;
+  ++made_ahead_;
+  segments_.emplace(id, Segment{id, std::move(*memory), false, owner,
+                                Allocator(bytes, options_.alignment), false});
 }
 
 void SegmentedPool::Free(const Location& location) {

@@ -8,13 +8,17 @@
 // segment, made to its size when no segment of its owner has room. Small objects never go into
 // large segments (they would pin memory made for large ones). An object goes first to a segment
 // of its owner that is in use and has room, then to the smallest empty one that holds it, and
-// only then to a new segment. Segments that fall empty are kept warm, still mapped and faulted in by the clients
-// that used them, while the empty bytes over the whole budget stay within its warm_limit; the
-// rest are given back. With reuse_large off (a GPU's chunks), a large object's segment is
-// dedicated to it instead: its descriptor travels with each reply, its clients unmap it when they
-// drop the object, and it is given back as soon as it falls empty. With prefault, one segment of
-// the whole budget is made at start-up and kept, and every owner's objects share it (see
-// docs/design.md).
+// only then to a new segment. Segments that fall empty are kept warm, still mapped and faulted in
+// by the clients that used them, while the empty bytes over the whole budget stay within its
+// warm_limit; the rest are given back. With reuse_large off (a GPU's chunks), a large object's
+// segment is dedicated to it instead: its descriptor travels with each reply, its clients unmap
+// it when they drop the object, and it is given back as soon as it falls empty. With prefault,
+// one segment of the whole budget is made at start-up and kept, and every owner's objects share
+// it (see docs/design.md).
+//
+// The pool grows ahead where its source can make segments off the loop: once an owner's shared
+// segments are more than half full and it has no empty one, the next is asked for at once and
+// adopted, empty and warm, when it arrives, so that the put that needs it does not wait for it.
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_SEGMENTED_POOL_H_
@@ -106,6 +110,9 @@ class SegmentedPool {
   // same budget can use their bytes. Returns how many bytes went back.
   uint64_t ReleaseSpares();
 
+  // Segments made ahead of need and adopted so far.
+  uint64_t made_ahead() const { return made_ahead_; }
+
   // nullptr for an unknown or retired id.
   const Segment* segment(uint32_t id) const;
 
@@ -122,6 +129,13 @@ class SegmentedPool {
   // The segment of `owner` where `size` bytes (`large` or not) go now without a new segment:
   // one in use with room first, else the smallest empty one that holds them; nullptr if none.
   Segment* Fit(uint64_t size, bool large, uint32_t owner);
+  // Asks the source for `owner`'s next shared segment when its shared segments are more than half
+  // full, it has no empty one, and the budget has room for two more with the warm limit allowing
+  // one: at most one in flight per pool.
+  void GrowAhead(uint32_t owner);
+  // A segment made ahead arrived (on the loop): kept, empty and warm, if the budget still has
+  // room for it; else given back.
+  void Adopt(uint32_t id, uint32_t owner, Result<SegmentMemory> memory);
   // Whether the segment is kept warm while empty: counted in the budget's warm bytes.
   bool Warm(const Segment& seg) const {
     return !options_.prefault && !seg.dedicated && seg.allocator.empty();
@@ -137,6 +151,10 @@ class SegmentedPool {
   std::map<uint32_t, Segment> segments_;
   uint32_t next_id_ = 1;
   uint64_t reserved_ = 0;  // by this pool
+  bool ahead_in_flight_ = false;
+  uint64_t made_ahead_ = 0;
+  // Results of CreateAhead hold it weakly: one that arrives after the pool is gone is dropped.
+  std::shared_ptr<SegmentedPool*> alive_ = std::make_shared<SegmentedPool*>(this);
 };
 
 }  // namespace depot

@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -46,6 +47,7 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
                           },
                       .event = [this](const Namespace& ns, TableEvent e, const StoredObject& o,
                                       SessionId by) { events_.Emit(EventBus::KindOf(e), &o, by, &ns); },
+                      .post = [&io](std::function<void()> f) { boost::asio::post(io, std::move(f)); },
                   }),
       quotas_(options_.user_quota, options_.client_quota),
       waits_(io, options_.max_pending, [this](GetWait& w) { AnswerGet(w); }),

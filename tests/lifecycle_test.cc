@@ -131,7 +131,7 @@ TEST_CASE("a client killed with SIGKILL gives back its references and unsealed o
     auto v = Client::Connect({d.socket(), "victim"});
     auto obj = v->Get(*kept);                    // a reference
     auto draft = v->Create({8 * kMiB, kMiB});    // an unsealed create
-    auto big = v->Create({100 * kMiB});          // one in a dedicated segment
+    auto big = v->Create({100 * kMiB});          // one in a segment of large objects
     if (!obj.ok() || !draft.ok() || !big.ok()) return 1;
     ready.Send("ready");
     ::pause();
@@ -261,6 +261,25 @@ TEST_CASE("an empty large object's segment is kept warm and reused", "[lifecycle
   REQUIRE(WaitFor([&] { return StatusOf(c).used == 0; }));
   CHECK(StatusOf(c).reserved == 64 * kMiB);
   CHECK(StatusOf(c).segments == 1);
+}
+
+TEST_CASE("the pool makes the next segment ahead of the put that needs it", "[lifecycle]") {
+  Daemon d({"--capacity", "512MiB", "--segment-size", "16MiB"});
+  Client c = d.Connect();
+  auto first = c.Put(Pattern(10 * kMiB, 1));
+  REQUIRE(first.ok());
+  // More than half of the one segment is used: the next is made on the daemon's helper thread.
+  REQUIRE(WaitFor([&] { return StatusOf(c).segments == 2; }));
+  CHECK(StatusOf(c).reserved == 32 * kMiB);
+  // The put that needs it finds it ready: no third segment.
+  auto data = Pattern(10 * kMiB, 2);
+  auto second = c.Put(data);
+  REQUIRE(second.ok());
+  CHECK(StatusOf(c).segments == 2);
+  auto obj = c.Get(*second);
+  REQUIRE(obj.ok());
+  auto bytes = obj->frame(0);
+  CHECK(std::equal(bytes.begin(), bytes.end(), data.begin(), data.end()));
 }
 
 TEST_CASE("with keep_warm 0, empty segments are given back to the system", "[lifecycle]") {

@@ -13,11 +13,13 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "daemon/device_source.h"
+#include "daemon/segment_maker.h"
 #include "daemon/shm_source.h"
 #include "depot/units.h"
 #include "tests/memfd_backend.h"
@@ -504,6 +506,122 @@ TEST_CASE("Pools on one budget share it: a spare given back makes room in the ot
   two.reset();
   one.reset();
   CHECK(budget.reserved == 0);
+}
+
+constexpr int kExpectNothingMs = 300;
+
+// A stand-in for the daemon's loop: what a SegmentMaker posts waits here until the test runs it.
+class Loop {
+ public:
+  SegmentMaker::PostFn Post() {
+    return [this](std::function<void()> f) {
+      std::lock_guard lk(mu_);
+      posted_.push_back(std::move(f));
+    };
+  }
+  // Runs what was posted, waiting up to `wait` (in 10 ms steps) for at least one function; false
+  // if none came. A 1 MiB segment is made in well under the short wait that tests that expect
+  // nothing give it.
+  bool RunPosted(int wait_ms = 10000) {
+    std::vector<std::function<void()>> run;
+    for (int waited = 0; waited <= wait_ms && run.empty(); waited += 10) {
+      {
+        std::lock_guard lk(mu_);
+        run.swap(posted_);
+      }
+      if (run.empty()) ::usleep(10000);
+    }
+    for (auto& f : run) f();
+    return !run.empty();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::function<void()>> posted_;
+};
+
+TEST_CASE("The host pool makes an owner's next segment ahead, off the loop, and adopts it warm",
+          "[segmented_pool]") {
+  Loop loop;
+  SegmentMaker maker(loop.Post());
+  PoolBudget budget{8 * kMiB, 0, 2 * kMiB};
+  std::vector<uint32_t> retired;
+  auto made = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
+                                    {.budget = &budget, .segment_size = kMiB, .reuse_large = true},
+                                    [&](uint32_t id) { retired.push_back(id); });
+  REQUIRE(made.ok());
+  SegmentedPool& pool = **made;
+
+  // Less than half full: nothing is asked for.
+  Location a = pool.Allocate(256 * 1024, kOwner).value();
+  CHECK_FALSE(loop.RunPosted(kExpectNothingMs));
+  CHECK(pool.stats().segments == 1);
+  // More than half: the next segment is made ahead and kept, empty and warm.
+  Location b = pool.Allocate(512 * 1024, kOwner).value();
+  REQUIRE(loop.RunPosted());
+  CHECK(pool.made_ahead() == 1);
+  CHECK(pool.stats().segments == 2);
+  CHECK(budget.reserved == 2 * kMiB);
+  CHECK(budget.warm == kMiB);
+  // The object that does not fit in the first goes there: no segment is made on the loop.
+  Location c = pool.Allocate(512 * 1024, kOwner).value();
+  CHECK(c.segment != a.segment);
+  CHECK(pool.stats().segments == 2);
+  CHECK(budget.warm == 0);
+  // Another owner's segment is not made ahead for this one, nor this one's used by another.
+  Location other = pool.Allocate(100, 41002).value();
+  CHECK(other.segment != c.segment);
+  for (const Location& l : {a, b, c, other}) pool.Free(l);
+  CHECK(budget.warm == 2 * kMiB);  // the limit: the last segment to fall empty went back
+  CHECK(retired == std::vector<uint32_t>{other.segment});
+  CHECK(pool.ReleaseSpares() > 0);
+  CHECK(budget.warm == 0);
+}
+
+TEST_CASE("The host pool makes nothing ahead past its budget, and drops what comes too late",
+          "[segmented_pool]") {
+  Loop loop;
+  SegmentMaker maker(loop.Post());
+  SECTION("no room in the budget for two more segments") {
+    PoolBudget budget{2 * kMiB, 0, 2 * kMiB};
+    auto pool = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
+                                      {.budget = &budget, .segment_size = kMiB}, nullptr);
+    REQUIRE(pool.ok());
+    REQUIRE((*pool)->Allocate(900 * 1024, kOwner).ok());
+    CHECK_FALSE(loop.RunPosted(kExpectNothingMs));
+    CHECK(budget.reserved == kMiB);
+  }
+  SECTION("no warm limit") {
+    PoolBudget budget{8 * kMiB, 0, 0};
+    auto pool = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
+                                      {.budget = &budget, .segment_size = kMiB}, nullptr);
+    REQUIRE(pool.ok());
+    REQUIRE((*pool)->Allocate(900 * 1024, kOwner).ok());
+    CHECK_FALSE(loop.RunPosted(kExpectNothingMs));
+  }
+  SECTION("the pool is gone when the segment arrives") {
+    PoolBudget budget{8 * kMiB, 0, 2 * kMiB};
+    auto pool = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
+                                      {.budget = &budget, .segment_size = kMiB}, nullptr);
+    REQUIRE(pool.ok());
+    REQUIRE((*pool)->Allocate(900 * 1024, kOwner).ok());
+    pool->reset();
+    REQUIRE(loop.RunPosted());  // dropped, its memory closed
+    CHECK(budget.reserved == 0);
+    CHECK(budget.warm == 0);
+  }
+  SECTION("the budget filled up while it was made") {
+    PoolBudget budget{4 * kMiB, 0, 2 * kMiB};
+    auto pool = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
+                                      {.budget = &budget, .segment_size = kMiB}, nullptr);
+    REQUIRE(pool.ok());
+    REQUIRE((*pool)->Allocate(900 * 1024, kOwner).ok());
+    budget.reserved += 3 * kMiB;  // another pool on the budget took the rest
+    REQUIRE(loop.RunPosted());
+    CHECK((*pool)->made_ahead() == 0);
+    CHECK((*pool)->stats().segments == 1);
+    budget.reserved -= 3 * kMiB;
+  }
 }
 
 // A source that reserves nothing: enough for the pool's bookkeeping, so that a workload of many
