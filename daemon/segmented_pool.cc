@@ -225,7 +225,11 @@ PoolStats SegmentedPool::stats() const {
     s.used += seg.allocator.used();
     s.free_in_segments += seg.allocator.free();
     s.largest_block = std::max(s.largest_block, seg.allocator.largest_free());
-    if (!seg.dedicated) s.largest_free = std::max(s.largest_free, seg.allocator.largest_free());
+    // A large segment's free block takes only large objects: none when it is no larger than that.
+    uint64_t block = seg.allocator.largest_free();
+    bool usable = !seg.dedicated &&
+                  (!seg.large || block > options_.segment_size / options_.dedicated_divisor);
+    if (usable) s.largest_free = std::max(s.largest_free, block);
   }
   if (!options_.prefault) {
     s.largest_free = std::max(s.largest_free, budget_->capacity - budget_->reserved);
