@@ -38,8 +38,8 @@ class SegmentSource {
   // Makes segment `id` as Create would, off the loop where the source can; `done` gets the result
   // on the loop later. Returns false, calling nothing, where it cannot (then the pool makes its
   // segments when it needs them).
-  virtual bool CreateAhead(uint32_t id, uint64_t size,
-                           std::function<void(Result<SegmentMemory>)> done) {
+  virtual bool CreateAhead(uint32_t /*id*/, uint64_t /*size*/,
+                           std::function<void(Result<SegmentMemory>)> /*done*/) {
     return false;
   }
 
