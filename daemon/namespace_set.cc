@@ -124,6 +124,8 @@ void NamespaceSet::Report(StoreStatus& st) const {
   st.free_in_segments = host.free_in_segments;
   st.largest_free_block = host.largest_block;
   st.segments = host.segments;
+  st.warm = host_budget_.warm;
+  st.keep_warm = host_budget_.warm_limit;
   ObjectCounts c = Counts();
   st.objects_creating = c.creating;
   st.objects_sealed = c.sealed;

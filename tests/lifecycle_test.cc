@@ -239,6 +239,8 @@ TEST_CASE("an empty large object's segment is kept warm and reused", "[lifecycle
   CHECK(s.segments == 1);
   CHECK(s.reserved == 64 * kMiB);
   CHECK(s.used == 0);
+  CHECK(s.warm == 64 * kMiB);
+  CHECK(s.keep_warm == 64 * kMiB);
   // The next large object goes there: no new segment, and the bytes read back are its own.
   auto data = Pattern(60 * kMiB, 2);
   auto next = c.Put(data);
@@ -256,6 +258,7 @@ TEST_CASE("an empty large object's segment is kept warm and reused", "[lifecycle
   auto more = c.Put(Pattern(32 * kMiB, 3));
   REQUIRE(more.ok());
   CHECK(StatusOf(c).segments == 2);
+  CHECK(StatusOf(c).warm == 0);
   REQUIRE(c.Delete(*next).ok());
   REQUIRE(c.Delete(*more).ok());
   REQUIRE(WaitFor([&] { return StatusOf(c).used == 0; }));

@@ -113,7 +113,9 @@ int Status(depot::Client& c, bool json) {
       FormatBytes(s->used), FormatBytes(s->capacity), FormatBytes(s->capacity - s->used),
       FormatBytes(s->largest_free), 100 * s->fragmentation());
   fmt::print("segments      {} holding {}{}\n", s->segments, FormatBytes(s->reserved),
-             s->prefault ? " (prefaulted)" : "");
+             s->prefault ? " (prefaulted)"
+                         : fmt::format(", {} of them empty and kept warm (at most {})",
+                                       FormatBytes(s->warm), FormatBytes(s->keep_warm)));
   if (s->device_pools.empty()) {
     fmt::print("device pools  unavailable ({})\n", s->devices_unavailable);
   } else {

@@ -33,6 +33,9 @@
   X(prefault, bool, "host_pool", "prefault", "the whole capacity was reserved at start-up")       \
   X(free_in_segments, uint64_t, "host_pool", "free_in_segments",                                  \
     "free bytes inside the segments that exist now")                                              \
+  X(warm, uint64_t, "host_pool", "warm",                                                          \
+    "bytes of empty segments kept, mapped and faulted in, for the next objects")                  \
+  X(keep_warm, uint64_t, "host_pool", "keep_warm", "the most bytes of empty segments kept")       \
   X(objects_creating, uint64_t, "objects", "creating", "objects being written, not sealed yet")   \
   X(objects_sealed, uint64_t, "objects", "sealed", "sealed objects")                              \
   X(objects_deleted, uint64_t, "objects", "deleted", "deleted objects still referenced")          \
