@@ -6,10 +6,12 @@
 // section (built in this tree) and one redis-server (from PATH), on sockets in a temporary
 // directory, pinned to CPU 0. Progress goes to stderr; the document to stdout.
 //
-//   depot_bench [--quick] [--only 1,3,...] [--note TEXT]
-//     --quick   smaller sizes, fewer samples: well under a minute
-//     --only    run these sections (numbers as above)
-//     --note    a line for the header (scripts/bench passes the commit)
+//   depot_bench [--quick] [--only 1,3,...] [--note TEXT] [--previous-depotd PATH]
+//     --quick            smaller sizes, fewer samples: well under a minute
+//     --only             run these sections (numbers as above)
+//     --note             a line for the header (scripts/bench passes the commit)
+//     --previous-depotd  a depotd built from an earlier commit: section 3 measures its
+//                        on-demand pool beside this tree's, in the same rounds
 #include <ctime>
 #include <set>
 #include <sstream>
@@ -28,6 +30,7 @@ struct Options {
   bool quick = false;
   std::set<int> only;
   std::string note;
+  std::string previous_depotd;
 };
 
 bool Parse(int argc, char** argv, Options& o) {
@@ -40,6 +43,8 @@ bool Parse(int argc, char** argv, Options& o) {
       for (std::string n; std::getline(list, n, ',');) o.only.insert(std::stoi(n));
     } else if (a == "--note" && i + 1 < argc) {
       o.note = argv[++i];
+    } else if (a == "--previous-depotd" && i + 1 < argc) {
+      o.previous_depotd = argv[++i];
     } else {
       return false;
     }
@@ -59,7 +64,9 @@ std::string Now() {
 int main(int argc, char** argv) {
   Options opt;
   if (!Parse(argc, argv, opt)) {
-    fmt::print(stderr, "usage: depot_bench [--quick] [--only 1,3,...] [--note TEXT]\n");
+    fmt::print(stderr,
+               "usage: depot_bench [--quick] [--only 1,3,...] [--note TEXT] "
+               "[--previous-depotd PATH]\n");
     return 2;
   }
   using Section = void (*)(const Context&);
@@ -84,7 +91,7 @@ int main(int argc, char** argv) {
         opt.quick ? " (--quick)" : "", Now(), opt.quick ? "quick run" : "full run",
         MachineDescription(), load_before, redis.version(), RedisServer::CommandLine(),
         opt.note.empty() ? "" : "\n- " + opt.note));
-    Context ctx{opt.quick, dir.path(), &redis, &targets};
+    Context ctx{opt.quick, dir.path(), &redis, &targets, opt.previous_depotd};
     for (auto [number, run] : sections) {
       if (!opt.only.empty() && !opt.only.contains(number)) continue;
       try {

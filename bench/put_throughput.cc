@@ -8,11 +8,15 @@
 //   Redis SET       hiredis over the Unix socket (it formats the command, copying the value).
 //   create + seal   the same without the copy: the round trips a put adds to its memcpy.
 // Both depot paths are measured against two daemons: one with a prefaulted pool (--prefault), one
-// that makes 64 MiB segments on demand (an object larger than that gets a segment of its own,
-// reserved when it is created and given back when it is deleted). Each put is followed by an
-// untimed delete. Servers on CPU 0; this process on each placement in turn.
+// with the defaults, which makes 64 MiB segments on demand (an object larger than that goes to a
+// segment made to its size) and keeps empty ones warm for the next objects. With
+// --previous-depotd, Put is measured a third time, against that daemon with the defaults: the
+// figures before a change, beside those after it. Each put is followed by an untimed delete.
+// Servers on CPU 0; this process on each placement in turn.
 #include <array>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -23,7 +27,17 @@
 namespace depot::bench {
 namespace {
 
-enum Method { kMemcpy, kPut, kCreate, kBare, kPutDemand, kCreateDemand, kRedis, kMethods };
+enum Method {
+  kMemcpy,
+  kPut,
+  kCreate,
+  kBare,
+  kPutDemand,
+  kCreateDemand,
+  kRedis,
+  kPutPrevious,
+  kMethods
+};
 
 struct Plan {
   uint64_t size;
@@ -47,6 +61,12 @@ void PutThroughput(const Context& ctx) {
   uint64_t capacity = plans.back().size + (256ull << 20);
   DepotDaemon prefaulted(ctx.dir, "put-prefault", {.capacity = capacity, .prefault = true});
   DepotDaemon on_demand(ctx.dir, "put-demand", {.capacity = capacity});
+  const bool previous = !ctx.previous_depotd.empty();
+  std::unique_ptr<DepotDaemon> before;
+  if (previous) {
+    before = std::make_unique<DepotDaemon>(
+        ctx.dir, "put-previous", DaemonConfig{.capacity = capacity, .binary = ctx.previous_depotd});
+  }
   Say(fmt::format(
       "\n## 3. Put bandwidth\n\n"
       "Two depotd: a {} and a {}, with redis-server, all on CPU {}. {} rounds; in each, every "
@@ -54,19 +74,31 @@ void PutThroughput(const Context& ctx) {
       "memcpy copies the same source into a resident buffer (single thread): the limit. Put and "
       "Create + write time create, the copy and seal (for > 64 KiB, Put makes the same calls); "
       "\"create + seal, no copy\" is the same without the copy (prefaulted pool): what a put costs "
-      "beyond its memcpy. Each is followed by an untimed delete, Redis SET by an untimed DEL.",
-      prefaulted.Describe(), on_demand.Describe(), kServerCpu, rounds));
+      "beyond its memcpy. Each is followed by an untimed delete, Redis SET by an untimed DEL.{}",
+      prefaulted.Describe(), on_demand.Describe(), kServerCpu, rounds,
+      previous ? fmt::format(" \"Previous\" is Put against a third depotd, {}: the figures before "
+                             "this tree's changes, measured in the same rounds.",
+                             before->Describe())
+               : ""));
   Redis redis = Redis::Connect(ctx.redis->socket());
   redis.FlushAll();
   Targets& targets = *ctx.targets;
   for (int cpu : Placements()) {
     PinTo(cpu);
     Client fast = prefaulted.Connect(), slow = on_demand.Connect();
-    Table t({"size", "memcpy p50 (GB/s)", "Put p50 (rounds)", "Put GB/s", "Put / memcpy",
-             "≥ 80% memcpy", "Create + write p50", "C+W / memcpy", "create + seal, no copy",
-             "on-demand pool: Put p50", "/ memcpy", "on-demand: C+W p50", "Redis SET p50 (GB/s)",
-             "Redis / Put"},
-            "lrrrrlrrrrrrrr");
+    std::optional<Client> old;
+    if (previous) old = before->Connect();
+    std::vector<std::string> columns = {
+        "size", "memcpy p50 (GB/s)", "Put p50 (rounds)", "Put GB/s", "Put / memcpy",
+        "≥ 80% memcpy", "Create + write p50", "C+W / memcpy", "create + seal, no copy",
+        "on-demand pool: Put p50", "/ memcpy", "/ prefaulted Put", "on-demand: C+W p50",
+        "Redis SET p50 (GB/s)", "Redis / Put"};
+    std::string align = "lrrrrlrrrrrrrrr";
+    if (previous) {
+      columns.insert(columns.end(), {"previous, on-demand: Put p50", "/ memcpy"});
+      align += "rr";
+    }
+    Table t(columns, align);
     for (const Plan& p : plans) {
       fmt::print(stderr, "  put: {}, {}\n", Bytes(p.size), PlacementName(cpu));
       std::vector<std::byte> src(p.size, std::byte{0x3c}), dst(p.size, std::byte{0});
@@ -93,6 +125,11 @@ void PutThroughput(const Context& ctx) {
           case kBare:
             c = &fast;
             id = CreateAndWrite(*c, src, false);
+            break;
+          case kPutPrevious:
+            if (!previous) return 0;
+            c = &*old;
+            id = Check(c->Put(src), "put");
             break;
           case kRedis: {
             redis.Set("value", src);
@@ -125,11 +162,28 @@ void PutThroughput(const Context& ctx) {
           "Put ≥ 80% of memcpy bandwidth (≥ 1 MiB, prefaulted pool)",
           fmt::format("{}, {}", Bytes(p.size), PlacementName(cpu)),
           fmt::format("{:.0f}% ({} vs {})", 100 * ratio, gbs(kPut), gbs(kMemcpy)), ratio >= 0.8);
-      t.Row({Bytes(p.size), fmt::format("{} ({})", Time(s[kMemcpy].p50), gbs(kMemcpy)),
-             P50WithSpread(s[kPut]), gbs(kPut), pct(kPut), met, Time(s[kCreate].p50), pct(kCreate),
-             Time(s[kBare].p50), P50WithSpread(s[kPutDemand]), pct(kPutDemand),
-             Time(s[kCreateDemand].p50), fmt::format("{} ({})", Time(s[kRedis].p50), gbs(kRedis)),
-             Ratio(s[kRedis].p50 / s[kPut].p50)});
+      double demand = s[kPutDemand].p50 / s[kPut].p50;
+      targets.Check("On-demand pool's Put within 10% of the prefaulted pool's (≥ 1 MiB)",
+                    fmt::format("{}, {}", Bytes(p.size), PlacementName(cpu)),
+                    fmt::format("{:.2f}× its time ({} vs {})", demand, Time(s[kPutDemand].p50),
+                                Time(s[kPut].p50)),
+                    demand <= 1.1);
+      if (p.size >= (1ull << 30)) {
+        double share = s[kMemcpy].p50 / s[kPutDemand].p50;
+        targets.Check("On-demand pool's Put ≥ 80% of memcpy (repeated 1 GiB puts)",
+                      PlacementName(cpu), fmt::format("{:.0f}%", 100 * share), share >= 0.8);
+      }
+      std::vector<std::string> row = {
+          Bytes(p.size), fmt::format("{} ({})", Time(s[kMemcpy].p50), gbs(kMemcpy)),
+          P50WithSpread(s[kPut]), gbs(kPut), pct(kPut), met, Time(s[kCreate].p50), pct(kCreate),
+          Time(s[kBare].p50), P50WithSpread(s[kPutDemand]), pct(kPutDemand),
+          fmt::format("{:.2f}×", demand), Time(s[kCreateDemand].p50),
+          fmt::format("{} ({})", Time(s[kRedis].p50), gbs(kRedis)),
+          Ratio(s[kRedis].p50 / s[kPut].p50)};
+      if (previous) {
+        row.insert(row.end(), {P50WithSpread(s[kPutPrevious]), pct(kPutPrevious)});
+      }
+      t.Row(row);
     }
     Say(fmt::format("\n### {}", PlacementName(cpu)));
     t.Print();

@@ -17,6 +17,9 @@ struct Context {
   std::string dir;  // temporary directory for sockets and server logs
   const RedisServer* redis = nullptr;
   Targets* targets = nullptr;
+  // A depotd of an earlier commit, measured beside this tree's where a section says so (empty:
+  // none).
+  std::string previous_depotd;
 };
 
 void GetLatency(const Context& ctx);  // 1. get latency by size, against the floor, Redis, a socket

@@ -64,7 +64,7 @@ void AwaitServer(pid_t pid, const std::string& what, const std::string& log,
 
 DepotDaemon::DepotDaemon(const std::string& dir, const std::string& name, DaemonConfig config)
     : socket_(fmt::format("{}/{}.sock", dir, name)), config_(config) {
-  std::vector<std::string> argv = {DEPOTD_PATH,
+  std::vector<std::string> argv = {config.binary.empty() ? DEPOTD_PATH : config.binary,
                                    "--socket",
                                    socket_,
                                    "--capacity",
@@ -89,9 +89,10 @@ Client DepotDaemon::Connect(const std::string& client_name) const {
 }
 
 std::string DepotDaemon::Describe() const {
-  if (config_.prefault) return fmt::format("prefaulted {} pool", Bytes(config_.capacity));
-  return fmt::format("{} pool, {} segments made on demand", Bytes(config_.capacity),
-                     Bytes(config_.segment_size));
+  std::string which = config_.binary.empty() ? "" : fmt::format(" (`{}`)", config_.binary);
+  if (config_.prefault) return fmt::format("prefaulted {} pool{}", Bytes(config_.capacity), which);
+  return fmt::format("{} pool, {} segments made on demand{}", Bytes(config_.capacity),
+                     Bytes(config_.segment_size), which);
 }
 
 namespace {

@@ -26,6 +26,7 @@ struct DaemonConfig {
   bool prefault = false;
   uint64_t segment_size = 64ull << 20;  // depotd's default
   std::string spill_dir;                 // empty: no spilling
+  std::string binary{};                 // empty: the depotd built in this tree
 };
 
 class DepotDaemon {

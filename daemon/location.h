@@ -16,9 +16,13 @@ struct Location {
 };
 
 // A capacity that several pools share (one per namespace): each segment is reserved against it.
+// Empty segments are kept warm (mapped and faulted in by their clients, ready for the next
+// object) while their bytes, over every pool on the budget, stay within warm_limit.
 struct PoolBudget {
   uint64_t capacity = 0;
   uint64_t reserved = 0;
+  uint64_t warm_limit = 0;  // bytes of empty segments that may be kept
+  uint64_t warm = 0;        // bytes of empty segments kept now (part of reserved)
   uint64_t used = 0;       // in allocated blocks, over every pool on this budget
   uint64_t peak_used = 0;  // the most `used` has been since start
 

@@ -23,6 +23,8 @@ NamespaceSet::NamespaceSet(boost::asio::io_context& io, NamespaceOptions options
                                  uid_t uid) { return Allocate(ns, sizes, {}, 0, uid); },
               .idle = [this](Namespace* ns) { MaybeDrop(ns); }}) {
   host_budget_.capacity = ShmSource::UsableCapacity(options_.host.capacity);
+  host_budget_.warm_limit = std::min(options_.host.keep_warm, host_budget_.capacity);
+  if (hooks_.post) maker_ = std::make_unique<SegmentMaker>(hooks_.post);
 }
 
 Status NamespaceSet::LoadSpilled() {
@@ -56,10 +58,11 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   std::string prefix = options_.host.name_prefix;
   if (key != Namespace::kShared) prefix += fmt::format("u{}-", key);
   auto host = SegmentedPool::Create(
-      std::make_unique<ShmSource>(prefix),
+      std::make_unique<ShmSource>(prefix, maker_.get()),
       {.budget = &host_budget_,
        .segment_size = options_.host.segment_size,
-       .prefault = options_.host.prefault},
+       .prefault = options_.host.prefault,
+       .reuse_large = true},
       [this, ns](uint32_t id) { return hooks_.retired(*ns, 0, id); });
   if (!host.ok()) return host.status();
   ns->pools_.push_back(std::move(*host));
@@ -88,6 +91,8 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
 Status NamespaceSet::AddDevicePools(Namespace& ns) {
   for (size_t i = ns.pools_.size() - 1; i < devices_.size(); ++i) {
     auto n = static_cast<uint32_t>(i + 1);
+    // A GPU's memory is scarcer: one empty chunk is kept there, whoever's it was.
+    devices_.mutable_budget(i)->warm_limit = devices_.chunk_size();
     // An object of more than half a chunk gets a chunk of its own: a chunk is large.
     auto device = SegmentedPool::Create(
         std::make_unique<DeviceSource>(devices_.backend(), devices_.backend_index(i),
@@ -187,6 +192,8 @@ void NamespaceSet::Report(StoreStatus& st) const {
   st.largest_free_block = host.largest_block;
   st.segments = host.segments;
   st.retired_held = host.retired_held;
+  st.warm = host_budget_.warm;
+  st.keep_warm = host_budget_.warm_limit;
   ObjectCounts c = Counts();
   st.objects_creating = c.creating;
   st.objects_sealed = c.sealed;

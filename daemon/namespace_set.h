@@ -1,10 +1,10 @@
 // NamespaceSet holds the daemon's namespaces: the shared one, or one per user made on first use
 // and dropped once it has neither sessions nor objects. All namespaces draw on one host budget
 // (the capacity) and on each GPU's budget, so allocation is where they meet: a namespace short
-// of space first takes back the spare empty segments (its own and the other namespaces'), then
-// evicts its own least recently used evictable objects. With spilling on, its SpillStore writes
-// non-evictable ones to disk when that is not enough (see SpillStore). Every namespace has a
-// pool on each GPU of the DeviceSet; when the set found none, it looks again (FindDevices) at a
+// of space first takes back the empty segments kept warm (its own and the other namespaces'),
+// then evicts its own least recently used evictable objects. With spilling on, its SpillStore
+// writes non-evictable ones to disk when that is not enough (see SpillStore). Every namespace has
+// a pool on each GPU of the DeviceSet; when the set found none, it looks again (FindDevices) at a
 // hello, where clients learn the pools, at most once per kLookAgain, and on SIGHUP.
 //
 // Not thread-safe: the daemon's single loop owns it.
@@ -25,6 +25,7 @@
 
 #include "daemon/device_set.h"
 #include "daemon/namespace.h"
+#include "daemon/segment_maker.h"
 #include "daemon/spill_store.h"
 #include "depot/device_pool_info.h"
 #include "depot/store_status.h"
@@ -34,8 +35,10 @@ namespace depot {
 // The host memory of the whole daemon.
 struct HostMemoryOptions {
   uint64_t capacity = 0;
-  uint64_t segment_size = 0;  // larger objects get a segment of their own
+  uint64_t segment_size = 0;  // larger objects go to segments of large objects
   bool prefault = false;      // reserve the whole capacity at start-up and keep it
+  // Bytes of empty segments kept warm for the next objects (at most the capacity).
+  uint64_t keep_warm = uint64_t{2} << 30;
   std::string name_prefix;    // segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7"
 };
 
@@ -57,6 +60,9 @@ struct NamespaceHooks {
   std::function<void(const Namespace&, TableEvent, const StoredObject&, SessionId by)> event;
   // A restore from disk ended (see SpillStore::Hooks::restored).
   std::function<void(Namespace&, const Guid&, const Status&)> restored;
+  // Runs a function on the daemon's loop. When set, host segments are made ahead of need on a
+  // helper thread (see SegmentMaker) and handed back through it.
+  std::function<void(std::function<void()>)> post;
 };
 
 class NamespaceSet {
@@ -117,6 +123,7 @@ class NamespaceSet {
   DeviceSet& devices_;
   NamespaceHooks hooks_;
   PoolBudget host_budget_;
+  std::unique_ptr<SegmentMaker> maker_;  // before the namespaces, whose pools use it
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
   // Evictions of the namespaces dropped so far.
   uint64_t evictions_dropped_ = 0;

@@ -26,6 +26,7 @@ struct DaemonOptions {
   uint64_t segment_size = 0;
   bool hugepages = false;
   bool prefault = false;
+  uint64_t keep_warm = 0;  // bytes of empty segments kept for the next objects
   bool eviction = false;
   std::string log_level;
   uint32_t max_clients = 0;

@@ -7,6 +7,7 @@
 #define DEPOT_DAEMON_SEGMENT_SOURCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,14 @@ class SegmentSource {
   // A segment of `size` bytes (a multiple of granularity()) that its pool numbers `id`. StoreFull,
   // saying where and with the sizes, when there is no room for it.
   virtual Result<SegmentMemory> Create(uint32_t id, uint64_t size) = 0;
+
+  // Makes segment `id` as Create would, off the loop where the source can; `done` gets the result
+  // on the loop later. Returns false, calling nothing, where it cannot (then the pool makes its
+  // segments when it needs them).
+  virtual bool CreateAhead(uint32_t /*id*/, uint64_t /*size*/,
+                           std::function<void(Result<SegmentMemory>)> /*done*/) {
+    return false;
+  }
 
   // Gives a segment back and closes its fd. Clients that mapped it keep their mappings until they
   // unmap.

@@ -44,6 +44,7 @@ Result<std::unique_ptr<SegmentedPool>> SegmentedPool::Create(std::unique_ptr<Seg
 SegmentedPool::~SegmentedPool() {
   budget_->reserved -= reserved_;
   for (auto& [id, seg] : segments_) {
+    if (Warm(seg)) budget_->warm -= seg.size();
     Unmap(seg);
     source_->Release(seg.memory);
   }
@@ -70,7 +71,7 @@ void SegmentedPool::Unmap(Segment& seg) {
   seg.map = nullptr;
 }
 
-Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool dedicated,
+Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool large,
                                                           uint32_t owner) {
   uint32_t id = next_id_++;
   auto memory = source_->Create(id, size);
@@ -78,9 +79,25 @@ Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool de
   uint64_t bytes = memory->size;
   reserved_ += bytes;
   budget_->reserved += bytes;
-  auto [it, inserted] = segments_.emplace(
-      id, Segment{id, std::move(*memory), dedicated, owner, Allocator(bytes, options_.alignment)});
+  bool dedicated = large && !options_.reuse_large;
+  auto [it, inserted] = segments_.emplace(id, Segment{id, std::move(*memory), dedicated, owner,
+                                                      Allocator(bytes, options_.alignment), large});
   return &it->second;
+}
+
+SegmentedPool::Segment* SegmentedPool::Fit(uint64_t size, bool large, uint32_t owner) {
+  Segment* emptiest = nullptr;
+  for (auto& [id, seg] : segments_) {
+    if (seg.dedicated || (seg.owner != owner && seg.owner != kAnyOwner)) continue;
+    // A large object may take room in a shared segment (a GPU's chunk is large), never a small
+    // object in a large one: it would pin memory made for one large object.
+    if (seg.large && !large) continue;
+    if (seg.allocator.largest_free() < seg.allocator.BlockSize(size)) continue;
+    if (!seg.allocator.empty()) return &seg;
+    // Of the empty ones, the smallest that holds it leaves the larger ones for larger objects.
+    if (emptiest == nullptr || seg.size() < emptiest->size()) emptiest = &seg;
+  }
+  return emptiest;
 }
 
 Result<Location> SegmentedPool::Allocate(uint64_t size, uint32_t owner) {
@@ -100,26 +117,66 @@ Result<Location> SegmentedPool::Allocate(uint64_t size, uint32_t owner) {
   if (size == 0) return Status::InvalidArgument("cannot allocate 0 bytes");
   if (size > budget_->capacity) return full("larger than the whole capacity");
 
-  for (auto& [id, seg] : segments_) {
-    if (seg.dedicated || (seg.owner != owner && seg.owner != kAnyOwner)) continue;
-    if (auto offset = seg.allocator.Allocate(size)) {
-      budget_->Use(seg.allocator.BlockSize(size));
-      return Location{.segment = id, .offset = *offset, .size = size};
-    }
+  bool large = size > options_.segment_size / options_.dedicated_divisor;
+  if (Segment* seg = Fit(size, large, owner)) {
+    if (Warm(*seg)) budget_->warm -= seg->size();
+    // Fit found a free block of at least the size.
+    auto offset = seg->allocator.Allocate(size);
+    budget_->Use(seg->allocator.BlockSize(size));
+    if (!large) GrowAhead(owner);
+    return Location{.segment = seg->id, .offset = *offset, .size = size};
   }
   if (options_.prefault) return full("no free block is large enough");
 
-  bool dedicated = size > options_.segment_size / options_.dedicated_divisor;
   uint64_t left = (budget_->capacity - budget_->reserved) / granularity_ * granularity_;
-  uint64_t seg_size =
-      dedicated ? RoundUp(size, granularity_) : std::min(options_.segment_size, left);
+  uint64_t seg_size = large ? RoundUp(size, granularity_) : std::min(options_.segment_size, left);
   if (seg_size > left || seg_size < size) return full("no free block is large enough");
-  auto seg = AddSegment(seg_size, dedicated, owner);
+  auto seg = AddSegment(seg_size, large, owner);
   if (!seg.ok()) return seg.status();
   // A fresh segment of at least `size` bytes, in whole granules, always has room.
   auto offset = (*seg)->allocator.Allocate(size);
   budget_->Use((*seg)->allocator.BlockSize(size));
-  return Location{.segment = (*seg)->id, .offset = *offset, .size = size};
+  Location made{.segment = (*seg)->id, .offset = *offset, .size = size};
+  if (!large) GrowAhead(owner);
+  return made;
+}
+
+void SegmentedPool::GrowAhead(uint32_t owner) {
+  const uint64_t size = options_.segment_size;
+  if (ahead_in_flight_ || options_.prefault || budget_->capacity - budget_->reserved < 2 * size ||
+      budget_->warm + size > budget_->warm_limit) {
+    return;
+  }
+  uint64_t free = 0;
+  for (const auto& [id, seg] : segments_) {
+    if (seg.large || seg.owner != owner) continue;
+    if (seg.allocator.empty()) return;  // one is ready already
+    free += seg.allocator.free();
+  }
+  if (free >= size / 2) return;
+  uint32_t id = next_id_++;
+  std::weak_ptr<SegmentedPool*> alive = alive_;
+  ahead_in_flight_ = source_->CreateAhead(id, size, [alive, id, owner](Result<SegmentMemory> m) {
+    if (auto pool = alive.lock()) (*pool)->Adopt(id, owner, std::move(m));
+  });
+}
+
+void SegmentedPool::Adopt(uint32_t id, uint32_t owner, Result<SegmentMemory> memory) {
+  ahead_in_flight_ = false;
+  if (!memory.ok()) return;  // the put that needs a segment will make one, or say why not
+  uint64_t bytes = memory->size;
+  // The budget was not held while the segment was made, so that it never refused an object.
+  if (budget_->reserved + bytes > budget_->capacity ||
+      budget_->warm + bytes > budget_->warm_limit) {
+    source_->Release(*memory);
+    return;
+  }
+  reserved_ += bytes;
+  budget_->reserved += bytes;
+  budget_->warm += bytes;
+  ++made_ahead_;
+  segments_.emplace(id, Segment{id, std::move(*memory), false, owner,
+                                Allocator(bytes, options_.alignment), false});
 }
 
 void SegmentedPool::Free(const Location& location) {
@@ -128,17 +185,11 @@ void SegmentedPool::Free(const Location& location) {
   Segment& seg = it->second;
   budget_->used -= seg.allocator.BlockSize(location.size);
   if (!seg.allocator.empty() || options_.prefault) return;
-  if (!seg.dedicated) {
-    // Keep one empty shared segment per owner so that a put/delete cycle does not create one
-    // each time, but no more than kMaxSpares in all: every spare is memory held for nobody.
-    uint32_t spares = 1;
-    for (auto& [id, other] : segments_) {
-      if (id == seg.id || other.dedicated || !other.allocator.empty()) continue;
-      if (other.owner == seg.owner || ++spares > kMaxSpares) {
-        Retire(it);
-        return;
-      }
-    }
+  // Kept, the segment's next object is written into pages its clients have mapped and faulted in
+  // already, rather than into a new segment that is reserved, zeroed and faulted in anew; but
+  // every byte kept is memory held for nobody, hence the limit.
+  if (!seg.dedicated && budget_->warm + seg.size() <= budget_->warm_limit) {
+    budget_->warm += seg.size();
     return;
   }
   Retire(it);
@@ -149,7 +200,10 @@ uint64_t SegmentedPool::ReleaseSpares() {
   uint64_t released = 0;
   for (auto it = segments_.begin(); it != segments_.end();) {
     auto next = std::next(it);
-    if (!it->second.dedicated && it->second.allocator.empty()) released += Retire(it);
+    if (Warm(it->second)) {
+      budget_->warm -= it->second.size();
+      released += Retire(it);
+    }
     it = next;
   }
   return released;
@@ -199,7 +253,11 @@ PoolStats SegmentedPool::stats() const {
     s.used += seg.allocator.used();
     s.free_in_segments += seg.allocator.free();
     s.largest_block = std::max(s.largest_block, seg.allocator.largest_free());
-    if (!seg.dedicated) s.largest_free = std::max(s.largest_free, seg.allocator.largest_free());
+    // A large segment's free block takes only large objects: none when it is no larger than that.
+    uint64_t block = seg.allocator.largest_free();
+    bool usable = !seg.dedicated &&
+                  (!seg.large || block > options_.segment_size / options_.dedicated_divisor);
+    if (usable) s.largest_free = std::max(s.largest_free, block);
   }
   if (!options_.prefault) {
     s.largest_free = std::max(s.largest_free, budget_->capacity - budget_->reserved);

@@ -1,13 +1,25 @@
 // SegmentedPool is one pool of memory for frames, on the host or on one GPU: segments taken from a
 // SegmentSource on demand up to a budget (shared with other pools), objects carved out of them by
 // an Allocator per segment. Every segment has an owner, the uid whose objects it holds: whoever
-// may write into a segment (its read-write descriptor) reaches only objects of that uid. An object
-// finds the first shared segment of its owner with room; when none has room, a new segment is
-// made: a shared one of the segment size (or less, for the last of the budget), or, for an object
-// larger than the dedicated threshold, a segment of its own. Segments that fall empty are given
-// back, one empty shared segment per owner kept as a spare (at most kMaxSpares in all) so that a
-// put/delete cycle does not make one each time. With prefault, one segment of the whole budget is
-// made at start-up and kept, and every owner's objects share it (see docs/design.md).
+// may write into a segment (its read-write descriptor) reaches only objects of that uid.
+//
+// Objects come in two classes: small ones (up to the segment size / dedicated_divisor) share
+// segments of the segment size; a large one may take room there too, else goes into a large
+// segment, made to its size when no segment of its owner has room. Small objects never go into
+// large segments (they would pin memory made for large ones). An object goes first to a segment
+// of its owner that is in use and has room, then to the smallest empty one that holds it, and
+// only then to a new segment. Segments that fall empty are kept warm, still mapped and faulted in
+// by the clients that used them, while the empty bytes over the whole budget stay within its
+// warm_limit; the rest are given back. With reuse_large off (a GPU's chunks), a large object's
+// segment is dedicated to it instead: its descriptor travels with each reply, its clients unmap
+// it when they drop the object, and it is given back as soon as it falls empty. With prefault,
+// one segment of the whole budget is made at start-up and kept, and every owner's objects share
+// it (see docs/design.md).
+//
+// The pool grows ahead where its source can make segments off the loop: once an owner's shared
+// segments are more than half full and it has no empty one, the next is asked for at once and
+// adopted, empty and warm, when it arrives, so that the put that needs it does not wait for it.
+//
 // A segment given back while clients still map it is held: its memory and its bytes against the
 // budget stay until every such client has said it dropped it (Dropped), so that the budget never
 // counts as free what a client's mapping keeps in memory.
@@ -33,10 +45,13 @@ struct SegmentedPoolOptions {
   PoolBudget* budget = nullptr;         // the capacity, shared with other pools; outlives this one
   uint64_t segment_size = 0;            // rounded up to the source's granularity
   uint64_t alignment = 64;              // of every block: 64 on the host, 256 on a GPU
-  // An object larger than segment_size / dedicated_divisor that fits in no shared segment gets a
-  // segment of its own: 1 on the host; 2 on a GPU, whose chunks are large.
+  // An object larger than segment_size / dedicated_divisor is large: 1 on the host; 2 on a GPU,
+  // whose chunks are large.
   uint64_t dedicated_divisor = 1;
   bool prefault = false;  // reserve the whole budget at start-up and keep it
+  // Large objects go to large segments that are kept warm and reused (the host); off, each gets
+  // a dedicated segment, given back when it is freed (a GPU).
+  bool reuse_large = false;
 };
 
 struct PoolStats {
@@ -62,15 +77,14 @@ class SegmentedPool {
  public:
   // The owner of the segment that prefault makes: every uid's objects go there.
   static constexpr uint32_t kAnyOwner = UINT32_MAX;
-  // Empty shared segments kept, over all owners.
-  static constexpr uint32_t kMaxSpares = 4;
 
   struct Segment {
     uint32_t id;
     SegmentMemory memory;
-    bool dedicated;  // holds one object larger than the dedicated threshold
+    bool dedicated;  // holds one large object, given back when it goes (reuse_large off)
     uint32_t owner;  // the uid whose objects it holds, or kAnyOwner
     Allocator allocator;
+    bool large = false;  // holds large objects only (dedicated ones are large too)
     uint8_t* map = nullptr;  // the daemon's own mapping, made for inline writes (see Map)
     int fd() const { return memory.fd.get(); }
     // The descriptor for readers: read-only where the memory has one.
@@ -102,16 +116,20 @@ class SegmentedPool {
   // source has no room for a new segment.
   Result<Location> Allocate(uint64_t size, uint32_t owner);
 
-  // Returns a block from Allocate. A segment left empty may be given back (see class comment).
+  // Returns a block from Allocate. A segment left empty is kept warm or given back (see class
+  // comment).
   void Free(const Location& location);
 
-  // Gives back the empty shared segments kept as spares (not with prefault), so that another pool
-  // on the same budget can use their bytes. Returns how many bytes went back (not those held).
+  // Gives back the empty segments kept warm (not with prefault), so that another pool on the
+  // same budget can use their bytes. Returns how many bytes went back (not those held).
   uint64_t ReleaseSpares();
 
   // Every client that mapped retired segment `id` has dropped it: its memory goes back to the
   // source and its bytes to the budget. Nothing for an id that is not held.
   void Dropped(uint32_t id);
+
+  // Segments made ahead of need and adopted so far.
+  uint64_t made_ahead() const { return made_ahead_; }
 
   // nullptr for an unknown or retired id.
   const Segment* segment(uint32_t id) const;
@@ -125,7 +143,21 @@ class SegmentedPool {
  private:
   SegmentedPool(std::unique_ptr<SegmentSource> source, SegmentedPoolOptions options,
                 RetireFn on_retire);
-  Result<Segment*> AddSegment(uint64_t size, bool dedicated, uint32_t owner);
+  Result<Segment*> AddSegment(uint64_t size, bool large, uint32_t owner);
+  // The segment of `owner` where `size` bytes (`large` or not) go now without a new segment:
+  // one in use with room first, else the smallest empty one that holds them; nullptr if none.
+  Segment* Fit(uint64_t size, bool large, uint32_t owner);
+  // Asks the source for `owner`'s next shared segment when its shared segments are more than half
+  // full, it has no empty one, and the budget has room for two more with the warm limit allowing
+  // one: at most one in flight per pool.
+  void GrowAhead(uint32_t owner);
+  // A segment made ahead arrived (on the loop): kept, empty and warm, if the budget still has
+  // room for it; else given back.
+  void Adopt(uint32_t id, uint32_t owner, Result<SegmentMemory> memory);
+  // Whether the segment is kept warm while empty: counted in the budget's warm bytes.
+  bool Warm(const Segment& seg) const {
+    return !options_.prefault && !seg.dedicated && seg.allocator.empty();
+  }
   // Gives a segment back, or holds it while clients map it; returns the bytes given back.
   uint64_t Retire(std::map<uint32_t, Segment>::iterator it);
   static void Unmap(Segment& seg);
@@ -136,10 +168,14 @@ class SegmentedPool {
   uint64_t granularity_;  // of segment sizes: the source's, at least the alignment
   RetireFn on_retire_;
   std::map<uint32_t, Segment> segments_;
-  std::map<uint32_t, SegmentMemory> held_;  // retired, still mapped by clients
-  uint64_t held_bytes_ = 0;
   uint32_t next_id_ = 1;
   uint64_t reserved_ = 0;  // by this pool
+  bool ahead_in_flight_ = false;
+  uint64_t made_ahead_ = 0;
+  std::map<uint32_t, SegmentMemory> held_;  // retired, still mapped by clients
+  uint64_t held_bytes_ = 0;
+  // Results of CreateAhead hold it weakly: one that arrives after the pool is gone is dropped.
+  std::shared_ptr<SegmentedPool*> alive_ = std::make_shared<SegmentedPool*>(this);
 };
 
 }  // namespace depot

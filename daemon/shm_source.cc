@@ -59,6 +59,13 @@ Result<SegmentMemory> ShmSource::Create(uint32_t id, uint64_t size) {
   return SealedMemfd(name_prefix_ + std::to_string(id), size);
 }
 
+bool ShmSource::CreateAhead(uint32_t id, uint64_t size,
+                            std::function<void(Result<SegmentMemory>)> done) {
+  if (maker_ == nullptr) return false;
+  maker_->Make(name_prefix_ + std::to_string(id), size, std::move(done));
+  return true;
+}
+
 void ShmSource::Release(SegmentMemory& memory) {
   memory.fd.reset();
   memory.read_only_fd.reset();

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "daemon/segment_maker.h"
 #include "daemon/segment_source.h"
 
 namespace depot {
@@ -25,10 +26,14 @@ Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size);
 
 class ShmSource : public SegmentSource {
  public:
-  // Segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7".
-  explicit ShmSource(std::string name_prefix) : name_prefix_(std::move(name_prefix)) {}
+  // Segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7". With a `maker` (which must
+  // outlive the source), segments can be made ahead on its thread.
+  explicit ShmSource(std::string name_prefix, SegmentMaker* maker = nullptr)
+      : name_prefix_(std::move(name_prefix)), maker_(maker) {}
 
   Result<SegmentMemory> Create(uint32_t id, uint64_t size) override;
+  bool CreateAhead(uint32_t id, uint64_t size,
+                   std::function<void(Result<SegmentMemory>)> done) override;
   // Closes the daemon's descriptors; the memory goes when the last client's mapping does.
   void Release(SegmentMemory& memory) override;
   // Segments are whole pages, so a client's mapping of one holds no byte of anything else.
@@ -47,6 +52,7 @@ class ShmSource : public SegmentSource {
   static constexpr uint64_t kPage = 4096;
 
   std::string name_prefix_;
+  SegmentMaker* maker_;
 };
 
 }  // namespace depot

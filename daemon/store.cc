@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -36,6 +37,9 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
                                       SessionId by) { events_.Emit(EventBus::KindOf(e), &o, by, &ns); },
                       .restored = [this](Namespace& ns, const Guid& g, const Status& st) {
                         st.ok() ? waits_.Wake(ns.table(), g) : waits_.Fail(ns.table(), g, st);
+                      },
+                      .post = [&io](std::function<void()> f) {
+                        boost::asio::post(io, std::move(f));
                       },
                   }),
       quotas_(options_.user_quota, options_.client_quota),

@@ -240,6 +240,8 @@ class Sink {
     Add(t->namespaces());
     Add(t->device_pools());
     Add(t->devices_unavailable());
+    Add(t->warm());
+    Add(t->keep_warm());
   }
   void Add(const wire::ClientInfo* t) {
     if (t == nullptr) return;

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -156,7 +157,7 @@ TEST_CASE("a client killed with SIGKILL gives back its references and unsealed o
     auto v = Client::Connect({d.socket(), "victim"});
     auto obj = v->Get(*kept);                    // a reference
     auto draft = v->Create({8 * kMiB, kMiB});    // an unsealed create
-    auto big = v->Create({100 * kMiB});          // one in a dedicated segment
+    auto big = v->Create({100 * kMiB});          // one in a segment of large objects
     if (!obj.ok() || !draft.ok() || !big.ok()) return 1;
     ready.Send("ready");
     ::pause();
@@ -254,8 +255,64 @@ TEST_CASE("clients waiting in a get see Disconnected when the daemon stops", "[l
   CHECK(c.Put(Pattern(10, 1)).status().IsDisconnected());
 }
 
-TEST_CASE("empty dedicated segments are given back to the system", "[lifecycle]") {
+TEST_CASE("an empty large object's segment is kept warm and reused", "[lifecycle]") {
+  Daemon d({"--capacity", "512MiB", "--segment-size", "16MiB", "--keep-warm", "64MiB"});
+  Client c = d.Connect();
+  auto big = c.Put(Pattern(64 * kMiB, 1));
+  REQUIRE(big.ok());
+  REQUIRE(c.Delete(*big).ok());
+  auto s = StatusOf(c);
+  CHECK(s.segments == 1);
+  CHECK(s.reserved == 64 * kMiB);
+  CHECK(s.used == 0);
+  CHECK(s.warm == 64 * kMiB);
+  CHECK(s.keep_warm == 64 * kMiB);
+  // The next large object goes there: no new segment, and the bytes read back are its own.
+  auto data = Pattern(60 * kMiB, 2);
+  auto next = c.Put(data);
+  REQUIRE(next.ok());
+  CHECK(StatusOf(c).segments == 1);
+  CHECK(StatusOf(c).reserved == 64 * kMiB);
+  {
+    auto obj = c.Get(*next);
+    REQUIRE(obj.ok());
+    auto bytes = obj->frame(0);
+    CHECK(std::equal(bytes.begin(), bytes.end(), data.begin(), data.end()));
+  }
+  // Another while that one lives gets a segment of its own; once both are deleted, only the
+  // limit's worth stays warm and the other segment is given back.
+  auto more = c.Put(Pattern(32 * kMiB, 3));
+  REQUIRE(more.ok());
+  CHECK(StatusOf(c).segments == 2);
+  CHECK(StatusOf(c).warm == 0);
+  REQUIRE(c.Delete(*next).ok());
+  REQUIRE(c.Delete(*more).ok());
+  REQUIRE(WaitFor([&] { return StatusOf(c).used == 0; }));
+  CHECK(StatusOf(c).reserved == 64 * kMiB);
+  CHECK(StatusOf(c).segments == 1);
+}
+
+TEST_CASE("the pool makes the next segment ahead of the put that needs it", "[lifecycle]") {
   Daemon d({"--capacity", "512MiB", "--segment-size", "16MiB"});
+  Client c = d.Connect();
+  auto first = c.Put(Pattern(10 * kMiB, 1));
+  REQUIRE(first.ok());
+  // More than half of the one segment is used: the next is made on the daemon's helper thread.
+  REQUIRE(WaitFor([&] { return StatusOf(c).segments == 2; }));
+  CHECK(StatusOf(c).reserved == 32 * kMiB);
+  // The put that needs it finds it ready: no third segment.
+  auto data = Pattern(10 * kMiB, 2);
+  auto second = c.Put(data);
+  REQUIRE(second.ok());
+  CHECK(StatusOf(c).segments == 2);
+  auto obj = c.Get(*second);
+  REQUIRE(obj.ok());
+  auto bytes = obj->frame(0);
+  CHECK(std::equal(bytes.begin(), bytes.end(), data.begin(), data.end()));
+}
+
+TEST_CASE("with keep_warm 0, empty segments are given back to the system", "[lifecycle]") {
+  Daemon d({"--capacity", "512MiB", "--segment-size", "16MiB", "--keep-warm", "0"});
   Client c = d.Connect();
   auto big = c.Put(Pattern(64 * kMiB, 1));
   REQUIRE(big.ok());

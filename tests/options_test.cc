@@ -99,6 +99,7 @@ TEST_CASE("ParseOptions defaults", "[options]") {
   CHECK(little_memory->socket_path == DefaultSocketPath());
   CHECK(little_memory->segment_size == 64 * kMiB);
   CHECK_FALSE(little_memory->prefault);
+  CHECK(little_memory->keep_warm == 2 * kGiB);
   CHECK(little_memory->log_level == "info");
   CHECK_FALSE(little_memory->help);
   CHECK_FALSE(little_memory->version);
@@ -153,6 +154,8 @@ TEST_CASE("ParseOptions: switches", "[options]") {
   CHECK_FALSE(ParseOptions({"--prefault=maybe"}, 16 * kGiB, 8 * kGiB).ok());
   CHECK_FALSE(ParseOptions({"--eviction", "off"}, 16 * kGiB, 8 * kGiB).ok());  // "off" is not a flag
   CHECK_FALSE(ParseOptions({"--eviction=off"}, 16 * kGiB, 8 * kGiB)->eviction);
+  CHECK(ParseOptions({"--keep-warm", "0"}, 16 * kGiB, 8 * kGiB)->keep_warm == 0);
+  CHECK(ParseOptions({"--keep-warm", "25%"}, 16 * kGiB, 8 * kGiB)->keep_warm == 4 * kGiB);
 }
 
 TEST_CASE("ParseOptions rejects bad input, naming the flag", "[options]") {
@@ -168,6 +171,7 @@ TEST_CASE("ParseOptions rejects bad input, naming the flag", "[options]") {
   check({"--capacity", "lots"}, "--capacity");
   check({"--capacity", "150%"}, "--capacity");
   check({"--segment-size", "0"}, "--segment-size");
+  check({"--keep-warm", "a lot"}, "--keep-warm");
   check({"--frobnicate"}, "--frobnicate");
   check({"--socket", "/tmp/s", "extra"}, "extra");
   check({"--max-frames", "65"}, "--max-frames");

@@ -13,11 +13,13 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "daemon/device_source.h"
+#include "daemon/segment_maker.h"
 #include "daemon/shm_source.h"
 #include "depot/units.h"
 #include "tests/memfd_backend.h"
@@ -48,10 +50,12 @@ bool ShmExists(const std::string& name) {
 
 constexpr uint32_t kOwner = 1000;  // the uid whose objects a test allocates
 
-// A pool with a budget of its own and a record of the segments it retired.
+// A pool with a budget of its own (keeping up to `warm` bytes of empty segments) and a record of
+// the segments it retired.
 struct Fixture {
-  Fixture(std::unique_ptr<SegmentSource> source, uint64_t capacity, SegmentedPoolOptions o)
-      : budget{capacity, 0} {
+  Fixture(std::unique_ptr<SegmentSource> source, uint64_t capacity, SegmentedPoolOptions o,
+          uint64_t warm)
+      : budget{capacity, 0, warm} {
     o.budget = &budget;
     auto r =
         SegmentedPool::Create(std::move(source), o, [this](uint32_t id) {
@@ -74,12 +78,13 @@ struct Fixture {
   std::unique_ptr<SegmentedPool> pool;
 };
 
-// The host pool, as the store makes it: shared-memory segments under a prefix of its own.
+// The host pool, as the store makes it: shared-memory segments under a prefix of its own, large
+// objects in segments that are kept warm; one segment's worth kept warm unless told.
 struct PoolFixture : Fixture {
   explicit PoolFixture(uint64_t capacity, uint64_t segment_size = kMiB, bool prefault = false,
-                       const std::string& prefix = UniquePrefix())
+                       uint64_t warm = kMiB, const std::string& prefix = UniquePrefix())
       : Fixture(std::make_unique<ShmSource>(prefix), ShmSource::UsableCapacity(capacity),
-                {.segment_size = segment_size, .prefault = prefault}),
+                {.segment_size = segment_size, .prefault = prefault, .reuse_large = true}, warm),
         prefix(prefix) {}
 
   std::string Name(uint32_t id) const { return prefix + std::to_string(id); }
@@ -125,21 +130,22 @@ TEST_CASE("The host pool creates segments on demand, 0600, and aligns offsets",
   for (const Location& l : blocks) CHECK(ShmExists(f.Name(l.segment)));
 }
 
-TEST_CASE("The host pool gives a large object a dedicated segment and retires it",
+TEST_CASE("The host pool gives a large object a segment of its size and retires it past the limit",
           "[segmented_pool]") {
-  PoolFixture f(8 * kMiB);
+  PoolFixture f(8 * kMiB);  // keeps 1 MiB warm: less than the large segment
   Location small = f.Allocate(64);
   Location big = f.Allocate(kMiB + kMiB / 2);
   CHECK(big.segment != small.segment);
   const SegmentedPool::Segment* seg = f.pool->segment(big.segment);
   REQUIRE(seg != nullptr);
-  CHECK(seg->dedicated);
+  CHECK(seg->large);
+  CHECK_FALSE(seg->dedicated);  // its descriptor travels once per session, like any other
   CHECK(seg->size() >= kMiB + kMiB / 2);
   CHECK(seg->size() % 4096 == 0);
   CHECK(f.pool->stats().reserved == kMiB + seg->size());
   REQUIRE(ShmExists(f.Name(big.segment)));
 
-  // Nothing small is ever placed in a dedicated segment, even when it has room.
+  // Nothing small is ever placed in a large segment, even when it has room.
   Location other = f.Allocate(64);
   CHECK(other.segment == small.segment);
 
@@ -148,6 +154,49 @@ TEST_CASE("The host pool gives a large object a dedicated segment and retires it
   CHECK_FALSE(ShmExists(f.Name(big.segment)));
   CHECK(f.retired == std::vector<uint32_t>{big.segment});
   CHECK(f.pool->stats().reserved == kMiB);
+  CHECK(f.budget.warm == 0);
+}
+
+TEST_CASE("The host pool keeps an empty large segment warm and reuses it for large objects",
+          "[segmented_pool]") {
+  PoolFixture f(16 * kMiB, kMiB, false, /*warm=*/5 * kMiB);
+  Location big = f.Allocate(3 * kMiB);
+  const uint32_t id = big.segment;
+  f.pool->Free(big);
+  // Kept: the same memory, counted as warm, given back to nobody.
+  REQUIRE(f.pool->segment(id) != nullptr);
+  CHECK(ShmExists(f.Name(id)));
+  CHECK(f.retired.empty());
+  CHECK(f.budget.warm == 3 * kMiB);
+  CHECK(f.pool->stats().reserved == 3 * kMiB);
+
+  // A small object does not take it; large ones do, two of them side by side.
+  Location small = f.Allocate(64);
+  CHECK(small.segment != id);
+  Location a = f.Allocate(kMiB + kMiB / 4);
+  Location b = f.Allocate(kMiB + kMiB / 4);
+  CHECK(a.segment == id);
+  CHECK(b.segment == id);
+  CHECK(a.offset != b.offset);
+  CHECK(f.budget.warm == 0);
+  // A third does not fit there: a segment of its own size.
+  Location c = f.Allocate(kMiB + kMiB / 4);
+  CHECK(c.segment != id);
+  CHECK(f.pool->segment(c.segment)->size() == kMiB + kMiB / 4);
+
+  for (const Location& l : {a, b, c, small}) f.pool->Free(l);
+  // Empty: 3 + 1.25 + 1 MiB, of which 5 MiB may be kept: the last to fall empty goes back.
+  CHECK(f.budget.warm == 3 * kMiB + kMiB + kMiB / 4);
+  CHECK(f.retired == std::vector<uint32_t>{small.segment});
+  // An object picks the smallest empty segment that holds it.
+  Location d = f.Allocate(kMiB + kMiB / 8);
+  CHECK(f.pool->segment(d.segment)->size() < 3 * kMiB);
+  f.pool->Free(d);
+  uint64_t warm = f.budget.warm;
+  CHECK(f.pool->ReleaseSpares() == warm);
+  CHECK(f.budget.warm == 0);
+  CHECK(f.pool->stats().segments == 0);
+  CHECK(f.budget.reserved == 0);
 }
 
 TEST_CASE("A retired segment that clients still map stays counted until they drop it",
@@ -200,7 +249,7 @@ TEST_CASE("The host pool keeps at most one empty shared segment", "[segmented_po
 
 TEST_CASE("Objects of different owners never share a segment, and each owner keeps a spare",
           "[segmented_pool]") {
-  PoolFixture f(8 * kMiB);
+  PoolFixture f(8 * kMiB, kMiB, false, /*warm=*/2 * kMiB);
   Location alice = f.Allocate(100, 41001);
   Location bob = f.Allocate(100, 41002);
   Location alice2 = f.Allocate(100, 41001);
@@ -224,13 +273,20 @@ TEST_CASE("Objects of different owners never share a segment, and each owner kee
   CHECK(f.pool->stats().segments == 0);
 }
 
-TEST_CASE("Spares are kept per owner, at most four in all", "[segmented_pool]") {
-  PoolFixture f(16 * kMiB);
+TEST_CASE("Empty segments are kept up to the warm limit over all owners", "[segmented_pool]") {
+  PoolFixture f(16 * kMiB, kMiB, false, /*warm=*/4 * kMiB);
   std::vector<Location> blocks;
   for (uint32_t owner = 1; owner <= 6; ++owner) blocks.push_back(f.Allocate(100, owner));
   for (const Location& l : blocks) f.pool->Free(l);
-  CHECK(f.pool->stats().segments == SegmentedPool::kMaxSpares);
-  CHECK(f.retired.size() == 6 - SegmentedPool::kMaxSpares);
+  CHECK(f.pool->stats().segments == 4);
+  CHECK(f.retired.size() == 2);
+  CHECK(f.budget.warm == 4 * kMiB);
+
+  // No limit: every empty segment goes back at once.
+  PoolFixture none(16 * kMiB, kMiB, false, /*warm=*/0);
+  none.pool->Free(none.Allocate(100));
+  CHECK(none.pool->stats().segments == 0);
+  CHECK(none.retired.size() == 1);
 }
 
 TEST_CASE("The host pool reports StoreFull with sizes and refuses 0 bytes", "[segmented_pool]") {
@@ -369,7 +425,8 @@ struct GpuFixture : Fixture {
       : Fixture(std::make_unique<DeviceSource>(backend, 0, backend.Devices()->at(0)), capacity,
                 {.segment_size = 16 * kMiB,
                  .alignment = DeviceSource::kAlignment,
-                 .dedicated_divisor = 2}) {}
+                 .dedicated_divisor = 2},
+                /*warm=*/16 * kMiB) {}
 };
 
 TEST_CASE("A device pool aligns to 256 bytes and gives a large object a chunk of its own",
@@ -459,7 +516,7 @@ TEST_CASE("A device pool's destructor gives every chunk back", "[segmented_pool]
 
 TEST_CASE("Pools on one budget share it: a spare given back makes room in the other",
           "[segmented_pool]") {
-  PoolBudget budget{2 * kMiB, 0};
+  PoolBudget budget{2 * kMiB, 0, kMiB};
   auto make = [&] {
     auto r = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix()),
                                    {.budget = &budget, .segment_size = kMiB}, nullptr);
@@ -481,6 +538,122 @@ TEST_CASE("Pools on one budget share it: a spare given back makes room in the ot
   CHECK(budget.reserved == 0);
 }
 
+constexpr int kExpectNothingMs = 300;
+
+// A stand-in for the daemon's loop: what a SegmentMaker posts waits here until the test runs it.
+class Loop {
+ public:
+  SegmentMaker::PostFn Post() {
+    return [this](std::function<void()> f) {
+      std::lock_guard lk(mu_);
+      posted_.push_back(std::move(f));
+    };
+  }
+  // Runs what was posted, waiting up to `wait` (in 10 ms steps) for at least one function; false
+  // if none came. A 1 MiB segment is made in well under the short wait that tests that expect
+  // nothing give it.
+  bool RunPosted(int wait_ms = 10000) {
+    std::vector<std::function<void()>> run;
+    for (int waited = 0; waited <= wait_ms && run.empty(); waited += 10) {
+      {
+        std::lock_guard lk(mu_);
+        run.swap(posted_);
+      }
+      if (run.empty()) ::usleep(10000);
+    }
+    for (auto& f : run) f();
+    return !run.empty();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::function<void()>> posted_;
+};
+
+TEST_CASE("The host pool makes an owner's next segment ahead, off the loop, and adopts it warm",
+          "[segmented_pool]") {
+  Loop loop;
+  SegmentMaker maker(loop.Post());
+  PoolBudget budget{8 * kMiB, 0, 2 * kMiB};
+  std::vector<uint32_t> retired;
+  auto made = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
+                                    {.budget = &budget, .segment_size = kMiB, .reuse_large = true},
+                                    [&](uint32_t id) { retired.push_back(id); });
+  REQUIRE(made.ok());
+  SegmentedPool& pool = **made;
+
+  // Less than half full: nothing is asked for.
+  Location a = pool.Allocate(256 * 1024, kOwner).value();
+  CHECK_FALSE(loop.RunPosted(kExpectNothingMs));
+  CHECK(pool.stats().segments == 1);
+  // More than half: the next segment is made ahead and kept, empty and warm.
+  Location b = pool.Allocate(512 * 1024, kOwner).value();
+  REQUIRE(loop.RunPosted());
+  CHECK(pool.made_ahead() == 1);
+  CHECK(pool.stats().segments == 2);
+  CHECK(budget.reserved == 2 * kMiB);
+  CHECK(budget.warm == kMiB);
+  // The object that does not fit in the first goes there: no segment is made on the loop.
+  Location c = pool.Allocate(512 * 1024, kOwner).value();
+  CHECK(c.segment != a.segment);
+  CHECK(pool.stats().segments == 2);
+  CHECK(budget.warm == 0);
+  // Another owner's segment is not made ahead for this one, nor this one's used by another.
+  Location other = pool.Allocate(100, 41002).value();
+  CHECK(other.segment != c.segment);
+  for (const Location& l : {a, b, c, other}) pool.Free(l);
+  CHECK(budget.warm == 2 * kMiB);  // the limit: the last segment to fall empty went back
+  CHECK(retired == std::vector<uint32_t>{other.segment});
+  CHECK(pool.ReleaseSpares() > 0);
+  CHECK(budget.warm == 0);
+}
+
+TEST_CASE("The host pool makes nothing ahead past its budget, and drops what comes too late",
+          "[segmented_pool]") {
+  Loop loop;
+  SegmentMaker maker(loop.Post());
+  SECTION("no room in the budget for two more segments") {
+    PoolBudget budget{2 * kMiB, 0, 2 * kMiB};
+    auto pool = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
+                                      {.budget = &budget, .segment_size = kMiB}, nullptr);
+    REQUIRE(pool.ok());
+    REQUIRE((*pool)->Allocate(900 * 1024, kOwner).ok());
+    CHECK_FALSE(loop.RunPosted(kExpectNothingMs));
+    CHECK(budget.reserved == kMiB);
+  }
+  SECTION("no warm limit") {
+    PoolBudget budget{8 * kMiB, 0, 0};
+    auto pool = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
+                                      {.budget = &budget, .segment_size = kMiB}, nullptr);
+    REQUIRE(pool.ok());
+    REQUIRE((*pool)->Allocate(900 * 1024, kOwner).ok());
+    CHECK_FALSE(loop.RunPosted(kExpectNothingMs));
+  }
+  SECTION("the pool is gone when the segment arrives") {
+    PoolBudget budget{8 * kMiB, 0, 2 * kMiB};
+    auto pool = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
+                                      {.budget = &budget, .segment_size = kMiB}, nullptr);
+    REQUIRE(pool.ok());
+    REQUIRE((*pool)->Allocate(900 * 1024, kOwner).ok());
+    pool->reset();
+    REQUIRE(loop.RunPosted());  // dropped, its memory closed
+    CHECK(budget.reserved == 0);
+    CHECK(budget.warm == 0);
+  }
+  SECTION("the budget filled up while it was made") {
+    PoolBudget budget{4 * kMiB, 0, 2 * kMiB};
+    auto pool = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
+                                      {.budget = &budget, .segment_size = kMiB}, nullptr);
+    REQUIRE(pool.ok());
+    REQUIRE((*pool)->Allocate(900 * 1024, kOwner).ok());
+    budget.reserved += 3 * kMiB;  // another pool on the budget took the rest
+    REQUIRE(loop.RunPosted());
+    CHECK((*pool)->made_ahead() == 0);
+    CHECK((*pool)->stats().segments == 1);
+    budget.reserved -= 3 * kMiB;
+  }
+}
+
 // A source that reserves nothing: enough for the pool's bookkeeping, so that a workload of many
 // owners can be measured at a realistic size without touching memory.
 class BookkeepingSource : public SegmentSource {
@@ -500,7 +673,8 @@ TEST_CASE("Per-owner segments: reserved against used with many owners", "[segmen
   constexpr uint64_t kCapacity = uint64_t{16} << 30;
   constexpr uint64_t kSegment = 64 * kMiB;
   for (uint32_t owners : {1u, 8u}) {
-    Fixture f(std::make_unique<BookkeepingSource>(), kCapacity, {.segment_size = kSegment});
+    Fixture f(std::make_unique<BookkeepingSource>(), kCapacity,
+              {.segment_size = kSegment, .reuse_large = true}, /*warm=*/4 * kSegment);
     std::mt19937_64 rng(42);
     std::vector<Location> live;
     uint64_t peak_reserved = 0;

@@ -57,6 +57,7 @@ StoreOptions MakeOptions(const StoreSetup& setup) {
                                     nullptr, kNoDevices);
   o.namespaces.host.capacity = setup.capacity;
   o.namespaces.host.segment_size = setup.segment_size;
+  o.namespaces.host.keep_warm = setup.keep_warm;
   o.namespaces.host.name_prefix = fmt::format("depot-storetest-{}-{}-", ::getpid(), stores++);
   o.namespaces.eviction = setup.eviction;
   o.namespaces.per_user = setup.per_user_namespaces;

@@ -65,6 +65,7 @@ class FakePeer : public Peer {
 struct StoreSetup {
   uint64_t capacity = 4 * kMiB;
   uint64_t segment_size = 1 * kMiB;
+  uint64_t keep_warm = 1 * kMiB;  // one empty segment kept
   bool eviction = true;
   bool per_user_namespaces = false;
   Quota user_quota{};

@@ -409,8 +409,8 @@ TEST_CASE("store: events name the session that caused them", "[store]") {
   CHECK(events[0].As<wire::Event>()->session_id() == watcher.id);
 }
 
-TEST_CASE("store: a shared segment's fds travel once each, a dedicated one every time", "[store]") {
-  StoreHarness h;  // 1 MiB segments
+TEST_CASE("store: a segment's fds travel once per session each, a large object's too", "[store]") {
+  StoreHarness h({.keep_warm = 2 * kMiB});  // 1 MiB segments
   Client& a = h.Hello();
   Client& b = h.Hello();
   Message first = h.Create(a, {.sizes = {kKiB}});
@@ -437,19 +437,33 @@ TEST_CASE("store: a shared segment's fds travel once each, a dedicated one every
   CHECK(AccessMode(other.fds[0]) == O_RDONLY);
   CHECK(h.Get(b, {x}).fds.empty());
 
-  Message big = h.Create(a, {.sizes = {2 * kMiB}});
+  // A large object's segment is kept warm for the next large objects when it falls empty, so
+  // its clients keep it mapped like any other: its fds too travel once per session.
+  constexpr uint64_t kLarge = kMiB + kMiB / 2;  // two fit beside the shared segment
+  Message big = h.Create(a, {.sizes = {kLarge}});
   REQUIRE(big.fds.size() == 1);
-  CHECK(big.As<wire::CreateReply>()->segments()->Get(0)->dedicated());
-  CHECK(FdSize(big.fds[0]) == static_cast<off_t>(2 * kMiB));
+  CHECK_FALSE(big.As<wire::CreateReply>()->segments()->Get(0)->dedicated());
+  CHECK(FdSize(big.fds[0]) == static_cast<off_t>(kLarge));
   CHECK(AccessMode(big.fds[0]) == O_RDWR);
   Guid z = CreatedGuid(big);
   h.Seal(a, z);
-  CHECK(h.Get(a, {z, z}).fds.size() == 1);  // once per reply
-  CHECK(h.Get(a, {z}).fds.size() == 1);
-  CHECK(h.Get(b, {z, x}).fds.size() == 1);
-  Message dedicated = h.Get(b, {z});
-  REQUIRE(dedicated.fds.size() == 1);
-  CHECK(AccessMode(dedicated.fds[0]) == O_RDONLY);
+  Message large = h.Get(b, {z, z});
+  REQUIRE(large.fds.size() == 1);
+  CHECK(AccessMode(large.fds[0]) == O_RDONLY);
+  CHECK(h.Get(b, {z}).fds.empty());
+  CHECK(h.Get(a, {z}).fds.size() == 1);  // its read-only one, once
+  CHECK(h.Get(a, {z, x}).fds.empty());
+  // Another, in a segment of its own (z's is full); deleted, then made again: the same segment,
+  // reused without its fd again.
+  Message other_big = h.Create(a, {.sizes = {kLarge}});
+  REQUIRE(other_big.fds.size() == 1);
+  Guid w = CreatedGuid(other_big);
+  h.Seal(a, w);
+  CHECK(ResultCodes(h.Delete(a, {w})) == Codes{"OK"});
+  Message again = h.Create(a, {.sizes = {kLarge}});
+  CHECK(again.fds.empty());
+  CHECK(again.As<wire::CreateReply>()->frames()->Get(0)->segment() ==
+        other_big.As<wire::CreateReply>()->frames()->Get(0)->segment());
 }
 
 TEST_CASE("store: each uid creates in segments of its own", "[store]") {

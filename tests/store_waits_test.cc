@@ -203,7 +203,7 @@ TEST_CASE("store: a full store evicts the least recently used", "[store]") {
     h.Delete(c, {h.Put(c, 100 * kKiB)});
     CHECK(h.StatusOf(c).used == 0);
     CHECK(h.StatusOf(c).segments == 1);  // the spare
-    // 900 KiB needs a dedicated segment; the spare holds 256 KiB of the 1 MiB budget. It is
+    // 900 KiB needs a large segment of its own; the spare holds 256 KiB of the 1 MiB budget. It is
     // given back, but this session maps it: its bytes count until the session has dropped it.
     Message full = h.Create(c, {.sizes = {900 * kKiB}});
     CHECK(full.code() == "StoreFull");

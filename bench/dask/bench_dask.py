@@ -323,7 +323,8 @@ def main():
     print(f"- Python {platform.python_version()}, numpy {np.__version__}, dask "
           f"{dask.__version__}, distributed {distributed.__version__}")
     pool = ("prefaulted at start-up (--prefault: one segment, reserved and kept)" if args.prefault
-            else "created on demand (segments of 64 MiB; larger objects get their own)")
+            else "created on demand (segments of 64 MiB, larger ones for larger objects; empty "
+                 "ones kept warm up to keep_warm)")
     print(f"- depotd with a {args.capacity} pool {pool}; transfers through depot from 1 MiB per "
           "frame")
     print(f"- method: {rounds} rounds, Dask's TCP path and depot alternating (the order "

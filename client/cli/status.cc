@@ -118,7 +118,9 @@ int Status(depot::Client& c, bool json) {
       FormatBytes(s->used), FormatBytes(s->capacity), FormatBytes(s->capacity - s->used),
       FormatBytes(s->largest_free), 100 * s->fragmentation());
   fmt::print("segments      {} holding {}{}{}\n", s->segments, FormatBytes(s->reserved),
-             s->prefault ? " (prefaulted)" : "",
+             s->prefault ? " (prefaulted)"
+                         : fmt::format(", {} of them empty and kept warm (at most {})",
+                                       FormatBytes(s->warm), FormatBytes(s->keep_warm)),
              s->retired_held == 0 ? ""
                                   : fmt::format(", {} in retired segments clients still map",
                                                 FormatBytes(s->retired_held)));

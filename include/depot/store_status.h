@@ -35,6 +35,9 @@
     "free bytes inside the segments that exist now")                                              \
   X(retired_held, uint64_t, "host_pool", "retired_held",                                          \
     "bytes of retired segments that clients still map, counted until they unmap them")            \
+  X(warm, uint64_t, "host_pool", "warm",                                                          \
+    "bytes of empty segments kept, mapped and faulted in, for the next objects")                  \
+  X(keep_warm, uint64_t, "host_pool", "keep_warm", "the most bytes of empty segments kept")       \
   X(objects_creating, uint64_t, "objects", "creating", "objects being written, not sealed yet")   \
   X(objects_sealed, uint64_t, "objects", "sealed", "sealed objects")                              \
   X(objects_deleted, uint64_t, "objects", "deleted", "deleted objects still referenced")          \
