@@ -578,7 +578,10 @@ TEST_CASE("The host pool makes an owner's next segment ahead, off the loop, and 
   std::vector<uint32_t> retired;
   auto made = SegmentedPool::Create(std::make_unique<ShmSource>(UniquePrefix(), &maker),
                                     {.budget = &budget, .segment_size = kMiB, .reuse_large = true},
-                                    [&](uint32_t id) { retired.push_back(id); });
+                                    [&](uint32_t id) {
+                                      retired.push_back(id);
+                                      return false;
+                                    });
   REQUIRE(made.ok());
   SegmentedPool& pool = **made;
 
