@@ -148,7 +148,7 @@ const std::vector<Key>& Keys() {
          return SetSize(o.capacity, v, phys, 1 << 20, uint64_t{1} << 50);
        },
        [](const O& o) { return std::to_string(o.capacity); }},
-      {{"segment_size", "64MiB", "shared-memory segments are made this size; larger objects get their own"},
+      {{"segment_size", "64MiB", "shared-memory segments are made this size; larger objects go to segments of large objects, made to their size"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.segment_size, v, phys, 1 << 20, uint64_t{1} << 40);
        },

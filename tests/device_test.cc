@@ -372,7 +372,9 @@ TEST_CASE("a retired segment an idle client still maps is counted until it lets 
   CAPTURE(device, killed);
   // Two segments' worth of capacity: 4 MiB host segments, or 16 MiB chunks.
   const uint64_t seg = device ? 16 << 20 : 4 << 20;
-  Daemon d = StandIn({"--capacity", "8MiB", "--segment-size", "4MiB", "--device-capacity", "32MiB"});
+  // One empty segment (or chunk) is kept warm, as on a GPU.
+  Daemon d = StandIn({"--capacity", "8MiB", "--segment-size", "4MiB", "--keep-warm", "4MiB",
+                      "--device-capacity", "32MiB"});
   CreateOptions o;
   if (device) o.places = {kGpu0};
   auto held_bytes = [&](Client& c) -> uint64_t {
@@ -422,7 +424,7 @@ TEST_CASE("a retired segment an idle client still maps is counted until it lets 
   // Its reference goes within a millisecond; then the object is freed as soon as it is deleted.
   REQUIRE(WaitFor([&] { return c.GetStatus()->objects_deleted == 0; }));
   REQUIRE(c.Delete(*a1).ok());
-  REQUIRE(c.Delete(*a2).ok());  // the first segment, empty, is kept as the spare
+  REQUIRE(c.Delete(*a2).ok());  // the first segment, empty, is kept warm
   REQUIRE(c.Delete(*b).ok());   // the second is given back, but the idle client maps it
   REQUIRE(WaitFor([&] { return c.GetStatus()->objects_deleted == 0; }));
   CHECK(held_bytes(c) == seg);
