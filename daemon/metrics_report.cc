@@ -68,11 +68,14 @@ void Objects(PrometheusText& t, const MetricsSnapshot& m) {
     const char* name;
     uint64_t objects, bytes;
   };
+  // Sealed objects whose bytes are on disk only are counted as spilled, not as sealed.
   const State kStates[] = {{"creating", c.creating, c.creating_bytes},
-                           {"sealed", c.sealed, c.sealed_bytes},
+                           {"sealed", c.sealed - c.spilled, c.sealed_bytes - c.spilled_bytes},
+                           {"spilled", c.spilled, c.spilled_bytes},
                            {"deleted", c.deleted, c.deleted_bytes}};
   t.Family("depot_objects", "gauge",
-           "Objects by state (deleted: gone from the index, still referenced).");
+           "Objects by state (spilled: sealed, on disk only; deleted: gone from the index, still "
+           "referenced).");
   for (const State& s : kStates) t.Sample("depot_objects", {{"state", s.name}}, s.objects);
   t.Family("depot_object_bytes", "gauge", "Bytes of objects by state.");
   for (const State& s : kStates) t.Sample("depot_object_bytes", {{"state", s.name}}, s.bytes);
@@ -83,15 +86,48 @@ void Objects(PrometheusText& t, const MetricsSnapshot& m) {
   t.Sample("depot_evictable_bytes", {}, c.evictable_bytes);
   t.Family("depot_pinned_objects", "gauge",
            "Sealed objects eviction may not drop: not evictable, or referenced.");
-  t.Sample("depot_pinned_objects", {}, c.sealed - c.evictable);
+  t.Sample("depot_pinned_objects", {}, c.sealed - c.spilled - c.evictable);
   t.Family("depot_pinned_bytes", "gauge", "Bytes of those pinned objects.");
-  t.Sample("depot_pinned_bytes", {}, c.sealed_bytes - c.evictable_bytes);
+  t.Sample("depot_pinned_bytes", {}, c.sealed_bytes - c.spilled_bytes - c.evictable_bytes);
   t.Family("depot_object_size_bytes", "histogram", "Sizes of the objects created since start.");
   t.Histogram("depot_object_size_bytes", {}, m.counters.object_sizes(), 1.0);
   t.Family("depot_evictions_total", "counter", "Objects evicted to make room.");
   t.Sample("depot_evictions_total", {}, c.evictions);
   t.Family("depot_evicted_bytes_total", "counter", "Bytes those evictions gave back.");
   t.Sample("depot_evicted_bytes_total", {}, c.evicted_bytes);
+}
+
+// Spilling to disk (spill_dir): all zero when it is off.
+void Spills(PrometheusText& t, const MetricsSnapshot& m) {
+  const StoreStatus& s = m.status;
+  struct Counter {
+    const char* name;
+    const char* help;
+    double value;
+  };
+  const Counter kCounters[] = {
+      {"depot_spills_total", "Objects written to disk to make room, or at a clean stop.",
+       static_cast<double>(s.spills)},
+      {"depot_spilled_bytes_total", "Bytes of the objects written to disk.",
+       static_cast<double>(s.spill_bytes)},
+      {"depot_spill_seconds_total", "Seconds the I/O threads spent writing them.",
+       static_cast<double>(s.spill_ms) / 1e3},
+      {"depot_restores_total", "Objects read back from disk at a get.",
+       static_cast<double>(s.restores)},
+      {"depot_restored_bytes_total", "Bytes of the objects read back.",
+       static_cast<double>(s.restore_bytes)},
+      {"depot_restore_seconds_total", "Seconds the I/O threads spent reading them.",
+       static_cast<double>(s.restore_ms) / 1e3},
+      {"depot_spill_failures_total", "Spills that failed: a full disk, an I/O error.",
+       static_cast<double>(s.spill_failures)},
+  };
+  for (const Counter& c : kCounters) {
+    t.Family(c.name, "counter", c.help);
+    t.Sample(c.name, {}, c.value);
+  }
+  t.Family("depot_objects_lost", "gauge",
+           "Objects whose spill file could not be read back (DataLoss at every get until deleted).");
+  t.Sample("depot_objects_lost", {}, m.objects.lost);
 }
 
 void Requests(PrometheusText& t, const MetricsSnapshot& m) {
@@ -152,6 +188,7 @@ std::string RenderMetrics(const MetricsSnapshot& m) {
   PrometheusText t;
   Pools(t, m.pools);
   Objects(t, m);
+  Spills(t, m);
   Requests(t, m);
   Daemon(t, m);
   return t.text();

@@ -239,6 +239,17 @@ std::vector<PoolReport> NamespaceSet::PoolReports() const {
                      budget.peak_used});
     pools.back().stats.capacity = budget.capacity;
   }
+  if (spill_.enabled()) {
+    // The spill directory as a pool of spill_capacity bytes, its files all used.
+    StoreStatus st;
+    spill_.Report(st);
+    PoolStats disk{.capacity = st.spill_capacity,
+                   .reserved = st.spill_disk_bytes,
+                   .used = st.spill_disk_bytes,
+                   .largest_free = st.spill_capacity - std::min(st.spill_capacity,
+                                                                 st.spill_disk_bytes)};
+    pools.push_back({spill_.dir(), "disk", disk, 0});
+  }
   return pools;
 }
 

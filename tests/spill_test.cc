@@ -189,6 +189,36 @@ TEST_CASE("a spilled object is listed on disk, gets restore it, and delete remov
   CHECK(polled.ok());
 }
 
+TEST_CASE("metrics count spills and restores, and show the spill directory as a disk pool",
+          "[spill][metrics]") {
+  std::string spill = TempDir() + "/spill";
+  Daemon d(SpillArgs(spill, "4MiB"));
+  Client c = d.Connect();
+  for (uint32_t i = 0; i < 8; ++i) PutChecked(c, 900 * kKiB, i);
+  Guid on_disk = OneOnDisk(c);
+  REQUIRE(c.Get(on_disk, 10s).ok());
+  auto text = c.Metrics();
+  REQUIRE(text.ok());
+  // The value of one series, as the exposition format writes it.
+  auto value = [&](const std::string& series) {
+    size_t at = text->find("\n" + series + " ");
+    INFO(series);
+    REQUIRE(at != std::string::npos);
+    return std::stod(text->substr(at + series.size() + 2));
+  };
+  StoreStatus st = StatusOf(c);
+  CHECK(value("depot_spills_total") == static_cast<double>(st.spills));
+  CHECK(value("depot_spills_total") >= 1);
+  CHECK(value("depot_restores_total") >= 1);
+  CHECK(value("depot_objects{state=\"spilled\"}") == static_cast<double>(st.spilled_objects));
+  CHECK(value("depot_objects{state=\"sealed\"}") + value("depot_objects{state=\"spilled\"}") ==
+        static_cast<double>(st.objects_sealed));
+  std::string disk = fmt::format("{{pool=\"{}\",kind=\"disk\"}}", spill);
+  CHECK(value("depot_pool_capacity_bytes" + disk) == static_cast<double>(st.spill_capacity));
+  CHECK(value("depot_pool_used_bytes" + disk) == static_cast<double>(st.spill_disk_bytes));
+  CHECK(value("depot_spill_failures_total") == 0);
+}
+
 TEST_CASE("spills and restores are events, and spill_capacity bounds the files", "[spill]") {
   std::string spill = TempDir() + "/spill";
   std::vector<std::string> args = SpillArgs(spill, "4MiB");
