@@ -245,4 +245,20 @@ Status ReadSpillFile(int dir_fd, const std::string& name, const SpillHeader& exp
   return Status::OK();
 }
 
+SpillHeader SpillHeaderOf(const StoredObject& o) {
+  SpillHeader h;
+  h.guid = o.guid;
+  h.name = o.name();
+  h.metadata.assign(o.metadata().begin(), o.metadata().end());
+  for (const Location& f : o.frames()) h.frame_sizes.push_back(f.size);
+  h.checksum = o.checksum;
+  h.has_checksum = o.has_checksum;
+  h.evictable = o.evictable;
+  h.creator_uid = o.creator_uid;
+  h.creator_pid = o.creator_pid;
+  h.created_ns = o.created_ns;
+  h.sealed_ns = o.sealed_ns;
+  return h;
+}
+
 }  // namespace depot

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/object_table.h"
 #include "depot/guid.h"
 #include "depot/status.h"
 
@@ -50,6 +51,9 @@ struct SpillHeader {
 
 // The size of the file that holds an object under `h`.
 uint64_t SpillFileSize(const SpillHeader& h);
+
+// The header of a spill file for sealed object `o`.
+SpillHeader SpillHeaderOf(const StoredObject& o);
 
 // The header's bytes, padded to whole pages.
 std::vector<uint8_t> EncodeSpillHeader(const SpillHeader& h);

@@ -48,22 +48,6 @@ std::string DirName(uint32_t key) {
   return key == Namespace::kShared ? "shared" : fmt::format("uid-{}", key);
 }
 
-SpillHeader HeaderOf(const StoredObject& o) {
-  SpillHeader h;
-  h.guid = o.guid;
-  h.name = o.name();
-  h.metadata.assign(o.metadata().begin(), o.metadata().end());
-  for (const Location& f : o.frames()) h.frame_sizes.push_back(f.size);
-  h.checksum = o.checksum;
-  h.has_checksum = o.has_checksum;
-  h.evictable = o.evictable;
-  h.creator_uid = o.creator_uid;
-  h.creator_pid = o.creator_pid;
-  h.created_ns = o.created_ns;
-  h.sealed_ns = o.sealed_ns;
-  return h;
-}
-
 // Device frames are not spilled, and an empty object frees nothing.
 bool Unspillable(const StoredObject& o) {
   for (const Location& f : o.frames()) {
@@ -238,9 +222,9 @@ bool SpillStore::StartSpill(Namespace& ns, const StoredObject& o, bool over_capa
     return true;
   }
   auto job = std::make_shared<Job>();
-  job->header = HeaderOf(o);
+  job->header = SpillHeaderOf(o);
   job->file_bytes = SpillFileSize(job->header);
-  if (!over_capacity && on_disk_ + in_flight_ + job->file_bytes > capacity_) return false;
+  if (!over_capacity && !ReclaimCleanCopies(job->file_bytes)) return false;
   for (const Location& f : o.frames()) {
     auto bytes = ns.HostBytes(f);
     if (!bytes.ok()) {
@@ -364,7 +348,7 @@ void SpillStore::StartRestore(Namespace& ns, const StoredObject& o) {
   job->restore = true;
   job->dir = place.dir.get();
   job->file = place.files.at(o.id).name;
-  job->header = HeaderOf(o);
+  job->header = SpillHeaderOf(o);
   job->frames = std::move(*frames);
   jobs_[{&ns, o.id}] = job;
   Run(job, &SpillStore::EndRestore);
@@ -398,6 +382,21 @@ void SpillStore::Finish(const std::shared_ptr<Job>& job) {
     if (--w->remaining == 0 && w->then) w->then();
   }
   hooks_.idle(job->ns);
+}
+
+bool SpillStore::ReclaimCleanCopies(uint64_t need) {
+  for (auto& [ns, place] : places_) {
+    for (auto it = place.files.begin();
+         it != place.files.end() && on_disk_ + in_flight_ + need > capacity_;) {
+      ObjectId id = (it++)->first;
+      const StoredObject* o = ns->table().Get(id);
+      // Its bytes are in memory too, and no job reads or writes the file.
+      if (o != nullptr && o->residence == Residence::kMemory && !jobs_.contains({ns, id})) {
+        Unlink(place, id);
+      }
+    }
+  }
+  return on_disk_ + in_flight_ + need <= capacity_;
 }
 
 void SpillStore::Unlink(Place& place, ObjectId id) {

@@ -138,6 +138,9 @@ class SpillStore {
   void EndRestore(const std::shared_ptr<Job>& job);
   // Runs `job` on an I/O thread, then `end` on the loop.
   void Run(std::shared_ptr<Job> job, void (SpillStore::*end)(const std::shared_ptr<Job>&));
+  // Makes room for `need` more bytes of files within spill_capacity by removing clean copies
+  // (files of objects read back into memory since); true when they fit.
+  bool ReclaimCleanCopies(uint64_t need);
   void Unlink(Place& place, ObjectId id);
   void Finish(const std::shared_ptr<Job>& job);
   std::string Describe() const;  // "the spill directory X (Y of Z used)"

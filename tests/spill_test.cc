@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -217,6 +218,39 @@ TEST_CASE("metrics count spills and restores, and show the spill directory as a 
   CHECK(value("depot_pool_capacity_bytes" + disk) == static_cast<double>(st.spill_capacity));
   CHECK(value("depot_pool_used_bytes" + disk) == static_cast<double>(st.spill_disk_bytes));
   CHECK(value("depot_spill_failures_total") == 0);
+}
+
+TEST_CASE("files of objects read back give way when spill_capacity is reached", "[spill]") {
+  std::string spill = TempDir() + "/spill";
+  auto args = SpillArgs(spill, "4MiB");
+  args.insert(args.end(), {"--spill-capacity", "2MiB"});
+  Daemon d(args);
+  Client c = d.Connect();
+  // Six objects of 900 KiB in a pool of four segments: the first two go to disk.
+  std::vector<Guid> g;
+  for (uint32_t i = 0; i < 6; ++i) g.push_back(PutChecked(c, 900 * kKiB, i));
+  auto residence = [&](const Guid& id) { return c.Stat(id)->residence; };
+  REQUIRE(residence(g[0]) == ObjectInfo::Residence::kDisk);
+  REQUIRE(residence(g[1]) == ObjectInfo::Residence::kDisk);
+  // Read back, both stay on disk too, as clean copies: the files fill spill_capacity.
+  REQUIRE(c.Delete(g[2]).ok());
+  REQUIRE(c.Delete(g[3]).ok());
+  auto first = c.Get(g[0], 10s), second = c.Get(g[1], 10s);
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  CHECK(FilesIn(spill + "/shared") == 2);
+  // The next spill needs their room: a clean copy is removed rather than the create refused.
+  auto seventh = c.Put(Pattern(900 * kKiB, 6));
+  INFO(seventh.status().ToString());
+  REQUIRE(seventh.ok());
+  CHECK(residence(g[4]) == ObjectInfo::Residence::kDisk);
+  CHECK(StatusOf(c).spill_disk_bytes <= 2 * kMiB);
+  // What was spilled reads back, and the objects whose copies went are whole in memory.
+  REQUIRE(c.Delete(g[5]).ok());
+  REQUIRE(c.Delete(*seventh).ok());
+  CheckBytes(c, g[4], 900 * kKiB, 4);
+  CHECK(std::memcmp(first->frame(0).data(), Pattern(900 * kKiB, 0).data(), 900 * kKiB) == 0);
+  CHECK(std::memcmp(second->frame(0).data(), Pattern(900 * kKiB, 1).data(), 900 * kKiB) == 0);
 }
 
 TEST_CASE("spills and restores are events, and spill_capacity bounds the files", "[spill]") {
