@@ -197,6 +197,13 @@ bool WaitFor(const std::function<bool()>& ready, std::chrono::milliseconds limit
   return ready();
 }
 
+CreateOptions Named(std::string name, bool evictable) {
+  CreateOptions o;
+  o.name = std::move(name);
+  o.evictable = evictable;
+  return o;
+}
+
 std::vector<std::byte> Pattern(size_t size, uint32_t seed) {
   std::vector<std::byte> v(size);
   uint32_t x = seed * 2654435761u + 1;

@@ -83,6 +83,9 @@ bool WaitFor(const std::function<bool()>& ready,
 // Bytes of a recognisable pattern derived from `seed`.
 std::vector<std::byte> Pattern(size_t size, uint32_t seed);
 
+// Create options with a name, and evictable or not.
+CreateOptions Named(std::string name, bool evictable = false);
+
 // A pipe for a child to tell its parent something (a GUID, "ready").
 class Channel {
  public:

@@ -17,13 +17,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-CreateOptions Named(std::string name, bool evictable = false) {
-  CreateOptions o;
-  o.name = std::move(name);
-  o.evictable = evictable;
-  return o;
-}
-
 int Ctl(const Daemon& d, std::vector<std::string> args, std::string* out) {
   args.insert(args.begin(), {DEPOTCTL_PATH, "--socket", d.socket()});
   std::string err;

@@ -26,13 +26,6 @@ using Catch::Matchers::StartsWith;
 
 namespace {
 
-CreateOptions Named(std::string name, bool evictable = false) {
-  CreateOptions o;
-  o.name = std::move(name);
-  o.evictable = evictable;
-  return o;
-}
-
 std::string Metrics(const Daemon& d) {
   auto text = d.Connect().Metrics();
   REQUIRE(text.ok());

@@ -13,13 +13,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-CreateOptions Named(std::string name, bool evictable = false) {
-  CreateOptions o;
-  o.name = std::move(name);
-  o.evictable = evictable;
-  return o;
-}
-
 std::string Tmux() {
   std::string out;
   if (Run({"sh", "-c", "command -v tmux"}, &out) != 0) return "";

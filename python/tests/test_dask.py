@@ -21,11 +21,14 @@ from distributed.protocol.pickle import cloudpickle
 
 import depot
 import depot.dask
+import mappings
+from mappings import in_shared_memory
 
 MIB = 1 << 20
 
-# Workers cannot import this file: the functions they run travel by value.
+# Workers cannot import this file or its helpers: the functions they run travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(mappings)
 
 
 @pytest.fixture(scope="module")
@@ -42,19 +45,6 @@ def cluster(daemon):
 
 def workers(client):
     return sorted(client.scheduler_info()["workers"])
-
-
-def in_shared_memory(array):
-    """True when the array's bytes lie in a mapping of a depot segment (a memfd) of this process."""
-    address = array.__array_interface__["data"][0]
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            if len(fields) >= 6 and fields[5].startswith("/memfd:depot-"):
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                if start <= address and address + array.nbytes <= end:
-                    return True
-    return False
 
 
 def describe(array):

@@ -15,21 +15,9 @@ import pytest
 import depot
 import depot.dask
 from depot import connection, handoff
+from mappings import in_shared_memory
 
 MIB = 1 << 20
-
-
-def in_shared_memory(array):
-    """True when the array's bytes lie in a mapping of a depot segment (a memfd) here."""
-    address = array.__array_interface__["data"][0]
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            if len(fields) >= 6 and fields[5].startswith("/memfd:depot-"):
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                if start <= address and address + array.nbytes <= end:
-                    return True
-    return False
 
 
 def handoffs(c):
