@@ -197,6 +197,14 @@ bool WaitFor(const std::function<bool()>& ready, std::chrono::milliseconds limit
   return ready();
 }
 
+int Ctl(const Daemon& d, std::vector<std::string> args, std::string* out) {
+  args.insert(args.begin(), {DEPOTCTL_PATH, "--socket", d.socket()});
+  std::string err;
+  int rc = Run(args, out, &err);
+  *out += err;
+  return rc;
+}
+
 CreateOptions Named(std::string name, bool evictable) {
   CreateOptions o;
   o.name = std::move(name);

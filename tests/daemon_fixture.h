@@ -83,6 +83,9 @@ bool WaitFor(const std::function<bool()>& ready,
 // Bytes of a recognisable pattern derived from `seed`.
 std::vector<std::byte> Pattern(size_t size, uint32_t seed);
 
+// Runs depotctl against `d`; stdout and stderr both land in `out`.
+int Ctl(const Daemon& d, std::vector<std::string> args, std::string* out);
+
 // Create options with a name, and evictable or not.
 CreateOptions Named(std::string name, bool evictable = false);
 

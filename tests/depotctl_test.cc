@@ -17,15 +17,6 @@ using Catch::Matchers::StartsWith;
 
 namespace {
 
-// Runs depotctl against `d`; stdout and stderr both land in `out`.
-int Ctl(const Daemon& d, std::vector<std::string> args, std::string* out) {
-  args.insert(args.begin(), {DEPOTCTL_PATH, "--socket", d.socket()});
-  std::string err;
-  int rc = Run(args, out, &err);
-  *out += err;
-  return rc;
-}
-
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;

@@ -17,14 +17,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-int Ctl(const Daemon& d, std::vector<std::string> args, std::string* out) {
-  args.insert(args.begin(), {DEPOTCTL_PATH, "--socket", d.socket()});
-  std::string err;
-  int rc = Run(args, out, &err);
-  *out += err;
-  return rc;
-}
-
 // A child process that gets `guid` `times` times (without releasing) and creates one object it
 // leaves unsealed, then waits until told to go; the parent learns the child's pid and the GUID
 // it is creating.
