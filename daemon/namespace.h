@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "daemon/lock_free_gets.h"
 #include "daemon/object_table.h"
 #include "daemon/segmented_pool.h"
 
@@ -42,6 +43,9 @@ class Namespace {
   const ObjectTable& table() const { return *table_; }
   // Pool 0 is the host's; pool n is device pool n.
   const SegmentedPool& pool(uint32_t n) const { return *pools_[n]; }
+  // Its shared index and its sessions' reference slots; null when the index is off.
+  LockFreeGets* gets() { return gets_.get(); }
+  const LockFreeGets* gets() const { return gets_.get(); }
 
   // Allocates every frame (size 0 takes no memory) in pool `pools[i]` (empty: all on the host),
   // in segments of `owner` (the creator's uid), all or nothing. StoreFull from the pool that had
@@ -76,6 +80,7 @@ class Namespace {
 
   uint32_t key_;
   std::vector<std::unique_ptr<SegmentedPool>> pools_;
+  std::unique_ptr<LockFreeGets> gets_;  // before the table, which points at it
   std::unique_ptr<ObjectTable> table_;
 };
 

@@ -67,6 +67,13 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   if (!host.ok()) return host.status();
   ns->pools_.push_back(std::move(*host));
   if (Status st = AddDevicePools(*ns); !st.ok()) return st;
+  if (options_.index_entries > 0) {
+    auto gets = LockFreeGets::Create(options_.index_entries, prefix, [ns](const Location& f) {
+      return f.size == 0 || !ns->SegmentOf(f.pool, f.segment).dedicated;
+    });
+    if (!gets.ok()) return gets.status();
+    ns->gets_ = std::move(*gets);
+  }
   ns->table_ = std::make_unique<ObjectTable>(
       [this, ns](const StoredObject& o) {
         if (o.residence == Residence::kMemory) ns->Free(o.frames());
@@ -82,6 +89,7 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
       spill_.NoteChange();
     }
   });
+  ns->table_->set_slot_readers(ns->gets_.get());
   if (Status st = spill_.Attach(*ns); !st.ok()) return st;
   if (key != Namespace::kShared) spdlog::info("namespace of uid {} created", key);
   namespaces_.emplace(key, std::move(owned));
@@ -162,6 +170,12 @@ Result<std::vector<Location>> NamespaceSet::Allocate(Namespace& ns, std::span<co
     if (!options_.eviction || !ns.table().EvictLru(by)) return frames;
     take_spares = true;
   }
+}
+
+bool NamespaceSet::FreeUnpinned() {
+  bool held = false;
+  for (auto& [key, ns] : namespaces_) held |= ns->table().FreeUnpinned();
+  return held;
 }
 
 PoolStats NamespaceSet::Stats(uint32_t pool) const {

@@ -46,6 +46,7 @@ struct NamespaceOptions {
   HostMemoryOptions host;
   bool per_user = false;  // each uid gets a namespace of its own
   bool eviction = false;  // evict LRU evictable objects when full
+  uint64_t index_entries = 0;  // entries of each namespace's shared index (0: no index)
   SpillOptions spill;
 };
 
@@ -89,6 +90,10 @@ class NamespaceSet {
   // least recently used evictable objects while that helps.
   Result<std::vector<Location>> Allocate(Namespace& ns, std::span<const uint64_t> sizes,
                                          std::span<const uint32_t> pools, SessionId by, uid_t uid);
+
+  // Frees, in every namespace, the deleted objects that only reference slots held and none holds
+  // now; whether some are still held.
+  bool FreeUnpinned();
 
   // Opens the spill directory and makes every namespace that has objects on disk (each adopts
   // them). The directory's error when it cannot be used.

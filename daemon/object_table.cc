@@ -94,6 +94,7 @@ Status ObjectTable::Seal(SessionId session, const Guid& guid, std::optional<uint
   counts_.creating_bytes -= o.size();
   counts_.sealed_bytes += o.size();
   LruAdd(o);
+  Publish(o);
   Notify(TableEvent::kSealed, o, session);
   return Status::OK();
 }
@@ -144,11 +145,26 @@ Status ObjectTable::Release(SessionId session, ObjectId id) {
 void ObjectTable::Unreference(StoredObject& o, SessionId by) {
   if (--o.refcount > 0) return;
   if (o.deleted) {
-    Notify(TableEvent::kFreed, o, by);
-    Destroy(o);
+    FreeDeleted(o, by);
   } else {
     LruAdd(o);
   }
+}
+
+void ObjectTable::FreeDeleted(StoredObject& o, SessionId by) {
+  if (Pinned(o)) {
+    pinned_.insert(o.id);
+    return;
+  }
+  pinned_.erase(o.id);
+  Notify(TableEvent::kFreed, o, by);
+  Destroy(o);
+}
+
+bool ObjectTable::FreeUnpinned() {
+  std::vector<ObjectId> ids(pinned_.begin(), pinned_.end());
+  for (ObjectId id : ids) FreeDeleted(objects_.at(id), 0);
+  return !pinned_.empty();
 }
 
 Status ObjectTable::Delete(const Guid& guid, SessionId by) {
@@ -163,8 +179,9 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
   }
   index_.erase(it);
   LruRemove(o);
+  if (readers_ != nullptr) readers_->Withdraw(o.id);  // gone for every get from now on
   Notify(TableEvent::kDeleted, o, by);
-  if (o.refcount == 0) {
+  if (o.refcount == 0 && !Pinned(o)) {
     Destroy(o);
   } else {
     o.deleted = true;
@@ -172,6 +189,7 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
     ++counts_.deleted;
     counts_.sealed_bytes -= o.size();
     counts_.deleted_bytes += o.size();
+    if (o.refcount == 0) pinned_.insert(o.id);
   }
   return Status::OK();
 }
@@ -189,8 +207,18 @@ void ObjectTable::DropSession(SessionId session) {
 }
 
 bool ObjectTable::EvictLru(SessionId by) {
-  if (lru_.empty()) return false;
-  StoredObject& o = objects_.at(lru_.front());
+  // An object a reference slot holds is passed over: back in the index, at the LRU's recent end.
+  // Each is tried once per call, so a cache that slots hold entirely ends the search.
+  for (size_t tries = lru_.size(); tries > 0; --tries) {
+    StoredObject& o = objects_.at(lru_.front());
+    if (!Pinned(o)) return Evict(o, by);
+    Publish(o);
+    LruAdd(o);
+  }
+  return false;
+}
+
+bool ObjectTable::Evict(StoredObject& o, SessionId by) {
   ++counts_.evictions;
   counts_.evicted_bytes += o.size();
   Notify(TableEvent::kEvicted, o, by);
@@ -199,6 +227,7 @@ bool ObjectTable::EvictLru(SessionId by) {
 }
 
 void ObjectTable::Destroy(StoredObject& o) {
+  if (readers_ != nullptr) readers_->Withdraw(o.id);
   LruRemove(o);
   if (o.residence == Residence::kDisk || o.residence == Residence::kRestoring) {
     --counts_.spilled;
@@ -245,7 +274,8 @@ std::vector<ObjectId> ObjectTable::SpillCandidates(
   uint64_t total = 0;
   for (auto it = spill_lru_.begin(); it != spill_lru_.end() && total < bytes; ++it) {
     const StoredObject& o = objects_.at(*it);
-    if (skip(o)) continue;
+    // One a reference slot holds now would be written out for nothing: FinishSpill keeps it.
+    if (skip(o) || (readers_ != nullptr && readers_->Pinned(o.id))) continue;
     out.push_back(*it);
     total += o.size();
   }
@@ -260,7 +290,8 @@ void ObjectTable::StartSpill(ObjectId id) {
 
 bool ObjectTable::FinishSpill(ObjectId id, bool written) {
   StoredObject& o = objects_.at(id);
-  if (!written || o.refcount > 0 || o.deleted) {
+  if (!written || o.refcount > 0 || o.deleted || Pinned(o)) {
+    if (written && o.refcount == 0 && !o.deleted) Publish(o);  // a slot held it: back it goes
     o.residence = Residence::kMemory;
     if (o.refcount == 0) LruAdd(o);
     return false;
@@ -295,6 +326,7 @@ void ObjectTable::FinishRestore(ObjectId id, std::span<const Location> frames,
   --counts_.spilled;
   counts_.spilled_bytes -= o.size();
   if (o.refcount == 0) LruAdd(o);
+  if (!o.deleted) Publish(o);
   Notify(TableEvent::kRestored, o, 0);
 }
 

@@ -159,6 +159,21 @@ struct Holder {
   uint64_t references = 0;  // its acquires not yet released
 };
 
+// The lock-free get path as the table sees it (LockFreeGets): clients find sealed objects in
+// memory through a shared index and hold them through reference slots the daemon reads. The
+// table publishes each object that becomes sealed and in memory, withdraws it before its memory
+// may go, and then asks whether a slot still holds it.
+class SlotReaders {
+ public:
+  virtual ~SlotReaders() = default;
+  // `o` is sealed and in memory: clients may find it.
+  virtual void Publish(const StoredObject& o) = 0;
+  // No client may find `id` from now on (a no-op when it was not published).
+  virtual void Withdraw(ObjectId id) = 0;
+  // Whether a reference slot holds `id` now; asked only after Withdraw(id).
+  virtual bool Pinned(ObjectId id) const = 0;
+};
+
 class ObjectTable {
  public:
   using FreeFn = std::function<void(const StoredObject&)>;
@@ -204,6 +219,14 @@ class ObjectTable {
   // Evicts the least recently used evictable, sealed, unreferenced object, to make room for `by`.
   // False when none.
   bool EvictLru(SessionId by = 0);
+
+  // Publishes sealed objects to `readers` from now on, and frees, evicts or spills none that a
+  // reference slot holds (see SlotReaders). Null: off.
+  void set_slot_readers(SlotReaders* readers) { readers_ = readers; }
+  // Frees the deleted objects that only reference slots held and that none holds now; whether
+  // some are still held (then the caller asks again later).
+  bool FreeUnpinned();
+  size_t pinned() const { return pinned_.size(); }
 
   // Keeps the LRU of spill candidates from now on (see the class comment).
   void set_spilling(bool on) { spilling_ = on; }
@@ -260,7 +283,20 @@ class ObjectTable {
 
   Result<StoredObject*> FindCreating(SessionId session, const Guid& guid);
   void Unreference(StoredObject& o, SessionId by);
+  // A deleted object no session references: freed now, or kept in pinned_ while a reference
+  // slot holds it.
+  void FreeDeleted(StoredObject& o, SessionId by);
+  // Withdrawn from the index; whether a reference slot still holds it.
+  bool Pinned(const StoredObject& o) {
+    if (readers_ == nullptr) return false;
+    readers_->Withdraw(o.id);
+    return readers_->Pinned(o.id);
+  }
+  void Publish(const StoredObject& o) {
+    if (readers_ != nullptr) readers_->Publish(o);
+  }
   void Destroy(StoredObject& o);  // frees the memory and forgets the object
+  bool Evict(StoredObject& o, SessionId by);
   void LruRemove(StoredObject& o);
   void LruAdd(StoredObject& o);
   void Notify(TableEvent e, const StoredObject& o, SessionId by) {
@@ -278,6 +314,8 @@ class ObjectTable {
   std::list<ObjectId> spill_lru_;  // non-evictable, sealed, unreferenced, in memory
   bool spilling_ = false;
   ObjectCounts counts_;
+  SlotReaders* readers_ = nullptr;
+  std::unordered_set<ObjectId> pinned_;  // deleted, unreferenced, held by reference slots
 };
 
 }  // namespace depot

@@ -165,6 +165,9 @@ const std::vector<Key>& Keys() {
       {{"eviction", "on", "drop evictable, unreferenced objects (least recently used first) when full"},
        [](O& o, const std::string& v, uint64_t) { return SetBool(o.eviction, v); },
        [](const O& o) { return OnOff(o.eviction); }},
+      {{"index_entries", "65536", "entries of each namespace's shared index, through which gets of sealed objects need no round trip (64 bytes each, and as many for their records; 0: off)"},
+       [](O& o, const std::string& v, uint64_t) { return SetUint(o.index_entries, v, 0, 1 << 22); },
+       [](const O& o) { return std::to_string(o.index_entries); }},
       {{"log_level", "info", "trace, debug, info, warn, error, critical or off (SIGHUP re-reads it)"},
        [](O& o, const std::string& v, uint64_t) -> std::string {
          static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};

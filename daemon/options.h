@@ -28,6 +28,7 @@ struct DaemonOptions {
   bool prefault = false;
   uint64_t keep_warm = 0;  // bytes of empty segments kept for the next objects
   bool eviction = false;
+  uint32_t index_entries = 0;  // entries of each namespace's shared index (0: off)
   std::string log_level;
   uint32_t max_clients = 0;
   uint32_t max_message_size = 0;

@@ -1,5 +1,6 @@
 #include "daemon/store.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "daemon/replies.h"
 #include "daemon/request_limits.h"
 #include "depot/units.h"
+#include "proto/index_layout.h"
 
 namespace depot {
 
@@ -45,7 +47,8 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
       quotas_(options_.user_quota, options_.client_quota),
       waits_(io, options_.max_pending, [this](GetWait& w) { AnswerGet(w); }),
       segments_([](Namespace& ns, uint32_t pool, uint32_t id) { ns.Dropped(pool, id); }),
-      started_(std::chrono::steady_clock::now()) {
+      started_(std::chrono::steady_clock::now()),
+      pins_timer_(io) {
   Guid seed = Guid::Random();
   std::seed_seq seq{seed.hi, seed.lo, static_cast<uint64_t>(::getpid())};
   guid_bits_.seed(seq);
@@ -81,8 +84,10 @@ void Store::Close(SessionId session) {
     sessions_.erase(it);
     return;
   }
+  if (ns->gets() != nullptr) ns->gets()->Leave(session);  // its slots keep nothing from now on
   ns->table().DropSession(session);
   owner_scopes_.Close(session, ns->table());
+  WatchPins();
   events_.Emit(wire::EventKind::ClientDisconnected, nullptr, session, ns);
   events_.Leave(session);
   segments_.Leave(session);
@@ -234,14 +239,36 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   spdlog::info("client connected: session {} pid {} uid {} gid {}{}{}", s, st.creds.pid,
                st.creds.uid, st.creds.gid, req.client_name() ? " name " : "",
                req.client_name() ? req.client_name()->str() : "");
+  // The index and this session's slots: without them (no index, or no memory for the slots)
+  // every get goes through the daemon.
+  std::vector<UniqueFd> fds;
+  uint64_t sets = 0;
+  uint64_t arena = 0;
+  if (LockFreeGets* gets = st.ns->gets(); gets != nullptr) {
+    auto slots = gets->Join(s);
+    if (slots.ok()) {
+      fds.emplace_back(::fcntl(gets->index().read_only_fd(), F_DUPFD_CLOEXEC, 0));
+      fds.emplace_back(::fcntl((*slots)->fd(), F_DUPFD_CLOEXEC, 0));
+      sets = gets->index().sets();
+      arena = gets->index().arena_bytes();
+    }
+    if (!slots.ok() || !fds[0].valid() || !fds[1].valid()) {
+      spdlog::warn("session {}: gets go through the daemon: {}", s,
+                   slots.ok() ? "cannot pass the index" : slots.status().message());
+      gets->Leave(s);
+      fds.clear();
+      sets = arena = 0;
+    }
+  }
   fb::FlatBufferBuilder fbb;
   auto version = fbb.CreateString(options_.version);
   auto pools = replies::DevicePools(fbb, namespaces_.DevicePools());
   auto unavailable = fbb.CreateString(devices_.unavailable());
   fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
                                     options_.max_message_size, proto::kMaxInlineSize,
-                                    options_.hugepages, pools, unavailable));
-  Reply(s, id, MsgType::kHello, fbb);
+                                    options_.hugepages, pools, unavailable, sets, arena,
+                                    sets > 0 ? index::kSlotCount : 0));
+  Reply(s, id, MsgType::kHello, fbb, std::move(fds));
   return Status::OK();
 }
 
@@ -407,6 +434,18 @@ void Store::OnRelease(SessionId s, const wire::ReleaseRequest& req) {
     Status st = table.Release(s, handle);
     if (!st.ok()) spdlog::debug("release from session {}: {}", s, st.message());
   }
+  WatchPins();
+}
+
+void Store::WatchPins() {
+  if (pins_armed_ || !namespaces_.FreeUnpinned()) return;
+  pins_armed_ = true;
+  // Clients clear their slots without a message: a short timer reads them again.
+  pins_timer_.expires_after(std::chrono::milliseconds(5));
+  pins_timer_.async_wait([this](const boost::system::error_code& ec) {
+    pins_armed_ = false;
+    if (!ec) WatchPins();
+  });
 }
 
 void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
@@ -429,6 +468,7 @@ void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
   }
   fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
   Reply(s, id, MsgType::kDelete, fbb);
+  WatchPins();
 }
 
 }  // namespace depot

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "daemon/access_policy.h"
 #include "daemon/device_set.h"
@@ -135,6 +136,10 @@ class Store {
   std::vector<const StoredObject*> HeldByProcess(const ObjectTable& table, int32_t pid,
                                                  std::optional<Guid> after, size_t limit) const;
 
+  // Frees the deleted objects that only reference slots held and none holds now, and reads the
+  // slots again shortly while some still do.
+  void WatchPins();
+
   // Tells the sessions that have the segment to unmap it; whether any has it (then it is held).
   bool OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id);
 
@@ -158,6 +163,8 @@ class Store {
   uint64_t connections_ = 0;
   std::array<uint64_t, 16> errors_{};  // by Status::Code
   StoreCounters counters_;
+  boost::asio::steady_timer pins_timer_;  // armed while deleted objects wait for slots to let go
+  bool pins_armed_ = false;
 };
 
 }  // namespace depot

@@ -16,6 +16,7 @@ StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_
                         .name_prefix = ShmSource::NamePrefix(socket_path)};
   so.namespaces.per_user = o.per_user_namespaces;
   so.namespaces.eviction = o.eviction;
+  so.namespaces.index_entries = o.index_entries;
   so.namespaces.spill = {
       .dir = o.spill_dir, .capacity = o.spill_capacity, .max_parked = o.max_pending};
   so.devices = {.backend = backend,

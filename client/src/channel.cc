@@ -236,6 +236,9 @@ Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body, 
     infos = proto::Body<wire::GetReply>(body)->segments();
   }
   size_t named = infos == nullptr ? 0 : infos->size();
+  bool index = h.type == proto::ReplyType(proto::MsgType::kHello) &&
+               proto::Body<wire::HelloReply>(body)->index_sets() > 0;
+  if (index) named = 2;
   if (fds.size() != named) {
     return Status::ProtocolError(
         fmt::format("depotd sent {} fds with a {} that names {} segments", fds.size(),
@@ -262,6 +265,10 @@ Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body, 
   }
   Message msg;
   msg.header = h;
+  if (index) {
+    msg.index_fds = std::move(fds);  // checked against the sizes claimed where they are mapped
+    named = 0;
+  }
   for (size_t i = 0; i < named; ++i) {
     const wire::SegmentInfo* info = infos->Get(i);
     if (Status st = CheckSegmentFd(*info, fds[i].get()); !st.ok()) return st;

@@ -41,6 +41,9 @@ struct Message {
   proto::Header header{};
   std::vector<uint8_t> body;
   std::vector<SegmentFd> dedicated;
+  // A hello reply's: the index (read-only) and this connection's reference slots, when it has
+  // them.
+  std::vector<UniqueFd> index_fds;
   uint16_t type() const { return header.type; }
 };
 

@@ -214,6 +214,7 @@ Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOption
 
 Result<Object> Client::Get(const Guid& guid, std::chrono::milliseconds timeout) {
   if (auto held = conn_->Cached(guid)) return std::move(*held);
+  if (auto found = conn_->FromIndex(guid)) return std::move(*found);
   return std::move(Get(std::span<const Guid>(&guid, 1), timeout).front());
 }
 
@@ -235,6 +236,8 @@ std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
   for (size_t i = 0; i < guids.size(); ++i) {
     if (auto held = conn_->Cached(guids[i])) {
       out[i] = std::move(*held);
+    } else if (auto found = conn_->FromIndex(guids[i])) {
+      out[i] = std::move(*found);
     } else {
       wanted.push_back(i);
     }
@@ -291,7 +294,7 @@ std::vector<Status> Client::Delete(std::span<const Guid> guids) {
 }
 
 Result<bool> Client::Contains(const Guid& guid) {
-  if (conn_->Cached(guid)) return true;
+  if (conn_->Cached(guid) || conn_->Indexed(guid)) return true;
   return std::move(Contains(std::span<const Guid>(&guid, 1)).front());
 }
 

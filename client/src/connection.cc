@@ -45,6 +45,14 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   conn->segments_.set_hugepages(hello->hugepages());
   conn->pools_.Set(DevicePoolsFromWire(hello->device_pools()),
                    hello->devices_unavailable() ? hello->devices_unavailable()->str() : "");
+  if (reply->index_fds.size() == 2) {
+    auto index = IndexReader::Map(reply->index_fds[0], hello->index_sets(), hello->index_arena());
+    if (!index.ok()) return index.status();
+    auto slots = SlotTable::Map(reply->index_fds[1], hello->slot_count());
+    if (!slots.ok()) return slots.status();
+    conn->index_.emplace(std::move(*index));
+    conn->slots_.emplace(std::move(*slots));
+  }
   return conn;
 }
 
@@ -76,6 +84,39 @@ Status Connection::SyncDevices(const std::vector<Place>& places, void* cuda_stre
 std::optional<Object> Connection::Cached(const Guid& guid) {
   std::shared_ptr<Holding> h = cache_.Find(guid);
   if (!h) return std::nullopt;
+  return Object(std::move(h));
+}
+
+std::optional<Object> Connection::FromIndex(const Guid& guid) {
+  if (!index_) return std::nullopt;
+  std::optional<IndexHit> hit = index_->Find(guid);
+  if (!hit) return std::nullopt;
+  std::optional<uint32_t> slot = slots_->Publish(hit->id);
+  if (!slot) return std::nullopt;
+  if (!index_->Unchanged(*hit)) {
+    // Withdrawn (or moved) since it was read: the daemon may be freeing it.
+    slots_->Clear(*slot);
+    return std::nullopt;
+  }
+  auto h = std::make_shared<Holding>();
+  h->conn = shared_from_this();
+  h->guid = guid;
+  h->slot = slot;  // from here on h's destruction clears it
+  auto frames = segments_.MapIndexed(hit->frames, h->segment_uses);
+  if (!frames) return std::nullopt;
+  for (auto& f : *frames) {
+    h->frames.emplace_back(f.data(), f.size());
+    h->size += f.size();
+  }
+  if (std::any_of(hit->frames.begin(), hit->frames.end(),
+                  [](const wire::FrameLocation& f) { return f.pool() != 0; })) {
+    for (const wire::FrameLocation& f : hit->frames) h->places.push_back(pools_.PlaceOf(f.pool()));
+  }
+  h->metadata = std::move(hit->metadata);
+  h->checksum = hit->checksum;
+  h->creator_uid = hit->creator_uid;
+  h->creator_pid = hit->creator_pid;
+  cache_.Remember(h);
   return Object(std::move(h));
 }
 
@@ -122,6 +163,7 @@ Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Mes
 void Connection::Forget(Holding& h) {
   cache_.Forget(h);
   DropUses(h.segment_uses);
+  if (h.slot) slots_->Clear(*h.slot);
   if (h.handle != 0) releases_.Queue(h.handle);
 }
 

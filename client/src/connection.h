@@ -6,6 +6,8 @@
 //   ObjectCache     the objects this process holds, by GUID
 //   ReleaseBatcher  releases of dropped Objects, sent with the next request or soon after
 //   Pools           the daemon's pools, from hello
+//   IndexReader     the daemon's shared index of the namespace, when it sent one at hello
+//   SlotTable       this connection's reference slots, sent with the index
 //
 // Threads share it; each part keeps its own thread contract.
 #ifndef DEPOT_CLIENT_SRC_CONNECTION_H_
@@ -19,10 +21,12 @@
 
 #include "client/src/channel.h"
 #include "client/src/cuda_mapper.h"
+#include "client/src/index_reader.h"
 #include "client/src/object_cache.h"
 #include "client/src/pools.h"
 #include "client/src/release_batcher.h"
 #include "client/src/segment_map.h"
+#include "client/src/slot_table.h"
 #include "depot/client.h"
 #include "depot/object.h"
 #include "depot/status.h"
@@ -74,6 +78,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // An Object this process already holds, if any.
   std::optional<Object> Cached(const Guid& guid);
+  // An Object for `guid` taken from the shared index and held by a reference slot, without a
+  // round trip; nullopt when the index does not have it, no slot is free, it changed meanwhile,
+  // or a segment it lies in is not mapped yet (the caller then asks the daemon).
+  std::optional<Object> FromIndex(const Guid& guid);
+  // Whether the shared index has `guid` now (a miss proves nothing).
+  bool Indexed(const Guid& guid) const { return index_ && index_->Find(guid).has_value(); }
   // ProtocolError, and the connection broken, unless `reply` answers a get of `asked`: one
   // result per GUID, in order, each naming its GUID.
   Status CheckGetReply(std::span<const Guid> asked, const wire::GetReply& reply);
@@ -112,6 +122,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   SegmentMap segments_{pools_, cuda_};
   ReleaseBatcher releases_{channel_};
   ObjectCache cache_;
+  std::optional<IndexReader> index_;
+  std::optional<SlotTable> slots_;
   std::optional<uid_t> trusted_daemon_uid_;
 };
 

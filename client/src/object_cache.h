@@ -21,11 +21,13 @@ namespace depot::internal {
 
 class Connection;
 
-// What an Object points at: one reference on the daemon, released when the last Object goes.
+// What an Object points at: one reference on the daemon (a handle), or one reference slot (an
+// object taken from the shared index), let go when the last Object goes.
 struct Holding {
   std::shared_ptr<Connection> conn;
   Guid guid;
   uint64_t handle = 0;
+  std::optional<uint32_t> slot;  // the reference slot that holds it, instead of a handle
   std::vector<std::span<const std::byte>> frames;
   std::vector<std::byte> metadata;
   std::optional<uint64_t> checksum;
@@ -34,7 +36,7 @@ struct Holding {
   std::vector<Place> places;  // empty: every frame on the host
   std::vector<uint64_t> segment_uses;
   uint64_t size = 0;
-  ~Holding();  // hands the reference back (Connection::Forget)
+  ~Holding();  // hands the reference back, or clears the slot (Connection::Forget)
 };
 
 class ObjectCache {

@@ -136,6 +136,32 @@ Result<std::vector<std::span<std::byte>>> SegmentMap::MapFrames(
   return out;
 }
 
+std::optional<std::vector<std::span<std::byte>>> SegmentMap::MapIndexed(
+    std::span<const wire::FrameLocation> frames, std::vector<uint64_t>& uses) {
+  std::vector<std::span<std::byte>> out;
+  size_t first = uses.size();
+  std::lock_guard lk(mu_);
+  for (const wire::FrameLocation& f : frames) {
+    if (f.size() == 0) {
+      out.emplace_back();
+      continue;
+    }
+    uint64_t key = SegmentKey(f.pool(), f.segment());
+    auto it = segments_.find(key);
+    if (it == segments_.end() || it->second.ro == nullptr || it->second.retired ||
+        it->second.dedicated || f.offset() + f.size() > it->second.size ||
+        f.offset() + f.size() < f.offset()) {
+      for (size_t i = first; i < uses.size(); ++i) --segments_[uses[i]].uses;
+      uses.resize(first);
+      return std::nullopt;
+    }
+    ++it->second.uses;
+    uses.push_back(key);
+    out.emplace_back(static_cast<std::byte*>(it->second.ro) + f.offset(), f.size());
+  }
+  return out;
+}
+
 std::vector<uint8_t> SegmentMap::DropUses(const std::vector<uint64_t>& uses) {
   std::vector<uint64_t> dropped;
   {

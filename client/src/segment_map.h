@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -66,6 +67,12 @@ class SegmentMap {
       const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable,
       std::vector<SegmentFd>& dedicated, std::vector<uint64_t>& uses,
       std::vector<std::span<std::byte>>* unpopulated = nullptr);
+  // Resolves frames the shared index named, in segments this process has already mapped
+  // read-only and that are neither retired nor dedicated (no fd comes with the index); records
+  // one use per frame in `uses`. nullopt, with nothing recorded, when one is not so mapped or a
+  // frame leaves its segment: the caller asks the daemon, whose reply brings the descriptor.
+  std::optional<std::vector<std::span<std::byte>>> MapIndexed(
+      std::span<const wire::FrameLocation> frames, std::vector<uint64_t>& uses);
   // Returns the SegmentsDropped message naming the retired segments this unmapped, or nothing.
   std::vector<uint8_t> DropUses(const std::vector<uint64_t>& uses);
   // A reply's results are all handled: its dedicated segments that no frame uses (a mapping

@@ -1,0 +1,104 @@
+#include "client/src/index_reader.h"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "proto/index_layout.h"
+
+namespace depot::internal {
+namespace {
+
+using index::Load;
+
+// Reads of an entry that keeps changing give up after this many tries: the daemon answers.
+constexpr int kTries = 8;
+
+}  // namespace
+
+Result<IndexReader> IndexReader::Map(const UniqueFd& fd, uint64_t sets, uint64_t arena_bytes) {
+  constexpr uint64_t kMaxSets = uint64_t{1} << 30;
+  if (sets == 0 || sets > kMaxSets || (sets & (sets - 1)) != 0 || arena_bytes % 8 != 0 ||
+      arena_bytes > (uint64_t{1} << 40)) {
+    return Status::ProtocolError(fmt::format(
+        "depotd described an index of {} sets and {} bytes of records", sets, arena_bytes));
+  }
+  uint64_t size = sets * index::kWays * index::kEntryBytes + arena_bytes;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) < size) {
+    return Status::ProtocolError(
+        fmt::format("depotd's index fd does not hold the {} bytes it claimed", size));
+  }
+  auto map = SharedMapping::Map(fd.get(), size, false, "object index");
+  if (!map.ok()) return map.status();
+  return IndexReader(std::move(*map), sets, arena_bytes);
+}
+
+std::optional<IndexHit> IndexReader::Find(const Guid& guid) const {
+  uint64_t set = index::SetOf(guid, sets_);
+  for (uint64_t way = 0; way < index::kWays; ++way) {
+    uint64_t entry = (set * index::kWays + way) * index::kEntryWords;
+    std::optional<IndexHit> hit;
+    for (int tries = 0; tries < kTries; ++tries) {
+      if (Read(entry, guid, hit)) break;
+    }
+    if (hit) return hit;
+  }
+  return std::nullopt;
+}
+
+bool IndexReader::Read(uint64_t entry, const Guid& guid, std::optional<IndexHit>& out) const {
+  const uint64_t* e = map_.words() + entry;
+  out.reset();
+  uint64_t seq = Load(&e[index::kSeq], std::memory_order_acquire);
+  if (seq & 1) return false;
+  if (Load(&e[index::kGuidHi]) != guid.hi || Load(&e[index::kGuidLo]) != guid.lo) {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return Load(&e[index::kSeq]) == seq;  // another object's (or none): a miss, if stable
+  }
+  IndexHit hit;
+  hit.entry = entry;
+  hit.seq = seq;
+  hit.id = Load(&e[index::kId]);
+  uint64_t record = Load(&e[index::kRecord]);
+  uint64_t shape = Load(&e[index::kShape]);
+  uint64_t creator = Load(&e[index::kCreator]);
+  uint64_t checksum = Load(&e[index::kChecksum]);
+  uint64_t frames = index::ShapeFrames(shape);
+  uint64_t metadata = index::ShapeMetadata(shape);
+  // Bounded before anything is read or allocated: a torn or corrupt entry names no memory
+  // outside the arena and no more than an object may have.
+  bool sane = hit.id != 0 && frames >= 1 && frames <= proto::kMaxFrames &&
+              metadata <= proto::kMaxMetadataSize && record % 8 == 0 && record <= arena_bytes_ &&
+              index::RecordBytes(frames, metadata) <= arena_bytes_ - record;
+  if (sane) {
+    const uint64_t* r = map_.words() + sets_ * index::kWays * index::kEntryWords + record / 8;
+    hit.frames.reserve(frames);
+    for (uint64_t i = 0; i < frames; ++i, r += index::kFrameWords) {
+      uint64_t place = Load(&r[2]);
+      hit.frames.emplace_back(Load(&r[0]), Load(&r[1]), static_cast<uint32_t>(place),
+                              static_cast<uint32_t>(place >> 32));
+    }
+    std::vector<uint64_t> words((metadata + 7) / 8);
+    for (uint64_t& w : words) w = Load(r++);
+    hit.metadata.resize(metadata);
+    if (metadata > 0) std::memcpy(hit.metadata.data(), words.data(), metadata);
+    if (index::ShapeFlags(shape) & index::kHasChecksum) hit.checksum = checksum;
+    hit.creator_uid = static_cast<uint32_t>(creator);
+    hit.creator_pid = static_cast<int32_t>(creator >> 32);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (Load(&e[index::kSeq]) != seq) return false;
+  if (sane) out = std::move(hit);
+  return true;
+}
+
+bool IndexReader::Unchanged(const IndexHit& hit) const {
+  return Load(map_.words() + hit.entry + index::kSeq) == hit.seq;
+}
+
+}  // namespace depot::internal

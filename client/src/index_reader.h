@@ -1,0 +1,68 @@
+// internal::IndexReader reads the daemon's shared index of its namespace (proto/index_layout.h):
+// where a sealed object's frames are, found without a round trip. The mapping is read-only; the
+// daemon writes it concurrently, under a seqlock per entry.
+//
+// It trusts nothing it reads (a corrupt index, or a daemon of another user, must not crash the
+// process): counts are bounded, records must lie in the arena, and frames are checked against
+// their segments by whoever maps them (SegmentMap::MapIndexed). What it returns is consistent
+// (read between two equal, even seqs) but may be out of date at once: a caller that wants to
+// hold the object publishes its id in a reference slot and then asks Unchanged.
+//
+// Thread-safe: it only reads.
+#ifndef DEPOT_CLIENT_SRC_INDEX_READER_H_
+#define DEPOT_CLIENT_SRC_INDEX_READER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "common/shared_mapping.h"
+#include "common/unique_fd.h"
+#include "depot/guid.h"
+#include "depot/status.h"
+#include "proto/wire.h"
+
+namespace depot::internal {
+
+// One object as the index says, read under its entry's seqlock.
+struct IndexHit {
+  uint64_t entry = 0;  // word offset of its entry
+  uint64_t seq = 0;    // the entry's seq when read
+  uint64_t id = 0;     // the daemon's ObjectId
+  std::vector<wire::FrameLocation> frames;
+  std::vector<std::byte> metadata;
+  std::optional<uint64_t> checksum;
+  uint32_t creator_uid = 0;
+  int32_t creator_pid = 0;
+};
+
+class IndexReader {
+ public:
+  // Maps the index of `sets` sets and an arena of `arena_bytes` from `fd` (read-only).
+  // ProtocolError when the file is smaller than that or the geometry makes no sense.
+  static Result<IndexReader> Map(const UniqueFd& fd, uint64_t sets, uint64_t arena_bytes);
+
+  // The entry of `guid`, read consistently; nullopt when it is not indexed (or the entry kept
+  // changing, or made no sense).
+  std::optional<IndexHit> Find(const Guid& guid) const;
+
+  // Whether `hit`'s entry is still as it was read. Called after the caller published the id and
+  // fenced (SlotTable::Publish): true means the daemon will see that slot before it lets the
+  // object go.
+  bool Unchanged(const IndexHit& hit) const;
+
+ private:
+  IndexReader(SharedMapping map, uint64_t sets, uint64_t arena_bytes)
+      : map_(std::move(map)), sets_(sets), arena_bytes_(arena_bytes) {}
+  // Reads the entry at word `entry` if it names `guid`; false when it changed meanwhile.
+  bool Read(uint64_t entry, const Guid& guid, std::optional<IndexHit>& out) const;
+
+  SharedMapping map_;
+  uint64_t sets_;
+  uint64_t arena_bytes_;
+};
+
+}  // namespace depot::internal
+
+#endif  // DEPOT_CLIENT_SRC_INDEX_READER_H_

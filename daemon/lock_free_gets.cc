@@ -1,0 +1,43 @@
+#include "daemon/lock_free_gets.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace depot {
+
+Result<std::unique_ptr<LockFreeGets>> LockFreeGets::Create(uint64_t entries,
+                                                           const std::string& name_prefix,
+                                                           IndexableFn indexable) {
+  auto index = ObjectIndex::Create(entries, "index-" + name_prefix);
+  if (!index.ok()) return index.status();
+  return std::unique_ptr<LockFreeGets>(
+      new LockFreeGets(std::move(*index), name_prefix, std::move(indexable)));
+}
+
+void LockFreeGets::Publish(const StoredObject& o) {
+  auto frames = o.frames();
+  if (std::all_of(frames.begin(), frames.end(), indexable_)) index_->Insert(o);
+}
+
+bool LockFreeGets::Pinned(ObjectId id) const {
+  return std::any_of(slots_.begin(), slots_.end(),
+                     [id](const auto& s) { return s.second->Holds(id); });
+}
+
+Result<const ReferenceSlots*> LockFreeGets::Join(SessionId session) {
+  auto slots = ReferenceSlots::Create("slots-" + name_prefix_ + std::to_string(session));
+  if (!slots.ok()) return slots.status();
+  const ReferenceSlots* out = slots->get();
+  slots_[session] = std::move(*slots);
+  return out;
+}
+
+uint64_t LockFreeGets::HeldBy(SessionId session, const std::function<bool(ObjectId)>& live) const {
+  auto it = slots_.find(session);
+  if (it == slots_.end()) return 0;
+  std::unordered_set<ObjectId> ids;
+  it->second->Collect(ids);
+  return std::count_if(ids.begin(), ids.end(), live);
+}
+
+}  // namespace depot

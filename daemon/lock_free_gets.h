@@ -1,0 +1,65 @@
+// LockFreeGets is one namespace's side of gets without a round trip: its shared index
+// (ObjectIndex) and the reference slots of its sessions (ReferenceSlots). The object table
+// publishes sealed objects through it and, before an object's memory may go, withdraws it and
+// asks whether a slot still holds it (SlotReaders). Slots are read only for this namespace's
+// ids: a session's slots are read for its own namespace only, so garbage in them keeps at most
+// objects its own gets could keep.
+//
+// Not thread-safe: the daemon's single loop owns it.
+#ifndef DEPOT_DAEMON_LOCK_FREE_GETS_H_
+#define DEPOT_DAEMON_LOCK_FREE_GETS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "daemon/object_index.h"
+#include "daemon/object_table.h"
+#include "daemon/reference_slots.h"
+
+namespace depot {
+
+class LockFreeGets : public SlotReaders {
+ public:
+  // Whether a frame may be read through the index: not one in a segment dedicated to a single
+  // object, whose descriptor travels with each reply that names it.
+  using IndexableFn = std::function<bool(const Location&)>;
+
+  // An index of `entries` entries. Its memfds are named after the namespace's segments
+  // (`name_prefix`), as index-<prefix> and slots-<prefix><session>: not depot-…, so that nothing
+  // takes them for segments. The memfd's error.
+  static Result<std::unique_ptr<LockFreeGets>> Create(uint64_t entries,
+                                                      const std::string& name_prefix,
+                                                      IndexableFn indexable);
+
+  void Publish(const StoredObject& o) override;
+  void Withdraw(ObjectId id) override { index_->Remove(id); }
+  bool Pinned(ObjectId id) const override;
+
+  // Makes `session`'s slots (sent to it at hello). The memfd's error.
+  Result<const ReferenceSlots*> Join(SessionId session);
+  // `session` closed: its slots keep nothing from now on.
+  void Leave(SessionId session) { slots_.erase(session); }
+
+  // How many objects `session` holds through its slots now, of those `live` says exist.
+  uint64_t HeldBy(SessionId session, const std::function<bool(ObjectId)>& live) const;
+
+  const ObjectIndex& index() const { return *index_; }
+
+ private:
+  LockFreeGets(std::unique_ptr<ObjectIndex> index, std::string name_prefix, IndexableFn indexable)
+      : index_(std::move(index)),
+        name_prefix_(std::move(name_prefix)),
+        indexable_(std::move(indexable)) {}
+
+  std::unique_ptr<ObjectIndex> index_;
+  std::string name_prefix_;
+  IndexableFn indexable_;
+  std::map<SessionId, std::unique_ptr<ReferenceSlots>> slots_;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_LOCK_FREE_GETS_H_

@@ -1,0 +1,49 @@
+// ReferenceSlots is one session's reference slots (proto/index_layout.h): a sealed memfd of
+// index::kSlotCount words that the daemon maps and sends read-write to the session at hello. The
+// client publishes in a slot the ObjectId of an object it took from the index, and clears the
+// slot when it lets the object go: a hold that costs no message. The daemon reads the slots
+// before it frees, evicts or spills an object that left the index (see LockFreeGets).
+//
+// The slots are the client's to write: their contents are untrusted ids. The memfd is sealed
+// against shrinking, so no client can make the daemon's reads fault; an id that names nothing
+// keeps nothing, and one that names an object of the namespace keeps it as a get would.
+//
+// Not thread-safe: the daemon's single loop owns it; the client writes the memory concurrently.
+#ifndef DEPOT_DAEMON_REFERENCE_SLOTS_H_
+#define DEPOT_DAEMON_REFERENCE_SLOTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+
+#include "common/shared_mapping.h"
+#include "common/unique_fd.h"
+#include "daemon/object_table.h"
+
+namespace depot {
+
+class ReferenceSlots {
+ public:
+  // A session's slots, all empty, in a memfd named `name`. The memfd's error when it cannot be
+  // made.
+  static Result<std::unique_ptr<ReferenceSlots>> Create(const std::string& name);
+
+  // Sent to the session: read-write.
+  int fd() const { return fd_.get(); }
+
+  // Adds every id the slots hold now to `ids` (zeros left out).
+  void Collect(std::unordered_set<ObjectId>& ids) const;
+  // Whether some slot holds `id` now.
+  bool Holds(ObjectId id) const;
+
+ private:
+  ReferenceSlots(UniqueFd fd, SharedMapping map) : fd_(std::move(fd)), map_(std::move(map)) {}
+
+  UniqueFd fd_;
+  SharedMapping map_;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_REFERENCE_SLOTS_H_

@@ -1,0 +1,80 @@
+// The layout of the two shared structures behind gets without a round trip (docs/design.md, "Gets
+// without a round trip"), used by the daemon, which writes them, and by the client library, which
+// reads the index and writes its own reference slots.
+//
+// The index of a namespace is one memfd: `sets` sets of kWays entries of 64 bytes, then the
+// record arena. An entry is eight 64-bit words under a seqlock (kSeq: odd while written); it
+// names one sealed object and points at its record in the arena: each frame as kFrameWords
+// words, then the metadata padded to whole words. Every word is read and written as an atomic
+// (std::atomic_ref, relaxed, with fences), so racing readers and the writer are no data race.
+//
+// The reference slots of a session are one memfd of kSlotCount words: a slot holds the ObjectId
+// of an object the session holds without a daemon reference, or 0.
+//
+// Nothing here trusts the other side: the client checks everything it reads like a reply, and
+// the daemon reads slots only as ids to keep.
+#ifndef DEPOT_PROTO_INDEX_LAYOUT_H_
+#define DEPOT_PROTO_INDEX_LAYOUT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "depot/guid.h"
+
+namespace depot::index {
+
+inline constexpr uint32_t kWays = 4;  // entries per set: one set is four cache lines
+inline constexpr uint64_t kEntryWords = 8;
+inline constexpr uint64_t kEntryBytes = kEntryWords * 8;
+inline constexpr uint64_t kFrameWords = 3;  // offset, size, pool << 32 | segment
+// A record is placed at a multiple of this in the arena.
+inline constexpr uint64_t kRecordAlign = 64;
+inline constexpr uint32_t kSlotCount = 1024;
+inline constexpr uint64_t kSlotBytes = uint64_t{kSlotCount} * 8;
+
+// The words of an entry.
+enum Word : uint64_t {
+  kSeq = 0,  // even: stable; odd: being written
+  kGuidHi = 1,
+  kGuidLo = 2,
+  kId = 3,      // the ObjectId (monotonic, never reused: the object's generation); 0: empty
+  kRecord = 4,  // byte offset of the record in the arena
+  kChecksum = 5,
+  kCreator = 6,  // uid | pid << 32
+  kShape = 7,    // frame count | flags << 16 | metadata bytes << 32
+};
+
+inline constexpr uint64_t kHasChecksum = 1;  // a flag of kShape
+
+inline uint64_t Shape(uint64_t frames, uint64_t flags, uint64_t metadata) {
+  return frames | flags << 16 | metadata << 32;
+}
+inline uint64_t ShapeFrames(uint64_t shape) { return shape & 0xffff; }
+inline uint64_t ShapeFlags(uint64_t shape) { return (shape >> 16) & 0xffff; }
+inline uint64_t ShapeMetadata(uint64_t shape) { return shape >> 32; }
+
+// The bytes of a record of `frames` frames and `metadata` bytes of metadata.
+inline uint64_t RecordBytes(uint64_t frames, uint64_t metadata) {
+  return (frames * kFrameWords + (metadata + 7) / 8) * 8;
+}
+
+// The set a GUID lives in; `sets` is a power of two. GUIDs a client proposes may be chosen to
+// collide: a full set only sends those gets through the daemon.
+inline uint64_t SetOf(const Guid& g, uint64_t sets) {
+  uint64_t h = (g.hi ^ (g.lo * 0x9e3779b97f4a7c15ULL)) * 0xbf58476d1ce4e5b9ULL;
+  return (h ^ (h >> 31)) & (sets - 1);
+}
+
+// The shared words, read and written as atomics.
+inline uint64_t Load(const uint64_t* word, std::memory_order order = std::memory_order_relaxed) {
+  return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(word)).load(order);
+}
+inline void Store(uint64_t* word, uint64_t value,
+                  std::memory_order order = std::memory_order_relaxed) {
+  std::atomic_ref<uint64_t>(*word).store(value, order);
+}
+
+}  // namespace depot::index
+
+#endif  // DEPOT_PROTO_INDEX_LAYOUT_H_
