@@ -1,7 +1,6 @@
 #include "daemon/lock_free_gets.h"
 
 #include <algorithm>
-#include <unordered_set>
 
 namespace depot {
 
@@ -32,12 +31,11 @@ Result<const ReferenceSlots*> LockFreeGets::Join(SessionId session) {
   return out;
 }
 
-uint64_t LockFreeGets::HeldBy(SessionId session, const std::function<bool(ObjectId)>& live) const {
-  auto it = slots_.find(session);
-  if (it == slots_.end()) return 0;
+std::unordered_set<ObjectId> LockFreeGets::HeldBy(SessionId session) const {
   std::unordered_set<ObjectId> ids;
-  it->second->Collect(ids);
-  return std::count_if(ids.begin(), ids.end(), live);
+  if (auto it = slots_.find(session); it != slots_.end()) it->second->Collect(ids);
+  return ids;
 }
+
 
 }  // namespace depot

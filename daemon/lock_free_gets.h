@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_set>
 
 #include "daemon/object_index.h"
 #include "daemon/object_table.h"
@@ -43,8 +44,8 @@ class LockFreeGets : public SlotReaders {
   // `session` closed: its slots keep nothing from now on.
   void Leave(SessionId session) { slots_.erase(session); }
 
-  // How many objects `session` holds through its slots now, of those `live` says exist.
-  uint64_t HeldBy(SessionId session, const std::function<bool(ObjectId)>& live) const;
+  // The ids `session`'s slots hold now (untrusted: any may name nothing).
+  std::unordered_set<ObjectId> HeldBy(SessionId session) const;
 
   const ObjectIndex& index() const { return *index_; }
 

@@ -87,6 +87,16 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
                                              fbb.CreateString(holder.process),
                                              fbb.CreateString(holder.name), h.references));
   }
+  for (const auto& [sid, st] : sessions_) {
+    // Sessions that hold it through a reference slot, and no daemon reference.
+    if (st.ns == nullptr || &st.ns->table() != &table || st.ns->gets() == nullptr ||
+        table.HeldBy(sid, o->id) > 0 || !st.ns->gets()->HeldBy(sid).contains(o->id)) {
+      continue;
+    }
+    holders.push_back(wire::CreateHolderInfo(fbb, sid, st.creds.pid, st.creds.uid,
+                                             fbb.CreateString(st.process),
+                                             fbb.CreateString(st.name), 1));
+  }
   replies::Holders extra;
   extra.holders = fbb.CreateVector(holders);
   if (auto creator = sessions_.find(o->creator); creator != sessions_.end()) {
@@ -143,6 +153,15 @@ void Store::OnClients(SessionId s, uint64_t id) {
   for (const auto& [sid, st] : sessions_) {
     if (st.ns == nullptr) continue;  // not greeted
     Holdings h = st.ns->table().HoldingsOf(sid);
+    if (const LockFreeGets* gets = st.ns->gets(); gets != nullptr) {
+      // What it holds through its reference slots counts as its references too.
+      for (ObjectId held : gets->HeldBy(sid)) {
+        const StoredObject* o = st.ns->table().Get(held);
+        if (o == nullptr || st.ns->table().HeldBy(sid, held) > 0) continue;
+        ++h.references;
+        h.bytes += o->size();
+      }
+    }
     QuotaUsage created = quotas_.OfSession(sid);
     auto name = fbb.CreateString(st.name);
     auto process = fbb.CreateString(st.process);

@@ -168,6 +168,9 @@ TEST_CASE("the daemon sees the ids a client publishes in its slots, until cleare
   CHECK_FALSE(table->Publish(100));
   for (uint32_t s : taken) table->Clear(s);
   CHECK(table->Publish(100));
+  // Sealed: no holder of its descriptor can make the daemon's reads of it fault.
+  CHECK(::ftruncate((*slots)->fd(), 0) != 0);
+  CHECK(::ftruncate((*slots)->fd(), 1 << 20) != 0);
   // A slot table larger than its file is refused.
   CHECK(SlotTable::Map(Dup((*slots)->fd()), index::kSlotCount + 1).status().IsProtocolError());
 }

@@ -1,0 +1,321 @@
+// Gets without a round trip, against a real daemon from real processes: a sealed object found in
+// the namespace's shared index is held through a reference slot, with no request; deletes,
+// eviction and kill -9 respect those holds; garbage another user writes into its own slots
+// harms nobody; each per-user namespace has an index of its own; and a full or absent index
+// leaves every get to the daemon, as before.
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/other_users.h"
+
+using namespace depot;
+using namespace depot::test;
+
+namespace {
+
+StoreStatus StatusOf(Client& c) {
+  auto s = c.GetStatus();
+  REQUIRE(s.ok());
+  return *s;
+}
+
+// The requests the daemon has counted for this process's connection named `name`.
+uint64_t Requests(Client& c, const std::string& name) {
+  auto clients = c.Clients();
+  REQUIRE(clients.ok());
+  for (const ClientInfo& i : *clients) {
+    if (i.pid == ::getpid() && i.name == name) return i.requests;
+  }
+  FAIL("no connection named " << name);
+  return 0;
+}
+
+bool Same(const Object& o, const std::vector<std::byte>& want) {
+  return o.size() == want.size() && std::memcmp(o.frame(0).data(), want.data(), want.size()) == 0;
+}
+
+// This process's mappings whose file name starts with `prefix` ("/memfd:index-", say): each
+// one's address and size, and its name.
+struct Mapping {
+  void* addr;
+  size_t size;
+  std::string name;
+};
+std::vector<Mapping> MappingsOf(const std::string& prefix) {
+  std::vector<Mapping> out;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    size_t at = line.find(prefix);
+    if (at == std::string::npos) continue;
+    uintptr_t start = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    uintptr_t end = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
+    out.push_back({reinterpret_cast<void*>(start), end - start, line.substr(at)});
+  }
+  return out;
+}
+
+TEST_CASE("a get of a sealed object not held yet costs no round trip", "[index]") {
+  Daemon d;
+  Client writer = d.Connect();
+  const std::byte metadata[] = {std::byte{1}, std::byte{2}, std::byte{3}};
+  CreateOptions with;
+  with.metadata = metadata;
+  with.checksum = true;
+  std::vector<Guid> ids;
+  for (uint32_t i = 0; i < 4; ++i) {
+    auto id = writer.Put(Pattern(4096, i), with);
+    REQUIRE(id.ok());
+    ids.push_back(*id);
+  }
+  auto reader = Client::Connect({d.socket(), "reader"});
+  REQUIRE(reader.ok());
+  // The first get brings the segment's descriptor: a round trip.
+  auto first = reader->Get(ids[0]);
+  REQUIRE(first.ok());
+  uint64_t before = Requests(*reader, "reader");
+  auto second = reader->Get(ids[1]);
+  REQUIRE(second.ok());
+  auto batch = reader->Get(std::span<const Guid>(ids).subspan(2), kNoWait);
+  CHECK(*reader->Contains(ids[3]));
+  // Only the clients request itself went to the daemon.
+  CHECK(Requests(*reader, "reader") == before + 1);
+  CHECK(Same(*second, Pattern(4096, 1)));
+  REQUIRE(batch.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    REQUIRE(batch[i].ok());
+    CHECK(Same(*batch[i], Pattern(4096, static_cast<uint32_t>(i + 2))));
+  }
+  CHECK(second->metadata().size() == 3);
+  CHECK(second->metadata()[2] == std::byte{3});
+  CHECK(second->Verify().ok());
+  CHECK(second->creator_pid() == ::getpid());
+  CHECK(second->creator_uid() == ::getuid());
+  // Objects held through slots count as the connection's references.
+  auto clients = writer.Clients();
+  REQUIRE(clients.ok());
+  for (const ClientInfo& i : *clients) {
+    if (i.name == "reader") CHECK(i.references == 4);
+  }
+  auto stat = writer.Stat(ids[1]);
+  REQUIRE(stat.ok());
+  CHECK(stat->holders.size() == 1);
+}
+
+TEST_CASE("an object deleted while a slot holds it keeps its bytes, and is freed at release",
+          "[index]") {
+  Daemon d;
+  Client c = d.Connect();
+  auto data = Pattern(100000, 5);
+  auto warm = c.Put(Pattern(1000, 4));
+  auto id = c.Put(data);
+  REQUIRE(id.ok());
+  REQUIRE(warm.ok());
+  uint64_t used = StatusOf(c).used;
+  Channel holding, deleted, released, done;
+  pid_t reader = Spawn([&] {
+    auto r = Client::Connect({d.socket(), "reader"});
+    auto first = r->Get(*warm);  // maps the segment
+    uint64_t before = Requests(*r, "reader");
+    auto obj = r->Get(*id);
+    if (!first.ok() || !obj.ok() || Requests(*r, "reader") != before + 1) return 1;
+    holding.Send("holding");
+    deleted.Receive();
+    bool same = Same(*obj, data);
+    obj = Status::NotFound("dropped");  // the last Object goes: the slot is cleared
+    released.Send("released");
+    done.Receive();
+    return same ? 0 : 2;
+  });
+  REQUIRE(holding.Receive() == "holding");
+  REQUIRE(c.Delete(*id).ok());
+  CHECK(c.Get(*id, kNoWait).status().IsNotFound());
+  auto s = StatusOf(c);
+  CHECK(s.objects_deleted == 1);
+  CHECK(s.used == used);
+  deleted.Send("deleted");
+  REQUIRE(released.Receive() == "released");
+  // Freed while the reader still runs: its slot was read again, no message needed.
+  CHECK(WaitFor([&] { return StatusOf(c).objects_deleted == 0; }));
+  CHECK(StatusOf(c).used < used);
+  done.Send("done");
+  CHECK(WEXITSTATUS(Wait(reader)) == 0);
+}
+
+TEST_CASE("eviction passes over an evictable object a slot holds", "[index]") {
+  Daemon d({"--capacity", "16MiB", "--segment-size", "1MiB"});
+  Client c = d.Connect();
+  auto data = Pattern(200000, 9);
+  auto warm = c.Put(Pattern(1000, 1), Named("warm", true));
+  auto id = c.Put(data, Named("held", true));
+  REQUIRE(id.ok());
+  REQUIRE(warm.ok());
+  Channel holding, filled;
+  pid_t reader = Spawn([&] {
+    auto r = Client::Connect({d.socket(), "reader"});
+    auto first = r->Get(*warm);
+    uint64_t before = Requests(*r, "reader");
+    auto obj = r->Get(*id);
+    if (!obj.ok() || Requests(*r, "reader") != before + 1) return 1;
+    holding.Send("holding");
+    filled.Receive();
+    return Same(*obj, data) ? 0 : 2;
+  });
+  REQUIRE(holding.Receive() == "holding");
+  for (uint32_t i = 0; i < 300; ++i) REQUIRE(c.Put(Pattern(200000, 100 + i), Named("", true)).ok());
+  CHECK(StatusOf(c).evictions > 0);
+  filled.Send("filled");
+  CHECK(WEXITSTATUS(Wait(reader)) == 0);
+  auto still = c.Get(*id, kNoWait);
+  REQUIRE(still.ok());
+  CHECK(Same(*still, data));
+}
+
+TEST_CASE("kill -9 of a process holding objects through slots frees them", "[index]") {
+  Daemon d;
+  Client c = d.Connect();
+  auto warm = c.Put(Pattern(1000, 1));
+  auto id = c.Put(Pattern(300000, 2));
+  REQUIRE(id.ok());
+  REQUIRE(warm.ok());
+  Channel holding;
+  pid_t reader = Spawn([&] {
+    auto r = Client::Connect({d.socket(), "reader"});
+    auto first = r->Get(*warm);
+    auto obj = r->Get(*id);
+    if (!first.ok() || !obj.ok()) return 1;
+    holding.Send("holding");
+    ::pause();
+    return 0;
+  });
+  REQUIRE(holding.Receive() == "holding");
+  REQUIRE(c.Delete(*id).ok());
+  CHECK(StatusOf(c).objects_deleted == 1);
+  ::kill(reader, SIGKILL);
+  Wait(reader);
+  CHECK(WaitFor([&] { return StatusOf(c).objects_deleted == 0; }));
+}
+
+TEST_CASE("garbage another user writes into its own slots harms nobody", "[index][hostile]") {
+  NeedRoot();
+  Daemon d = StartOpen({"--allow-users", std::to_string(kAlice) + "," + std::to_string(kMallory),
+                        "--segment-size", "8MiB"});
+  Guid kept = PutAs(d, kAlice, 50000, 1);
+  Guid doomed = PutAs(d, kAlice, 60000, 2);
+  Channel scribbled, deleted;
+  pid_t mallory = Spawn([&] {
+    if (::setresgid(kMallory, kMallory, kMallory) != 0 ||
+        ::setresuid(kMallory, kMallory, kMallory) != 0) {
+      return 100;
+    }
+    Client m = d.Connect();
+    // The library maps its slots read-write and the index read-only, and keeps no descriptor
+    // of either; an attacker writes through the mapping.
+    auto slots = MappingsOf("/memfd:slots-");
+    auto indexes = MappingsOf("/memfd:index-");
+    if (slots.size() != 1 || indexes.size() != 1) {
+      scribbled.Send("no slots");
+      return 1;
+    }
+    auto* words = static_cast<uint64_t*>(slots[0].addr);
+    size_t count = slots[0].size / 8;
+    // Every id the daemon has handed out so far, and then garbage.
+    for (size_t i = 0; i < count; ++i) words[i] = i < 64 ? i : ~uint64_t{0} - i;
+    // The index cannot be made writable.
+    if (::mprotect(indexes[0].addr, 4096, PROT_READ | PROT_WRITE) == 0) return 4;
+    scribbled.Send("scribbled");
+    deleted.Receive();
+    auto own = m.Put(Pattern(1000, 3));  // it is still served
+    return own.ok() ? 0 : 5;
+  });
+  std::string line = scribbled.Receive();
+  INFO(d.Log());
+  REQUIRE(line == "scribbled");
+  Client admin = d.Connect();
+  REQUIRE(admin.Delete(doomed).ok());
+  // The garbage pins what a get could have pinned, no more, and only while Mallory is there.
+  CHECK(StatusOf(admin).objects_deleted == 1);
+  deleted.Send("deleted");
+  CHECK(WEXITSTATUS(Wait(mallory)) == 0);
+  CHECK(WaitFor([&] { return StatusOf(admin).objects_deleted == 0; }));
+  auto alice = RunAs(kAlice, kAlice, {}, [&] {
+    auto obj = d.Connect().Get(kept);
+    return obj.ok() && Same(*obj, Pattern(50000, 1)) ? 0 : 1;
+  });
+  CHECK(alice == 0);
+}
+
+TEST_CASE("each per-user namespace has an index of its own", "[index][hostile]") {
+  NeedRoot();
+  Daemon d = StartOpen({"--allow-users", std::to_string(kAlice) + "," + std::to_string(kBob),
+                        "--namespaces", "per_user"});
+  // Each process holds the index of its own user's namespace, named after it, and no other.
+  auto own_index_only = [&](uid_t uid) {
+    auto indexes = MappingsOf("/memfd:index-");
+    return indexes.size() == 1 &&
+           indexes[0].name.find("-u" + std::to_string(uid) + "-") != std::string::npos;
+  };
+  Channel guid, asked;
+  pid_t alice = Spawn([&] {
+    if (::setresgid(kAlice, kAlice, kAlice) != 0 || ::setresuid(kAlice, kAlice, kAlice) != 0) {
+      return 100;
+    }
+    Client a = d.Connect();
+    auto id = a.Put(Pattern(1000, 1));
+    if (!id.ok() || !own_index_only(kAlice)) return 1;
+    auto again = a.Get(*id);
+    if (!again.ok()) return 2;
+    guid.Send(id->ToString());
+    asked.Receive();
+    return 0;
+  });
+  auto text = guid.Receive();
+  auto alices = Guid::Parse(text);
+  REQUIRE(alices);
+  int bob = RunAs(kBob, kBob, {}, [&] {
+    Client b = d.Connect();
+    if (!own_index_only(kBob)) return 1;
+    auto got = b.Get(*alices, kNoWait);
+    if (!got.status().IsNotFound()) return 2;
+    return *b.Contains(*alices) ? 3 : 0;
+  });
+  CHECK(bob == 0);
+  asked.Send("asked");
+  CHECK(WEXITSTATUS(Wait(alice)) == 0);
+}
+
+TEST_CASE("with the index full or off, every get still goes through the daemon", "[index]") {
+  std::string entries = GENERATE("4", "0");
+  Daemon d({"--capacity", "256MiB", "--index-entries", entries});
+  Client c = d.Connect();
+  std::vector<Guid> ids;
+  for (uint32_t i = 0; i < 40; ++i) {
+    auto id = c.Put(Pattern(3000, i));
+    REQUIRE(id.ok());
+    ids.push_back(*id);
+  }
+  auto reader = Client::Connect({d.socket(), "reader"});
+  REQUIRE(reader.ok());
+  uint64_t before = Requests(*reader, "reader");
+  std::vector<Object> held;
+  for (uint32_t i = 0; i < 40; ++i) {
+    auto obj = reader->Get(ids[i]);
+    REQUIRE(obj.ok());
+    CHECK(Same(*obj, Pattern(3000, i)));
+    held.push_back(*obj);
+  }
+  uint64_t asked = Requests(*reader, "reader") - before - 1;
+  INFO("index_entries " << entries << ": " << asked << " gets asked the daemon");
+  // Off: every get asked; four entries: at most four (the first, for the segment, included)
+  // were answered from the index.
+  CHECK(asked >= (entries == "0" ? 40u : 36u));
+  CHECK(asked <= 40u);
+}
+
+}  // namespace
