@@ -2,6 +2,7 @@
 // over a socket, memcpy) and prints one markdown document, every figure measured in this run:
 //   1 get latency by size   2 repeated get of a held object   3 put bandwidth
 //   4 small objects         5 many readers of one object       6 allocator   7 scale
+//   8 get of an object not held yet (the shared index)
 // followed by the targets, each met or missed. It starts and stops its own servers: a depotd per
 // section (built in this tree) and one redis-server (from PATH), on sockets in a temporary
 // directory, pinned to CPU 0. Progress goes to stderr; the document to stdout.
@@ -11,7 +12,8 @@
 //     --only             run these sections (numbers as above)
 //     --note             a line for the header (scripts/bench passes the commit)
 //     --previous-depotd  a depotd built from an earlier commit: section 3 measures its
-//                        on-demand pool beside this tree's, in the same rounds
+//                        on-demand pool beside this tree's, and section 8 its gets, in the same
+//                        rounds
 #include <ctime>
 #include <set>
 #include <sstream>
@@ -72,7 +74,7 @@ int main(int argc, char** argv) {
   using Section = void (*)(const Context&);
   const std::pair<int, Section> sections[] = {
       {1, GetLatency},  {2, HeldGet},           {3, PutThroughput}, {4, SmallObjects},
-      {5, ManyReaders}, {6, AllocatorWorkload}, {7, Scale}};
+      {5, ManyReaders}, {6, AllocatorWorkload}, {7, Scale},       {8, FirstGet}};
   auto started = Clock::now();
   std::string load_before = LoadAverage();
   TempDir dir;

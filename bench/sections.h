@@ -29,6 +29,7 @@ void SmallObjects(const Context& ctx);       // 4. 1 KiB put+get ops/s, multi-ge
 void ManyReaders(const Context& ctx);        // 5. 8 readers of one large object
 void AllocatorWorkload(const Context& ctx);  // 6. fragmentation under a random workload
 void Scale(const Context& ctx);              // 7. a million objects: daemon memory, listing
+void FirstGet(const Context& ctx);  // 8. get of an object not held yet: the index, no round trip
 
 }  // namespace depot::bench
 
