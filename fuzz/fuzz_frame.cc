@@ -104,6 +104,9 @@ class Sink {
     Add(t->hugepages());
     Add(t->device_pools());
     Add(t->devices_unavailable());
+    Add(t->index_sets());
+    Add(t->index_arena());
+    Add(t->slot_count());
   }
   void Add(const wire::CreateRequest* t) {
     if (t == nullptr) return;

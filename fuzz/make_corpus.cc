@@ -2,7 +2,8 @@
 // fuzz_store sequences of operations (fuzz_store.cc describes the format) that walk through
 // the protocol: lifecycles, parked gets, events, eviction, errors and disconnects; and for
 // fuzz_client a fake daemon's side of a session (fuzz_client.cc describes the format), honest and
-// with each lie a client must catch. The output is
+// with each lie a client must catch; for fuzz_index indexes and slot contents (fuzz_index.cc
+// describes the format). The output is
 // committed under fuzz/corpus/; run this again after a protocol change:
 //
 //   build/fuzz/fuzz_make_corpus fuzz/corpus
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/index_layout.h"
 #include "proto/wire.h"
 
 namespace depot::fuzz {
@@ -171,6 +173,9 @@ Bytes HelloReply() {
   b.add_max_inline_size(proto::kMaxInlineSize);
   b.add_hugepages(true);
   b.add_device_pools(pools_vec);
+  b.add_index_sets(16384);
+  b.add_index_arena(4 << 20);
+  b.add_slot_count(1024);
   fbb.Finish(b.Finish());
   return Encode(proto::ReplyType(MsgType::kHello), fbb, 1);
 }
@@ -683,6 +688,54 @@ void WriteClientCorpus(const std::filesystem::path& dir) {
                            .Send(proto::EncodeError(4, wire::Code::Timeout, "late"))
                            .bytes());
 }
+// fuzz_index: a sets byte, the index's bytes (entries, then a 512-byte arena), slot words.
+struct IndexInput {
+  explicit IndexInput(uint8_t log2_sets)
+      : sets(uint64_t{1} << log2_sets),
+        words(sets * index::kWays * index::kEntryWords + 512 / 8, 0),
+        head(log2_sets) {}
+  // An entry for object `id` of `frames` frames, its record at `record` in the arena.
+  IndexInput& Entry(uint64_t way, uint64_t id, uint64_t frames, uint64_t metadata,
+                    uint64_t record) {
+    Guid g{0x1000 + id, id};
+    uint64_t* e = words.data() + (index::SetOf(g, sets) * index::kWays + way) * index::kEntryWords;
+    e[index::kSeq] = 2;
+    e[index::kGuidHi] = g.hi;
+    e[index::kGuidLo] = g.lo;
+    e[index::kId] = id;
+    e[index::kRecord] = record;
+    e[index::kShape] = index::Shape(frames, index::kHasChecksum, metadata);
+    uint64_t* r = words.data() + sets * index::kWays * index::kEntryWords + record / 8;
+    for (uint64_t f = 0; f < frames && r + 3 <= words.data() + words.size(); ++f, r += 3) {
+      r[0] = f * 4096;
+      r[1] = 100;
+      r[2] = 1;
+    }
+    return *this;
+  }
+  Bytes bytes(std::vector<uint64_t> slots = {}) const {
+    Bytes out{head};
+    auto* w = reinterpret_cast<const uint8_t*>(words.data());
+    out.insert(out.end(), w, w + words.size() * 8);
+    auto* s = reinterpret_cast<const uint8_t*>(slots.data());
+    out.insert(out.end(), s, s + slots.size() * 8);
+    return out;
+  }
+  uint64_t sets;
+  std::vector<uint64_t> words;
+  uint8_t head;
+};
+
+void WriteIndexCorpus(const std::filesystem::path& dir) {
+  Write(dir, "empty", IndexInput(0).bytes());
+  Write(dir, "two-entries", IndexInput(1).Entry(0, 7, 2, 5, 0).Entry(1, 8, 1, 0, 64).bytes());
+  Write(dir, "record-past-the-arena", IndexInput(0).Entry(0, 7, 3, 0, 480).bytes());
+  Write(dir, "too-many-frames", IndexInput(2).Entry(3, 9, 65, 0, 0).bytes());
+  Write(dir, "slots-hold-every-object", IndexInput(0).bytes({1, 2, 3, 4, 5, 6, 7, 8}));
+  Write(dir, "slots-hold-some-and-garbage",
+        IndexInput(0).bytes({0, 2, ~uint64_t{0}, 6, 0x8000000000000000ull, 2, 2}));
+}
+
 }  // namespace
 }  // namespace depot::fuzz
 
@@ -695,5 +748,6 @@ int main(int argc, char** argv) {
   depot::fuzz::WriteFrameCorpus(root / "fuzz_frame");
   depot::fuzz::WriteStoreCorpus(root / "fuzz_store");
   depot::fuzz::WriteClientCorpus(root / "fuzz_client");
+  depot::fuzz::WriteIndexCorpus(root / "fuzz_index");
   return 0;
 }

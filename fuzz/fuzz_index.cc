@@ -1,0 +1,112 @@
+// Fuzz target for gets without a round trip, both sides of the shared memory:
+//   - the client's IndexReader over an index whose bytes come from the input (what a corrupt
+//     index, or a daemon of another user, could show it), looking up the GUIDs its entries name;
+//   - the daemon's use of reference slots whose contents come from the input (what a hostile
+//     client writes there): an object table with eight objects, half evictable, deletes four,
+//     evicts, frees what no slot holds; then the slots are emptied.
+//
+// Input: one byte (bits 0-1: the index has 1 << n sets), then the index's bytes (its entries, then
+// a 512-byte arena; zeros past the input's end), then up to 1024 8-byte slot words.
+//
+// Checks, besides the sanitizers: the reader never returns more frames or metadata than an
+// object may have; every object is freed exactly once, none while a slot still named it when
+// the daemon looked, and all of them once the slots are empty.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "client/src/index_reader.h"
+#include "client/src/slot_table.h"
+#include "daemon/lock_free_gets.h"
+#include "proto/index_layout.h"
+
+namespace {
+
+using namespace depot;
+
+constexpr uint64_t kArena = 512;
+
+void Check(bool ok) {
+  if (!ok) std::abort();
+}
+
+void ReadIndex(const uint8_t*& data, size_t& size, uint64_t sets) {
+  uint64_t bytes = sets * index::kWays * index::kEntryBytes + kArena;
+  UniqueFd fd(::memfd_create("fuzz-index", MFD_CLOEXEC));
+  Check(fd.valid() && ::ftruncate(fd.get(), static_cast<off_t>(bytes)) == 0);
+  size_t take = std::min<size_t>(size, bytes);
+  Check(::pwrite(fd.get(), data, take, 0) == static_cast<ssize_t>(take));
+  data += take;
+  size -= take;
+  auto reader = internal::IndexReader::Map(fd, sets, kArena);
+  Check(reader.ok());
+  std::vector<uint64_t> words(bytes / 8);
+  Check(::pread(fd.get(), words.data(), bytes, 0) == static_cast<ssize_t>(bytes));
+  for (uint64_t e = 0; e < sets * index::kWays; ++e) {
+    const uint64_t* entry = words.data() + e * index::kEntryWords;
+    auto hit = reader->Find(Guid{entry[index::kGuidHi], entry[index::kGuidLo]});
+    if (!hit) continue;
+    Check(hit->frames.size() >= 1 && hit->frames.size() <= proto::kMaxFrames);
+    Check(hit->metadata.size() <= proto::kMaxMetadataSize);
+    Check(hit->id != 0);
+  }
+}
+
+void UseSlots(const uint8_t* data, size_t size) {
+  std::map<ObjectId, int> freed;
+  ObjectTable table([&](const StoredObject& o) { ++freed[o.id]; }, [] { return int64_t{0}; });
+  auto gets = LockFreeGets::Create(16, "fuzz-", [](const Location&) { return true; });
+  Check(gets.ok());
+  table.set_slot_readers(gets->get());
+  auto joined = (*gets)->Join(1);
+  Check(joined.ok());
+  UniqueFd fd(::fcntl((*joined)->fd(), F_DUPFD_CLOEXEC, 0));
+  auto* slots = static_cast<uint64_t*>(
+      ::mmap(nullptr, index::kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0));
+  Check(slots != MAP_FAILED);
+  for (uint64_t n = 1; n <= 8; ++n) {
+    NewObject o;
+    o.guid = Guid{n, n};
+    o.frames = {{.segment = 1, .offset = n * 64, .size = 64}};
+    o.evictable = n > 4;
+    o.creator = 2;
+    Check(table.Create(std::move(o)).ok());
+    Check(table.Seal(2, Guid{n, n}).ok());
+  }
+  size_t count = std::min<size_t>(size / 8, index::kSlotCount);
+  std::memcpy(slots, data, count * 8);
+  auto slot_holds = [&](ObjectId id) {
+    return std::find(slots, slots + index::kSlotCount, id) != slots + index::kSlotCount;
+  };
+  for (uint64_t n = 1; n <= 4; ++n) Check(table.Delete(Guid{n, n}).ok());
+  while (table.EvictLru()) {
+  }
+  table.FreeUnpinned();
+  for (auto [id, times] : freed) Check(times == 1 && !slot_holds(id));
+  std::memset(slots, 0, index::kSlotBytes);
+  Check(!table.FreeUnpinned());
+  while (table.EvictLru()) {
+  }
+  Check(freed.size() == 4 + 4 && table.counts().deleted == 0);
+  for (auto [id, times] : freed) Check(times == 1);
+  ::munmap(slots, index::kSlotBytes);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  uint64_t sets = uint64_t{1} << (data[0] & 3);
+  ++data;
+  --size;
+  ReadIndex(data, size, sets);
+  UseSlots(data, size);
+  return 0;
+}
