@@ -72,9 +72,9 @@ void FirstGet(const Context& ctx) {
   Side now(ctx.dir, "first-get", {.capacity = capacity});
   std::unique_ptr<Side> before;
   if (!ctx.previous_depotd.empty()) {
-    before = std::make_unique<Side>(
-        ctx.dir, "first-get-previous",
-        DaemonConfig{.capacity = capacity, .binary = ctx.previous_depotd});
+    before =
+        std::make_unique<Side>(ctx.dir, "first-get-previous",
+                               DaemonConfig{.capacity = capacity, .binary = ctx.previous_depotd});
   }
   int cpu = Placements().back();
   Say(fmt::format(
@@ -121,9 +121,8 @@ void FirstGet(const Context& ctx) {
   }
   Unpin();
 
-  std::vector<std::string> columns = {"size",        "floor p50",    "get p50 (rounds)",
-                                      "get p99",     "get / floor",  "≤ 0.25× floor",
-                                      "≤ 1 µs"};
+  std::vector<std::string> columns = {
+      "size", "floor p50", "get p50 (rounds)", "get p99", "get / floor", "≤ 0.25× floor", "≤ 1 µs"};
   std::string align = "lrrrrll";
   if (before) {
     columns.insert(columns.end(), {"previous get p50", "previous p99", "previous / get"});
@@ -135,17 +134,21 @@ void FirstGet(const Context& ctx) {
     double vs_floor = get.p50 / floor.p50;
     std::string where = Bytes(r.size);
     std::vector<std::string> cells = {
-        Bytes(r.size), Time(floor.p50), P50WithSpread(get), Time(get.p99), Ratio(vs_floor),
-        ctx.targets->Check("get of an object not held ≤ 0.25× bare socket round trip", where,
-                           fmt::format("{} ({} vs {})", Ratio(vs_floor), Time(get.p50),
-                                       Time(floor.p50)),
-                           vs_floor <= 0.25),
+        Bytes(r.size),
+        Time(floor.p50),
+        P50WithSpread(get),
+        Time(get.p99),
+        Ratio(vs_floor),
+        ctx.targets->Check(
+            "get of an object not held ≤ 0.25× bare socket round trip", where,
+            fmt::format("{} ({} vs {})", Ratio(vs_floor), Time(get.p50), Time(floor.p50)),
+            vs_floor <= 0.25),
         ctx.targets->Check("get of an object not held p50 ≤ 1 µs", where, Time(get.p50),
                            get.p50 <= 1e-6)};
     if (before) {
       const Summary& previous = r.s[kPrevious];
-      cells.insert(cells.end(), {P50WithSpread(previous), Time(previous.p99),
-                                 Ratio(previous.p50 / get.p50)});
+      cells.insert(cells.end(),
+                   {P50WithSpread(previous), Time(previous.p99), Ratio(previous.p50 / get.p50)});
     }
     t.Row(cells);
   }

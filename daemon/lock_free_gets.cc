@@ -37,5 +37,4 @@ std::unordered_set<ObjectId> LockFreeGets::HeldBy(SessionId session) const {
   return ids;
 }
 
-
 }  // namespace depot

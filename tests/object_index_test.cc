@@ -3,6 +3,8 @@
 // (LockFreeGets), against the client's reader (IndexReader) and slots (SlotTable) on the same
 // memfds. The last test races readers against a writer that withdraws and reuses memory, and
 // runs under ThreadSanitizer too.
+#include "daemon/object_index.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,7 +21,6 @@
 #include "client/src/index_reader.h"
 #include "client/src/slot_table.h"
 #include "daemon/lock_free_gets.h"
-#include "daemon/object_index.h"
 #include "daemon/reference_slots.h"
 #include "proto/index_layout.h"
 
