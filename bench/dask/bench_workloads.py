@@ -152,6 +152,8 @@ class Column:
 
 
 class Bench:
+    """The rows of one cluster size: each workload measured in every column."""
+
     def __init__(self, columns, rounds, workers):
         self.columns = columns
         self.rounds = rounds
@@ -257,7 +259,10 @@ def main():
                     bench.measure("transpose-sum: (x + x.T).sum(), x 8000² in 8×8 blocks of "
                                   "8 MB", transpose_sum)
                     bench.measure("shuffle: 4M rows in 16 partitions on a random key, then "
-                                  "sum", shuffle, note="pieces of ~256 KiB")
+                                  "sum", shuffle, note="pieces of ~256 KiB, " + (
+                                      "under the threshold: Dask's path in every column"
+                                      if 256 * KIB < depot.dask.DEFAULT_THRESHOLD
+                                      else "through depot"))
                     bench.measure("map, reduce on one: 32 arrays of 16 MiB summed on one "
                                   "worker", map_reduce_on_one)
                     workload_rows += bench.rows
