@@ -231,9 +231,9 @@ def main():
     if not args.depotd:
         parser.error("give --depotd or set DEPOTD")
 
-    rounds = 2 if args.quick else 5
-    sweep_rounds = 5 if args.quick else 11
-    sweep_sizes = ([64 * KIB, 256 * KIB, MIB, 4 * MIB] if args.quick else
+    rounds = 3 if args.quick else 5
+    sweep_rounds = 7 if args.quick else 11
+    sweep_sizes = ([64 * KIB, 256 * KIB, 512 * KIB, MIB, 4 * MIB] if args.quick else
                    [16 * KIB, 64 * KIB, 256 * KIB, 512 * KIB, MIB, 4 * MIB, 16 * MIB])
 
     started = datetime.datetime.now(datetime.timezone.utc)
