@@ -59,7 +59,8 @@ FAMILY = "depot"
 TRANSFER_NAME = "dask transfer"
 #: Frames smaller than this travel over the socket as usual. Measured between two workers
 #: (bench/dask/bench_workloads.py's sweep), a fetch through depot costs about 0.6 ms more than
-#: Dask's own at 16-64 KiB, breaks even near 512 KiB and is 20-40% faster at 1 MiB.
+#: Dask's own at 16-64 KiB (its round trips to the daemon), breaks even near 512 KiB and is
+#: 20-40% faster at 1 MiB.
 DEFAULT_THRESHOLD = 512 << 10
 
 _HANDSHAKE_KEY = "depot-node"
