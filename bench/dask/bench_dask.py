@@ -19,7 +19,8 @@ On a LocalCluster of 2 and of 4 worker processes (1 thread each), against one de
 "Dask" is Dask's own TCP path; "depot" is the same cluster with depot.dask's transfers on (the
 plugin) or, for the broadcast, depot.dask.put. The two alternate round by round, the order
 rotating; figures are medians, with the range of rounds in brackets, ratios divide medians.
-Prints markdown.
+Prints markdown. Real workloads on both pools in one run, and the sweep that sets depot.dask's
+threshold, are bench_workloads.py; compare_pools.py puts two runs of this one side by side.
 
 Usage: bench_dask.py [--quick] [--prefault] [--depotd PATH] [--workers 2,4]
 Needs PYTHONPATH to hold the built package (BUILD_DIR/python); the daemon is $DEPOTD or --depotd.
@@ -196,8 +197,10 @@ class Bench:
                 results[mode].append(time.perf_counter() - start)
                 del sources
                 settle(c)
-        self.row(f"{count} transfers of {size >> 10} KiB, task nbytes", results,
-                 note="below the 1 MiB threshold: both take Dask's path")
+        threshold = depot.dask.DEFAULT_THRESHOLD
+        note = (f"below the {fmt_bytes(threshold)} threshold: both take Dask's path"
+                if size < threshold else f"from the {fmt_bytes(threshold)} threshold up")
+        self.row(f"{count} transfers of {size >> 10} KiB, task nbytes", results, note=note)
 
     def broadcast(self, size):
         c = self.client
@@ -325,8 +328,8 @@ def main():
     pool = ("prefaulted at start-up (--prefault: one segment, reserved and kept)" if args.prefault
             else "created on demand (segments of 64 MiB, larger ones for larger objects; empty "
                  "ones kept warm up to keep_warm)")
-    print(f"- depotd with a {args.capacity} pool {pool}; transfers through depot from 1 MiB per "
-          "frame")
+    print(f"- depotd with a {args.capacity} pool {pool}; transfers through depot from "
+          f"{fmt_bytes(depot.dask.DEFAULT_THRESHOLD)} per frame")
     print(f"- method: {rounds} rounds, Dask's TCP path and depot alternating (the order "
           "rotating); median with the range of the rounds; ratio = Dask / depot (above 1: depot "
           "is faster or smaller)")

@@ -17,6 +17,7 @@ whose GPUs are memfd stand-ins.
 
 import depot
 from depot import connection, device_copy
+from distributed.protocol.cuda import cuda_serialize
 from distributed.protocol.serialize import deserialize, register_serialization_family, serialize
 from distributed.utils import nbytes
 
@@ -31,6 +32,12 @@ def _dumps(x, context=None):
 
     if not depot_dask.shares_daemon(context):
         raise NotImplementedError("the recipient does not share this process's depot")
+    # Most values are not device values: decline on the type, before serialize() would, as its
+    # refusal formats the value and a traceback (milliseconds for a dataframe, on every transfer).
+    try:
+        cuda_serialize.dispatch(type(x))
+    except TypeError:
+        raise NotImplementedError("not a device value") from None
     threshold = depot_dask.threshold()
     try:
         header, frames = serialize(x, serializers=("cuda",), on_error="raise")

@@ -53,3 +53,30 @@ def test_device_values_move_between_workers_as_device_frames(stand_in):
     observer = depot.Client(stand_in.socket)
     assert not observer.list()  # the transfer's object went with its receiver's delete
     assert all(p["used"] == 0 for p in observer.status()["device_pools"])
+
+
+class Formatted:
+    """A host value that counts how often it is turned into text."""
+
+    def __init__(self):
+        self.formatted = 0
+
+    def __str__(self):
+        self.formatted += 1
+        return "formatted"
+
+    __repr__ = __str__
+
+
+def test_host_values_are_declined_on_their_type_without_being_formatted(stand_in):
+    """Every value a worker sends with the plugin on is offered to the device family first:
+    it declines a host value without serializing it, which would format it (milliseconds for a
+    dataframe), and the value then travels by Dask's own families as before."""
+    from distributed.protocol.serialize import serialize
+
+    depot.dask.configure(stand_in.socket)
+    context = {"recipient": {"depot-node": depot.dask.node_identity()}}
+    value = Formatted()
+    header, _ = serialize(value, serializers=("depot-cuda", "pickle"), context=context)
+    assert header["serializer"] == "pickle"
+    assert value.formatted == 0

@@ -1,0 +1,311 @@
+#!/usr/bin/python3
+"""Dask on real workloads with and without depot, on both pools, and where depot starts to pay.
+
+For each cluster size (2 and 4 worker processes of 1 thread each), two LocalClusters run at once,
+each against a depotd of its own: one with the pool created on demand (the defaults), one with
+the pool prefaulted (--prefault). Three columns are measured round by round, the order rotating,
+so that all three see the same state of the machine:
+
+- Dask over TCP: the first cluster with depot.dask's transfers off (the plugin disabled);
+- depot, default pool: the first cluster with its transfers on;
+- depot, prefaulted pool: the second cluster with its transfers on.
+
+Workloads (the data made afresh before each measurement, outside the timing, so that no round
+finds replicas a previous one left on a worker):
+
+- transpose-sum: (x + x.T).sum() on an 8000 × 8000 random array persisted in 8 × 8 blocks of
+  8 MB: every off-diagonal block needs its transposed block, which another worker may hold;
+- shuffle: a dataframe of 4M rows (a random int64 key, a float64 value) in 16 partitions,
+  shuffled on the key (task-based shuffle: 256 pieces of about 256 KiB) and summed;
+- map, reduce on one: 32 arrays of 16 MiB made on all workers, summed by one task on one worker.
+
+Threshold sweep: one array of each size moved from worker A to worker B for a task there,
+depot's threshold set to that size, so that the array's frame, and only it, goes through depot
+(what a threshold at that size does); timed is the fetch as B's Dask logs it, without the
+scheduling around it. Its rows tell from which size depot's transfers pay, which is what
+depot.dask.DEFAULT_THRESHOLD is set from.
+
+Figures are medians with the range of the rounds; ratios divide medians: "TCP / depot" above 1
+means depot is faster, "default / prefaulted" at most 1.10 means the default pool is within 10%
+of the prefaulted one. Each row carries the 1-minute load average when it finished. Prints
+markdown.
+
+Usage: bench_workloads.py [--quick] [--depotd PATH] [--workers 2,4] [--capacity 4GiB]
+                          [--only workloads|sweep]
+Needs PYTHONPATH to hold the built package (BUILD_DIR/python); the daemon is $DEPOTD or --depotd.
+"""
+
+import argparse
+import contextlib
+import datetime
+import math
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+import pandas as pd
+
+import dask
+import dask.array as da
+import dask.dataframe as dd
+import distributed
+import depot.dask
+
+from bench_dask import MIB, Daemon, fmt_bytes, fmt_time, log, machine, settle, summary
+
+KIB = 1 << 10
+
+
+# --- what the workers run ------------------------------------------------------------------------
+
+
+def set_transfers(on, threshold, dask_worker):
+    if on:
+        depot.dask.enable_transfers(dask_worker, threshold)
+    else:
+        depot.dask.disable_transfers(dask_worker)
+
+
+def look(x):
+    return x.nbytes
+
+
+def last_fetch(dask_worker):
+    return dask_worker.transfer_incoming_log[-1]["duration"]
+
+
+def total(*arrays):
+    return float(sum(a.sum() for a in arrays))
+
+
+def partition(seed, rows):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"key": rng.integers(0, 1 << 40, rows), "value": rng.random(rows)})
+
+
+# --- the workloads: each makes its data, then times what it measures ------------------------------
+
+
+def transpose_sum(client, n=8000, blocks=8):
+    x = client.persist(da.random.RandomState(0).random((n, n), chunks=(n // blocks, n // blocks)))
+    distributed.wait(x)
+    start = time.perf_counter()
+    result = client.compute((x + x.T).sum()).result()
+    return time.perf_counter() - start, result
+
+
+def shuffle(client, rows=4_000_000, partitions=16):
+    parts = [dask.delayed(partition)(i, rows // partitions) for i in range(partitions)]
+    df = client.persist(dd.from_delayed(parts, meta=partition(0, 0)))
+    distributed.wait(df)
+    start = time.perf_counter()
+    result = client.compute(df.shuffle("key", shuffle="tasks").value.sum()).result()
+    return time.perf_counter() - start, result
+
+
+def map_reduce_on_one(client, count=32, size=16 * MIB):
+    workers = sorted(client.scheduler_info()["workers"])
+    arrays = [client.submit(np.full, size // 8, float(i), workers=[workers[i % len(workers)]],
+                            pure=False) for i in range(count)]
+    distributed.wait(arrays)
+    start = time.perf_counter()
+    result = client.submit(total, *arrays, workers=[workers[0]], pure=False).result()
+    return time.perf_counter() - start, result
+
+
+def transfer(size):
+    """Moves one array from worker A to worker B; what counts is the fetch as B's Dask logs it,
+    from its request to the value deserialized (both sides' serialization included, the
+    scheduling of the task, which is the same either way and ten times longer, left out)."""
+    def run(client):
+        a, b = sorted(client.scheduler_info()["workers"])[:2]
+        source = client.submit(np.full, size // 8, 1.0, workers=[a], pure=False)
+        distributed.wait(source)
+        result = client.submit(look, source, workers=[b], pure=False).result()
+        return client.run(last_fetch, workers=[b])[b], result
+    return run
+
+
+def fmt_fine(seconds):
+    return f"{seconds * 1000:.2f} ms"
+
+
+# --- the harness ---------------------------------------------------------------------------------
+
+
+class Column:
+    """One way of running a workload: a cluster's client and whether its transfers use depot."""
+
+    def __init__(self, label, client, transfers):
+        self.label = label
+        self.client = client
+        self.transfers = transfers
+
+    def run(self, workload, threshold):
+        self.client.run(set_transfers, self.transfers, threshold)
+        with self.client.as_current():  # distributed.wait looks for it there
+            seconds, result = workload(self.client)
+        settle(self.client)  # the workload's data goes with its last reference, here
+        return seconds, result
+
+
+class Bench:
+    """The rows of one cluster size: each workload measured in every column."""
+
+    def __init__(self, columns, rounds, workers):
+        self.columns = columns
+        self.rounds = rounds
+        self.workers = workers
+        self.rows = []
+
+    def measure(self, name, workload, threshold=depot.dask.DEFAULT_THRESHOLD, rounds=None,
+                fmt=fmt_time, note=""):
+        """Runs the workload in every column, round by round, the order rotating; checks that
+        the columns agree on the result."""
+        samples = {c.label: [] for c in self.columns}
+        expected = None
+        for r in range(rounds or self.rounds):
+            k = r % len(self.columns)
+            for column in self.columns[k:] + self.columns[:k]:
+                seconds, result = column.run(workload, threshold)
+                samples[column.label].append(seconds)
+                expected = result if expected is None else expected
+                assert math.isclose(result, expected, rel_tol=1e-9), \
+                    f"{name}: {column.label} gives {result}, another column {expected}"
+        medians = [statistics.median(samples[c.label]) for c in self.columns]
+        texts = [summary(samples[c.label], fmt)[1] for c in self.columns]
+        tcp, default, prefaulted = medians
+        ratios = [f"{tcp / default:.2f}×", f"{tcp / prefaulted:.2f}×",
+                  f"{default / prefaulted:.2f}×"]
+        load = f"{os.getloadavg()[0]:.1f}"
+        self.rows.append((name, self.workers, *texts, *ratios, load, note))
+        log(f"  {name}: " + ", ".join(f"{c.label} {t}" for c, t in zip(self.columns, texts)) +
+            f"; {' '.join(ratios)}; load {load}")
+        return medians
+
+
+def pays_from(sweep):
+    """The smallest size from which depot's median (default pool) beats TCP's at that size and
+    every larger one; None when it never does."""
+    found = None
+    for size, (tcp, default, _) in sorted(sweep.items(), reverse=True):
+        if default >= tcp:
+            break
+        found = size
+    return found
+
+
+@contextlib.contextmanager
+def cluster(workers, daemon):
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0", silence_logs=40) as c, \
+            distributed.Client(c, set_as_default=False) as client:
+        client.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket))
+        yield client
+
+
+def sent_through_depot(client):
+    return sum(s["sent"] for s in client.run(depot.dask.transfer_stats).values())
+
+
+def table(rows, first):
+    lines = [f"| {first} | workers | Dask over TCP | depot, default pool | depot, prefaulted pool "
+             "| TCP / default | TCP / prefaulted | default / prefaulted | load | note |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and sweep sizes")
+    parser.add_argument("--depotd", default=os.environ.get("DEPOTD"), help="the daemon to run")
+    parser.add_argument("--workers", default="2,4", help="cluster sizes, comma separated")
+    parser.add_argument("--capacity", default="4GiB", help="each daemon's pool")
+    parser.add_argument("--only", choices=("workloads", "sweep"),
+                        help="the workloads or the threshold sweep alone")
+    parser.add_argument("--note", default="", help="a line for the header")
+    args = parser.parse_args()
+    if not args.depotd:
+        parser.error("give --depotd or set DEPOTD")
+
+    rounds = 3 if args.quick else 5
+    sweep_rounds = 7 if args.quick else 11
+    sweep_sizes = ([64 * KIB, 256 * KIB, 512 * KIB, MIB, 4 * MIB] if args.quick else
+                   [16 * KIB, 64 * KIB, 256 * KIB, 512 * KIB, MIB, 4 * MIB, 16 * MIB])
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    on_demand = Daemon(args.depotd, args.capacity, prefault=False)
+    prefaulted = Daemon(args.depotd, args.capacity, prefault=True)
+    workload_rows, sweep_rows, verdicts, sent = [], [], [], []
+    settings = {"distributed.worker.memory.target": False, "distributed.worker.memory.spill": False,
+                "distributed.worker.memory.pause": False,
+                "distributed.worker.memory.terminate": False}
+    try:
+        for n in (int(w) for w in args.workers.split(",")):
+            log(f"two LocalClusters of {n} worker processes")
+            with dask.config.set(settings), cluster(n, on_demand) as first, \
+                    cluster(n, prefaulted) as second:
+                columns = [Column("Dask over TCP", first, False),
+                           Column("depot, default pool", first, True),
+                           Column("depot, prefaulted pool", second, True)]
+                bench = Bench(columns, rounds, n)
+                for c in columns:  # connections between workers are opened lazily
+                    c.run(transfer(MIB), depot.dask.DEFAULT_THRESHOLD)
+                if args.only != "sweep":
+                    bench.measure("transpose-sum: (x + x.T).sum(), x 8000² in 8×8 blocks of "
+                                  "8 MB", transpose_sum)
+                    bench.measure("shuffle: 4M rows in 16 partitions on a random key, then "
+                                  "sum", shuffle, note="pieces of ~256 KiB, " + (
+                                      "under the threshold: Dask's path in every column"
+                                      if 256 * KIB < depot.dask.DEFAULT_THRESHOLD
+                                      else "through depot"))
+                    bench.measure("map, reduce on one: 32 arrays of 16 MiB summed on one "
+                                  "worker", map_reduce_on_one)
+                    workload_rows += bench.rows
+                    bench.rows = []
+                if args.only != "workloads":
+                    sweep = {size: bench.measure(f"{fmt_bytes(size)}: the fetch",
+                                                 transfer(size), threshold=size,
+                                                 rounds=sweep_rounds, fmt=fmt_fine)
+                             for size in sweep_sizes}
+                    sweep_rows += bench.rows
+                    verdicts.append((n, pays_from(sweep)))
+                sent.append((n, sent_through_depot(first), sent_through_depot(second)))
+    finally:
+        on_demand.stop()
+        prefaulted.stop()
+
+    print("# Dask on real workloads, with and without depot, on both pools\n")
+    print(f"{started:%Y-%m-%d %H:%M} UTC; {'quick' if args.quick else 'full'} run.\n")
+    print(f"- machine: {machine()}")
+    print(f"- load average (1, 5, 15 min) at start: {load}; at the end: "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"- Python {platform.python_version()}, numpy {np.__version__}, pandas "
+          f"{pd.__version__}, dask {dask.__version__}, distributed {distributed.__version__}")
+    print(f"- two depotd, {args.capacity} pools: one created on demand (the defaults), one "
+          "prefaulted (--prefault); two LocalClusters of the same size at once, one on each")
+    print(f"- method: {rounds} rounds for the workloads, {sweep_rounds} for the sweep, the three "
+          "columns alternating (the order rotating); median with the range of the rounds; "
+          "ratios divide medians; load: the 1-minute load average when the row finished")
+    print("- transfers through depot: " + "; ".join(
+        f"{n} workers: {a} on the default pool, {b} on the prefaulted one" for n, a, b in sent))
+    if args.note:
+        print(f"- {args.note}")
+    if workload_rows:
+        print(f"\n## Workloads (depot's threshold: {fmt_bytes(depot.dask.DEFAULT_THRESHOLD)})\n")
+        print(table(workload_rows, "workload"))
+    if sweep_rows:
+        print("\n## Threshold sweep (depot's threshold set to the array's size)\n")
+        print(table(sweep_rows, "one array from A to B"))
+        print()
+    for n, size in verdicts:
+        print(f"- {n} workers: depot (default pool) beats TCP "
+              + (f"from {fmt_bytes(size)} up" if size else "at no size measured"))
+
+
+if __name__ == "__main__":
+    main()
