@@ -86,6 +86,7 @@ void Store::Close(SessionId session) {
   events_.Emit(wire::EventKind::ClientDisconnected, nullptr, session, ns);
   events_.Leave(session);
   segments_.Leave(session);
+  quotas_.CreditBytes(it->second.creds.uid, session, leases_.End(session));
   quotas_.ForgetSession(session);
   sessions_.erase(session);
   --ns->sessions;
@@ -123,6 +124,7 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
                        std::span<const uint8_t> body) {
   auto type = static_cast<MsgType>(h.type);
   uint64_t id = h.request_id;
+  if (st.ns != nullptr && DrainFirst(s, h, body)) return Status::OK();
   switch (type) {
     case MsgType::kHello:
       if (st.ns != nullptr) {
@@ -173,6 +175,11 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
     case MsgType::kMetrics:
       OnMetrics(s, id);
       break;
+    case MsgType::kLease:
+      OnLease(s, id, *proto::Body<wire::LeaseRequest>(body));
+      break;
+    case MsgType::kPut:
+      return OnPut(s, *proto::Body<wire::PutRequest>(body));
     default:
       NoteProtocolError();
       return Status::ProtocolError(
