@@ -242,6 +242,20 @@ class Sink {
     Add(t->devices_unavailable());
     Add(t->warm());
     Add(t->keep_warm());
+    Add(t->leased());
+  }
+  void Add(const wire::LeaseRequest* t) {
+    if (t != nullptr) Add(t->size());
+  }
+  void Add(const wire::PutRequest* t) {
+    if (t == nullptr) return;
+    Add(t->guid());
+    Add(t->frames());
+    Add(t->metadata());
+    Add(t->name());
+    Add(t->evictable());
+    Add(t->owner_scoped());
+    Add(t->checksum());
   }
   void Add(const wire::ClientInfo* t) {
     if (t == nullptr) return;
@@ -329,6 +343,10 @@ void ReadBody(Sink& sink, uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kSegmentsRetired:
     case MsgType::kSegmentsDropped:
       return Read<wire::SegmentsRetired>(sink, body);
+    case MsgType::kLease:
+      return reply ? Read<wire::CreateReply>(sink, body) : Read<wire::LeaseRequest>(sink, body);
+    case MsgType::kPut:
+      return Read<wire::PutRequest>(sink, body);
     case MsgType::kEvent:
       return Read<wire::Event>(sink, body);
     case MsgType::kError:
