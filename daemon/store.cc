@@ -114,6 +114,9 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
   } catch (const std::bad_alloc&) {
     // The daemon's own memory (metadata, replies) ran out: this request fails, the rest go on.
     spdlog::error("out of memory answering {} from session {}", proto::TypeName(h.type), s);
+    if (type == MsgType::kPut) {  // no reply to carry the error: the connection closes
+      return Status::ProtocolError("depotd ran out of memory while taking a put");
+    }
     ReplyError(s, h.request_id,
                Status::Unavailable("depotd ran out of memory while answering this request"));
     return Status::OK();
@@ -247,7 +250,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   auto unavailable = fbb.CreateString(devices_.unavailable());
   fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
                                     options_.max_message_size, proto::kMaxInlineSize,
-                                    options_.hugepages, pools, unavailable));
+                                    options_.hugepages, pools, unavailable, /*leases=*/true));
   Reply(s, id, MsgType::kHello, fbb);
   return Status::OK();
 }

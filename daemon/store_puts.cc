@@ -32,8 +32,16 @@ void Store::OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req) {
                                  "a lease of {} bytes: leases are 1 byte to {} bytes", req.size(),
                                  kMaxLease)));
   }
-  // From the shared segments, which are kept warm, never a segment of large objects.
-  uint64_t size = (std::min(req.size(), options_.namespaces.host.segment_size / 2) + 63) & ~63ull;
+  // From the shared segments, which are kept warm, never a segment of large objects; and at most
+  // a sixteenth of the capacity, so that leases held by idle clients cannot fill a small pool.
+  uint64_t most = std::min(options_.namespaces.host.segment_size / 2,
+                           namespaces_.host_budget().capacity / 16);
+  uint64_t size = (std::min(req.size(), most) + 63) & ~63ull;
+  if (size < req.at_least()) {
+    return ReplyError(s, id, Status::Unavailable(fmt::format(
+                                 "leases here are at most {} bytes, less than the {} asked for",
+                                 size, req.at_least())));
+  }
   if (Status q = quotas_.Check(uid, s, size); !q.ok()) return ReplyError(s, id, q);
   uint64_t sizes[] = {size};
   auto frames = namespaces_.Allocate(*st.ns, sizes, {}, s, uid);
@@ -82,13 +90,13 @@ Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
     return refuse(fmt::format("put with a name of {} bytes, more than the limit of {}",
                               req.name()->size(), proto::kMaxNameSize));
   }
-  auto frames = leases_.Carve(s, *req.frames());
-  if (!frames.ok()) return refuse(frames.status().message());
   NewObject n;
   n.guid = guid;
-  n.frames = std::move(*frames);
   if (req.metadata()) n.metadata.assign(req.metadata()->begin(), req.metadata()->end());
   if (req.name()) n.name = req.name()->str();
+  auto frames = leases_.Carve(s, *req.frames());
+  if (!frames.ok()) return refuse(frames.status().message());
+  n.frames = std::move(*frames);
   n.evictable = req.evictable();
   n.creator = s;
   n.creator_pid = st.creds.pid;

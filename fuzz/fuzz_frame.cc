@@ -104,6 +104,7 @@ class Sink {
     Add(t->hugepages());
     Add(t->device_pools());
     Add(t->devices_unavailable());
+    Add(t->leases());
   }
   void Add(const wire::CreateRequest* t) {
     if (t == nullptr) return;
@@ -245,7 +246,9 @@ class Sink {
     Add(t->leased());
   }
   void Add(const wire::LeaseRequest* t) {
-    if (t != nullptr) Add(t->size());
+    if (t == nullptr) return;
+    Add(t->size());
+    Add(t->at_least());
   }
   void Add(const wire::PutRequest* t) {
     if (t == nullptr) return;

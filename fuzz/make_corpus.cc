@@ -132,9 +132,9 @@ Bytes List(std::optional<uint64_t> after, uint32_t limit) {
   return Encode(T(MsgType::kList), fbb);
 }
 
-Bytes Lease(uint64_t size) {
+Bytes Lease(uint64_t size, uint64_t at_least = 0) {
   fb::FlatBufferBuilder fbb;
-  fbb.Finish(wire::CreateLeaseRequest(fbb, size));
+  fbb.Finish(wire::CreateLeaseRequest(fbb, size, at_least));
   return Encode(T(MsgType::kLease), fbb);
 }
 
@@ -587,6 +587,7 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
             .Greet(1)
             .Greet(2)
             .Msg(1, Get({40}, 1000))
+            .Msg(0, Lease(1 << 20, 1 << 20))
             .Msg(0, Lease(1 << 20))
             .Msg(0, Put(40, {{0, 1000}, {1024, 0}}))
             .Msg(0, Put(41, {{4096, 64}, {8192, 100}}, 1, 0x0123456789abcdefull))

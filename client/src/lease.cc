@@ -19,18 +19,18 @@ uint64_t RoundUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
 std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte>> frames,
                                        const CreateOptions& options) {
-  if (options.guid || !options.places.empty() || frames.empty() ||
+  if (!offered_ || options.guid || !options.places.empty() || frames.empty() ||
       frames.size() > proto::kMaxFrames) {
     return std::nullopt;
   }
   uint64_t need = 0;
   for (auto f : frames) need += RoundUp(f.size());
-  if (need == 0 || need > kMaxLease / 16) return std::nullopt;  // large puts go straight to their own blocks
+  // Large puts go straight to blocks of their own.
+  if (need == 0 || need > largest_ / 4) return std::nullopt;
   std::lock_guard lk(mu_);
-  if (size_ - cursor_ < need && !Renew(std::clamp(16 * need, kMinLease, kMaxLease))) {
+  if (size_ - cursor_ < need && !Renew(std::clamp(16 * need, kMinLease, kMaxLease), need)) {
     return std::nullopt;
   }
-  if (size_ - cursor_ < need) return std::nullopt;  // granted less than this put
   flatbuffers::FlatBufferBuilder fbb(256 + options.metadata.size() + 32 * frames.size());
   std::vector<wire::FrameLocation> locations;
   locations.reserve(frames.size());
@@ -62,10 +62,10 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
   return Result<Guid>(guid);
 }
 
-bool Lease::Renew(uint64_t want) {
+bool Lease::Renew(uint64_t want, uint64_t need) {
   if (std::chrono::steady_clock::now() < refused_until_) return false;
   flatbuffers::FlatBufferBuilder fbb(64);
-  fbb.Finish(wire::CreateLeaseRequest(fbb, want));
+  fbb.Finish(wire::CreateLeaseRequest(fbb, want, need));
   auto reply = channel_.Call(proto::MsgType::kLease, fbb, releases_.Take());
   // The old lease's rest went back to the daemon as it granted the new one (or refused it).
   base_ = nullptr;
@@ -79,7 +79,7 @@ bool Lease::Renew(uint64_t want) {
   const auto* lease = proto::Body<wire::CreateReply>(reply->body);
   const auto* frames = lease->frames();
   if (frames == nullptr || frames->size() != 1 || frames->Get(0)->pool() != 0 ||
-      frames->Get(0)->size() == 0 || frames->Get(0)->size() > want) {
+      frames->Get(0)->size() < need || frames->Get(0)->size() > want) {
     channel_.Break(Status::ProtocolError("depotd answered a lease with another range"));
     return false;
   }
@@ -93,6 +93,9 @@ bool Lease::Renew(uint64_t want) {
   // Every byte of the lease will be written: fill its page tables now, in one call each, rather
   // than take a fault per page inside the puts.
   for (auto r : unpopulated) ::madvise(r.data(), r.size(), MADV_POPULATE_WRITE);
+  // The daemon grants at most a share of its pool: puts that would need more than a quarter
+  // of what it grants take the create path from now on, not a new lease each.
+  if (frames->Get(0)->size() < want) largest_ = frames->Get(0)->size();
   base_ = mapped->front().data();
   segment_ = frames->Get(0)->segment();
   offset_ = frames->Get(0)->offset();

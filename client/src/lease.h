@@ -3,9 +3,10 @@
 // read-write with its page tables filled, into which a put copies its frames at the cursor and
 // then sends one message, with no reply to wait for. A put that does not fit takes a new lease
 // (one round trip), sized after the puts that come (at least kMinLease, 16 puts of this size, at
-// most kMaxLease); a put larger than a lease, one that proposes a GUID or has frames on a GPU,
-// or one made while the daemon refuses leases (quota, full store: retried after kRetryAfter),
-// takes the create path instead, and Put says so.
+// most kMaxLease, or what the daemon grants); a put larger than a quarter of the largest lease,
+// one that proposes a GUID or has frames on a GPU, or one made while the daemon does not know
+// leases (an older daemon) or refuses them (a quota, a full store: asked again after
+// kRetryAfter), takes the create path instead, and Put says so.
 //
 // Thread-safe: one mutex, held from the cursor's move to the message's send, since the daemon
 // takes the puts of a lease in cursor order.
@@ -39,19 +40,24 @@ class Lease {
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
 
+  // Whether the daemon takes puts in one message (its hello says so; an older one does not).
+  void set_offered(bool offered) { offered_ = offered; }
+
   // Puts host `frames` with one message: the GUID once the message is sent, or an error. nullopt
   // when this put must take the create path (see the class comment).
   std::optional<Result<Guid>> Put(std::span<const std::span<const std::byte>> frames,
                                   const CreateOptions& options);
 
  private:
-  // Takes a new lease of about `want` bytes (the old one's rest goes back to the daemon). False
-  // when the daemon refused.
-  bool Renew(uint64_t want);
+  // Takes a new lease of about `want` bytes, and at least `need` (the old one's rest goes back to
+  // the daemon). False when the daemon refused.
+  bool Renew(uint64_t want, uint64_t need);
 
   Channel& channel_;
   SegmentMap& segments_;
   ReleaseBatcher& releases_;
+  bool offered_ = false;  // set while connecting, before any put
+  uint64_t largest_ = kMaxLease;  // the most the daemon grants, once it granted less
   std::mutex mu_;
   std::byte* base_ = nullptr;  // the lease, mapped read-write
   uint32_t segment_ = 0;
