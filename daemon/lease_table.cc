@@ -1,8 +1,8 @@
 #include "daemon/lease_table.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace depot {
 namespace {

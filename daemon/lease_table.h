@@ -35,8 +35,8 @@ class LeaseTable {
   // 0 take no memory. Returns their locations (each now a block of its own) and moves the
   // lease's charge for their bytes to the caller, who charges the object instead. An error
   // (the caller closes the connection) changes nothing.
-  Result<std::vector<Location>> Carve(SessionId session,
-                                      const flatbuffers::Vector<const wire::FrameLocation*>& frames);
+  Result<std::vector<Location>> Carve(
+      SessionId session, const flatbuffers::Vector<const wire::FrameLocation*>& frames);
 
   // Frees what is left of `session`'s lease; returns its bytes still charged to the quota (for
   // the caller to credit). 0 when it holds none.
@@ -51,9 +51,9 @@ class LeaseTable {
  private:
   struct Lease {
     Namespace* ns;
-    Location rest;       // the unconsumed part, an allocated block; its offset is the cursor
-    uint64_t end;        // where the lease ends
-    uint64_t charged;    // bytes of quota the lease still holds
+    Location rest;     // the unconsumed part, an allocated block; its offset is the cursor
+    uint64_t end;      // where the lease ends
+    uint64_t charged;  // bytes of quota the lease still holds
   };
 
   std::unordered_map<SessionId, Lease> leases_;

@@ -2,10 +2,10 @@
 // (OnLease), puts into them that need no reply (OnPut), and the drain that keeps "once a put
 // returns, a get that starts later finds it" although the daemon may not have read the put yet
 // (DrainFirst). Kept apart from the create, seal and get requests (store.cc).
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "daemon/replies.h"
 #include "daemon/store.h"
@@ -28,19 +28,21 @@ void Store::OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req) {
     return ReplyError(s, id, Status::Unavailable("no leases while a quota limits objects"));
   }
   if (req.size() == 0 || req.size() > kMaxLease) {
-    return ReplyError(s, id, Status::InvalidArgument(fmt::format(
-                                 "a lease of {} bytes: leases are 1 byte to {} bytes", req.size(),
-                                 kMaxLease)));
+    return ReplyError(
+        s, id,
+        Status::InvalidArgument(fmt::format("a lease of {} bytes: leases are 1 byte to {} bytes",
+                                            req.size(), kMaxLease)));
   }
   // From the shared segments, which are kept warm, never a segment of large objects; and at most
   // a sixteenth of the capacity, so that leases held by idle clients cannot fill a small pool.
-  uint64_t most = std::min(options_.namespaces.host.segment_size / 2,
-                           namespaces_.host_budget().capacity / 16);
+  uint64_t most =
+      std::min(options_.namespaces.host.segment_size / 2, namespaces_.host_budget().capacity / 16);
   uint64_t size = (std::min(req.size(), most) + 63) & ~63ull;
   if (size < req.at_least()) {
-    return ReplyError(s, id, Status::Unavailable(fmt::format(
-                                 "leases here are at most {} bytes, less than the {} asked for",
-                                 size, req.at_least())));
+    return ReplyError(
+        s, id,
+        Status::Unavailable(fmt::format(
+            "leases here are at most {} bytes, less than the {} asked for", size, req.at_least())));
   }
   if (Status q = quotas_.Check(uid, s, size); !q.ok()) return ReplyError(s, id, q);
   uint64_t sizes[] = {size};

@@ -2,15 +2,14 @@
 // has read it, yet a get that starts later finds it; leases run out, renew, leave gaps and end
 // with their sessions; quotas; per-user namespaces; and hostile puts, each refused with the
 // connection closed and nobody else harmed. Real daemon, real processes.
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "proto/wire.h"
 #include "tests/daemon_fixture.h"
@@ -29,7 +28,8 @@ StoreStatus StatusOf(Client& c) {
 }
 
 bool Holds(const Object& o, const std::vector<std::byte>& bytes) {
-  return o.size() == bytes.size() && std::memcmp(o.frame(0).data(), bytes.data(), bytes.size()) == 0;
+  return o.size() == bytes.size() &&
+         std::memcmp(o.frame(0).data(), bytes.data(), bytes.size()) == 0;
 }
 
 TEST_CASE("a put returns before the daemon reads it, and a get started later elsewhere finds it",
@@ -261,7 +261,7 @@ TEST_CASE("with per-user namespaces each user puts into a lease of its own", "[p
   Client root = d.Connect();
   StoreStatus st = StatusOf(root);
   CHECK(st.namespaces == 3);  // Alice's, Bob's (their objects stay) and root's
-  CHECK(st.leased == 0);  // both processes ended, and their leases with them
+  CHECK(st.leased == 0);      // both processes ended, and their leases with them
 }
 
 // What Mallory's raw client sends after taking a lease (`lease`); `victim` is a frame of Alice's.
@@ -295,7 +295,8 @@ TEST_CASE("hostile puts are refused, close their connection and harm nobody", "[
     };
     switch (attack) {
       case Attack::kOutside:
-        r.Write(RawPut(Guid::Random(), {at(lease.offset() + lease.size() - 64, 128, lease.segment())}));
+        r.Write(
+            RawPut(Guid::Random(), {at(lease.offset() + lease.size() - 64, 128, lease.segment())}));
         break;
       case Attack::kOverlap:
         r.Write(RawPut(Guid::Random(), {at(lease.offset(), 4096, lease.segment())}));
@@ -308,8 +309,8 @@ TEST_CASE("hostile puts are refused, close their connection and harm nobody", "[
         r.Write(RawPut(alice_guid, {at(lease.offset(), 64, lease.segment())}));
         break;
       default:
-        r.Write(RawPut(Guid::Random(),
-                       std::vector<wire::FrameLocation>(65, at(lease.offset(), 0, lease.segment()))));
+        r.Write(RawPut(Guid::Random(), std::vector<wire::FrameLocation>(
+                                           65, at(lease.offset(), 0, lease.segment()))));
     }
     return static_cast<int>(r.ReadFinalError().code());
   });

@@ -6,12 +6,11 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
@@ -19,7 +18,7 @@
 
 namespace depot::test {
 
-// A raw connection that speaks bytes, not the client library.
+// A raw connection that speaks bytes, not the client library. Not thread-safe.
 class Raw {
  public:
   explicit Raw(const std::string& path) : fd_(ConnectUnix(path)) {
@@ -31,7 +30,9 @@ class Raw {
     REQUIRE(::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
             static_cast<ssize_t>(bytes.size()));
   }
-  void Write(const std::string& s) { Write({reinterpret_cast<const uint8_t*>(s.data()), s.size()}); }
+  void Write(const std::string& s) {
+    Write({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
+  }
   void Hello(uint16_t version = proto::kProtocolVersion) {
     flatbuffers::FlatBufferBuilder fbb;
     fbb.Finish(wire::CreateHelloRequest(fbb, version, fbb.CreateString("raw")));

@@ -56,14 +56,14 @@ class Lease {
   Channel& channel_;
   SegmentMap& segments_;
   ReleaseBatcher& releases_;
-  bool offered_ = false;  // set while connecting, before any put
+  bool offered_ = false;          // set while connecting, before any put
   uint64_t largest_ = kMaxLease;  // the most the daemon grants, once it granted less
   std::mutex mu_;
   std::byte* base_ = nullptr;  // the lease, mapped read-write
   uint32_t segment_ = 0;
-  uint64_t offset_ = 0;        // of the lease in its segment
+  uint64_t offset_ = 0;  // of the lease in its segment
   uint64_t size_ = 0;
-  uint64_t cursor_ = 0;        // bytes of the lease used
+  uint64_t cursor_ = 0;         // bytes of the lease used
   std::vector<uint64_t> uses_;  // the segment use the mapping holds
   std::chrono::steady_clock::time_point refused_until_{};
 };
