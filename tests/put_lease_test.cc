@@ -108,18 +108,18 @@ TEST_CASE("leases run out and renew, and a put may end exactly at a lease's end"
   CHECK(StatusOf(c).leased == 4 * kMiB - (64 << 10));
   // Larger puts renew with larger leases (16 puts' worth), each lease's rest going back.
   for (int i = 0; i < 40; ++i) {
-    auto id = c.Put(Pattern(kMiB, 100 + i));
+    auto id = c.Put(Pattern(200 << 10, 100 + i));
     REQUIRE(id.ok());
     ids.push_back(*id);
   }
   StoreStatus st = StatusOf(c);
   CHECK(st.objects_sealed == ids.size());
-  CHECK(st.used == 65 * (64 << 10) + 40 * kMiB);  // objects only: leases are counted apart
+  CHECK(st.used == 65 * (64 << 10) + 40 * (200 << 10));  // objects only: leases are counted apart
   Client other = d.Connect();
   for (size_t i = 0; i < ids.size(); ++i) {
     auto got = other.Get(ids[i], kNoWait);
     REQUIRE(got.ok());
-    CHECK(Holds(*got, i <= 64 ? Pattern(64 << 10, i) : Pattern(kMiB, 100 + (i - 65))));
+    CHECK(Holds(*got, i <= 64 ? Pattern(64 << 10, i) : Pattern(200 << 10, 100 + (i - 65))));
   }
 }
 
@@ -210,14 +210,14 @@ TEST_CASE("a lease past the quota is refused, and puts take the create path", "[
 }
 
 TEST_CASE("a pool too small for a put's lease takes it by create, holding no lease", "[put]") {
-  // Leases are at most a sixteenth of the capacity: 512 KiB here.
-  Daemon d({"--capacity", "8MiB", "--segment-size", "4MiB"});
+  // Leases are at most a sixteenth of the capacity: 128 KiB here.
+  Daemon d({"--capacity", "2MiB", "--segment-size", "1MiB"});
   Client c = d.Connect();
-  auto id = c.Put(Pattern(kMiB, 1));
+  auto id = c.Put(Pattern(200 << 10, 1));
   REQUIRE(id.ok());
   StoreStatus st = StatusOf(c);
   CHECK(st.leased == 0);
-  CHECK(st.used == kMiB);
+  CHECK(st.used == 200 << 10);
   auto small = c.Put(Pattern(1000, 2));  // asked again after a second: until then, by create
   REQUIRE(small.ok());
   CHECK(StatusOf(c).leased == 0);

@@ -25,8 +25,8 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
   }
   uint64_t need = 0;
   for (auto f : frames) need += RoundUp(f.size());
-  // Large puts go straight to blocks of their own.
-  if (need == 0 || need > largest_ / 4) return std::nullopt;
+  // Larger puts go to blocks of their own: see kLargestPut.
+  if (need == 0 || need > std::min(kLargestPut, largest_ / 4)) return std::nullopt;
   std::lock_guard lk(mu_);
   if (size_ - cursor_ < need && !Renew(std::clamp(16 * need, kMinLease, kMaxLease), need)) {
     return std::nullopt;

@@ -3,10 +3,10 @@
 // read-write with its page tables filled, into which a put copies its frames at the cursor and
 // then sends one message, with no reply to wait for. A put that does not fit takes a new lease
 // (one round trip), sized after the puts that come (at least kMinLease, 16 puts of this size, at
-// most kMaxLease, or what the daemon grants); a put larger than a quarter of the largest lease,
-// one that proposes a GUID or has frames on a GPU, or one made while the daemon does not know
-// leases (an older daemon) or refuses them (a quota, a full store: asked again after
-// kRetryAfter), takes the create path instead, and Put says so.
+// most kMaxLease, or what the daemon grants); a put larger than kLargestPut or a quarter of the
+// largest lease, one that proposes a GUID or has frames on a GPU, or one made while the daemon
+// does not know leases (an older daemon) or refuses them (a quota, a full store: asked again
+// after kRetryAfter), takes the create path instead, and Put says so.
 //
 // Thread-safe: one mutex, held from the cursor's move to the message's send, since the daemon
 // takes the puts of a lease in cursor order.
@@ -33,6 +33,11 @@ class Lease {
   static constexpr uint64_t kMinLease = uint64_t{4} << 20;
   static constexpr uint64_t kMaxLease = uint64_t{64} << 20;
   static constexpr std::chrono::seconds kRetryAfter{1};
+  // The largest put that goes into a lease. Measured (bench/results/2026-11-30-one-message-put.md):
+  // at 64 KiB a lease halves a put's time, but from 1 MiB on the copy into the lease's fresh,
+  // cache-cold memory costs more than the two round trips it saves, where a create reuses the
+  // block a deleted object left, still in cache.
+  static constexpr uint64_t kLargestPut = uint64_t{256} << 10;
 
   // Uses `channel`, `segments` and `releases`, which must outlive it.
   Lease(Channel& channel, SegmentMap& segments, ReleaseBatcher& releases)
