@@ -3,7 +3,6 @@
 // returns, a get that starts later finds it" although the daemon may not have read the put yet
 // (DrainFirst). Kept apart from the create, seal and get requests (store.cc).
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 
