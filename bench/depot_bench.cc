@@ -12,8 +12,8 @@
 //     --only             run these sections (numbers as above)
 //     --note             a line for the header (scripts/bench passes the commit)
 //     --previous-depotd  a depotd built from an earlier commit: section 3 measures its
-//                        on-demand pool beside this tree's, and section 8 its gets, in the same
-//                        rounds
+//                        on-demand pool, section 4 its 1 KiB put+get pairs and section 8 its
+//                        gets, beside this tree's, in the same rounds
 #include <ctime>
 #include <set>
 #include <sstream>

@@ -57,6 +57,17 @@ bool Allocator::Free(uint64_t offset, uint64_t bytes) {
   return true;
 }
 
+bool Allocator::Split(uint64_t offset, uint64_t bytes, uint64_t head) {
+  uint64_t size = BlockSize(bytes);
+  if (head == 0 || head % alignment_ != 0 || head >= size || offset % alignment_ != 0 ||
+      offset > size_ || size > size_ - offset) {
+    return false;
+  }
+  // Only the count of blocks changes: the allocator keeps free space, not the blocks themselves.
+  ++allocated_blocks_;
+  return true;
+}
+
 uint64_t Allocator::largest_free() const {
   return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
 }

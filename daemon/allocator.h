@@ -31,6 +31,12 @@ class Allocator {
   // what Allocate gave them.
   bool Free(uint64_t offset, uint64_t bytes);
 
+  // Cuts the allocated block [offset, offset + BlockSize(bytes)) in two at offset + `head`: from
+  // now on each part is freed on its own, as if each had come from Allocate (a lease handed out
+  // in pieces). False (and nothing changes) unless `head` is aligned and leaves both parts
+  // non-empty; as with Free, the caller vouches that the block is allocated.
+  bool Split(uint64_t offset, uint64_t bytes, uint64_t head);
+
   // The bytes Allocate(bytes) reserves.
   uint64_t BlockSize(uint64_t bytes) const { return (bytes + alignment_ - 1) & ~(alignment_ - 1); }
 

@@ -156,6 +156,9 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Sample("depot_connections_total", {}, s.connections);
   t.Family("depot_gets_waiting", "gauge", "Gets parked until their objects are sealed.");
   t.Sample("depot_gets_waiting", {}, uint64_t{s.gets_waiting});
+  t.Family("depot_leased_bytes", "gauge",
+           "Bytes leased to clients for puts in one message and not used yet.");
+  t.Sample("depot_leased_bytes", {}, s.leased);
   t.Family("depot_namespaces", "gauge", "Namespaces that exist now.");
   t.Sample("depot_namespaces", {}, uint64_t{s.namespaces});
   if (s.user_quota_bytes != 0 || s.user_quota_objects != 0) {

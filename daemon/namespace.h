@@ -53,6 +53,10 @@ class Namespace {
   Result<std::vector<Location>> Allocate(std::span<const uint64_t> sizes,
                                          std::span<const uint32_t> pools, uint32_t owner);
   void Free(std::span<const Location> frames);
+  // Cuts an allocated block in two (see SegmentedPool::Split).
+  Result<Location> Split(Location& block, uint64_t head) {
+    return pools_.at(block.pool)->Split(block, head);
+  }
 
   // Writes `data` (the frames' bytes back to back) into host frames: the small objects that
   // arrive inside a create request.

@@ -24,6 +24,10 @@ class Peer {
   virtual void Send(std::vector<uint8_t> message, std::vector<UniqueFd> fds) = 0;
   // Messages queued and not yet written (a subscriber that does not read falls behind).
   virtual size_t Backlog() const = 0;
+  // Reads and handles, now, the messages the client had sent when this was called (its puts
+  // may have returned before the daemon read them: see docs/design.md, "Puts in one message").
+  // Nothing for a peer that reads no socket.
+  virtual void DrainSent() {}
 };
 
 // Who connected, as the kernel vouches for it (SO_PEERCRED, SO_PEERGROUPS).

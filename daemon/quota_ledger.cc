@@ -55,6 +55,25 @@ void QuotaLedger::Credit(uid_t uid, SessionId session, uint64_t bytes) {
   if (auto it = sessions_.find(session); it != sessions_.end()) forget(it->second);
 }
 
+void QuotaLedger::ChargeBytes(uid_t uid, SessionId session, uint64_t bytes) {
+  users_[uid].bytes += bytes;
+  sessions_[session].bytes += bytes;
+}
+
+void QuotaLedger::CreditBytes(uid_t uid, SessionId session, uint64_t bytes) {
+  if (auto it = users_.find(uid); it != users_.end()) {
+    it->second.bytes -= std::min(it->second.bytes, bytes);
+  }
+  if (auto it = sessions_.find(session); it != sessions_.end()) {
+    it->second.bytes -= std::min(it->second.bytes, bytes);
+  }
+}
+
+void QuotaLedger::CountObject(uid_t uid, SessionId session) {
+  ++users_[uid].objects;
+  ++sessions_[session].objects;
+}
+
 void QuotaLedger::Report(StoreStatus& st) const {
   for (const auto& [uid, u] : users_) {
     if (u.objects > 0) st.users.push_back({uid, u.objects, u.bytes});

@@ -42,6 +42,13 @@ class QuotaLedger {
   void Charge(uid_t uid, SessionId session, uint64_t bytes);
   void Credit(uid_t uid, SessionId session, uint64_t bytes);
 
+  // Bytes alone, for a lease (LeaseTable): its bytes count against the quota while it is held,
+  // and each object put into it then counts one object more (CountObject) and takes over its
+  // bytes, which are credited when it is freed.
+  void ChargeBytes(uid_t uid, SessionId session, uint64_t bytes);
+  void CreditBytes(uid_t uid, SessionId session, uint64_t bytes);
+  void CountObject(uid_t uid, SessionId session);
+
   // The connection ended; what it created is still counted against its user until freed.
   void ForgetSession(SessionId session) { sessions_.erase(session); }
 

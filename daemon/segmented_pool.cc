@@ -195,6 +195,20 @@ void SegmentedPool::Free(const Location& location) {
   Retire(it);
 }
 
+Result<Location> SegmentedPool::Split(Location& block, uint64_t head) {
+  auto it = segments_.find(block.segment);
+  if (it == segments_.end() || !it->second.allocator.Split(block.offset, block.size, head)) {
+    return Status::InvalidArgument(fmt::format("cannot cut the block of {} bytes at {} in {}",
+                                               block.size, head, block.offset));
+  }
+  Location rest{.segment = block.segment,
+                .pool = block.pool,
+                .offset = block.offset + head,
+                .size = it->second.allocator.BlockSize(block.size) - head};
+  block.size = head;
+  return rest;
+}
+
 uint64_t SegmentedPool::ReleaseSpares() {
   if (options_.prefault) return 0;
   uint64_t released = 0;

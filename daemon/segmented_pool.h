@@ -120,6 +120,11 @@ class SegmentedPool {
   // comment).
   void Free(const Location& location);
 
+  // Cuts a block from Allocate in two at `head` bytes (aligned, less than the block): returns the
+  // second part, freed on its own from now on (see Allocator::Split); `block` keeps the first.
+  // InvalidArgument for a block or cut it cannot be.
+  Result<Location> Split(Location& block, uint64_t head);
+
   // Gives back the empty segments kept warm (not with prefault), so that another pool on the
   // same budget can use their bytes. Returns how many bytes went back (not those held).
   uint64_t ReleaseSpares();

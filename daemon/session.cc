@@ -1,7 +1,10 @@
 #include "daemon/session.h"
 
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include <boost/asio/post.hpp>
@@ -39,22 +42,57 @@ void Session::Start(PeerCredentials creds) {
 
 void Session::Read() {
   if (closed_ || failing_) return;
+  socket_.async_wait(Socket::wait_read,
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       if (self->closed_) return;
+                       if (ec) {
+                         spdlog::warn("session {} (pid {}): wait failed: {}", self->id_,
+                                      self->creds_.pid, ec.message());
+                         self->Close();
+                         return;
+                       }
+                       self->ReadNow();
+                     });
+}
+
+void Session::ReadNow() {
+  if (closed_ || failing_) return;
   std::span<uint8_t> space = reader_.Space();
-  socket_.async_read_some(
-      boost::asio::buffer(space.data(), space.size()),
-      [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
-        if (self->closed_) return;
-        if (ec) {
-          if (ec != boost::asio::error::eof && ec != boost::asio::error::connection_reset) {
-            spdlog::warn("session {} (pid {}): read failed: {}", self->id_, self->creds_.pid,
-                         ec.message());
-          }
-          self->Close();
-          return;
-        }
-        self->reader_.Filled(n);
-        self->Serve();
-      });
+  ssize_t n = ::recv(socket_.native_handle(), space.data(), space.size(), MSG_DONTWAIT);
+  if (n > 0) {
+    reader_.Filled(static_cast<size_t>(n));
+    Serve();
+  } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    Read();  // a DrainSent took the bytes first
+  } else {
+    if (n < 0 && errno != ECONNRESET) {
+      spdlog::warn("session {} (pid {}): read failed: {}", id_, creds_.pid, std::strerror(errno));
+    }
+    Close();
+  }
+}
+
+void Session::DrainSent() {
+  if (closed_ || failing_ || !greeted_ || handling_) return;
+  int pending = 0;
+  if (::ioctl(socket_.native_handle(), FIONREAD, &pending) != 0) pending = 0;
+  // Only the bytes there now: a client that keeps writing cannot keep the drain going.
+  while (pending > 0) {
+    std::span<uint8_t> space = reader_.Space();
+    ssize_t n = ::recv(socket_.native_handle(), space.data(),
+                       std::min<size_t>(space.size(), static_cast<size_t>(pending)), MSG_DONTWAIT);
+    if (n <= 0) break;  // the wait for readability sees a closed or failed socket
+    reader_.Filled(static_cast<size_t>(n));
+    pending -= static_cast<int>(n);
+  }
+  auto put = static_cast<uint16_t>(proto::MsgType::kPut);
+  while (!closed_ && !failing_) {
+    if (Throttled() && reader_.NextType() != put) {
+      paused_ = true;  // Flush serves the rest once the replies drain
+      return;
+    }
+    if (!ParseOne()) return;
+  }
 }
 
 void Session::Serve() {
@@ -89,7 +127,9 @@ bool Session::ParseOne() {
          h.request_id);
     return false;
   }
+  handling_ = true;
   Status st = store_.Handle(id_, h, frame.body);
+  handling_ = false;
   if (!st.ok()) {
     Fail(st, h.request_id);
     return false;

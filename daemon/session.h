@@ -47,6 +47,10 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
 
   void Send(std::vector<uint8_t> message, std::vector<UniqueFd> fds) override;
   size_t Backlog() const override { return out_.size(); }
+  // Reads what the socket holds now and handles it in order as Serve does, except that past the
+  // Throttled limit it handles only puts (they have no reply), stopping at the first other
+  // message. Nothing while this session is itself handling a message.
+  void DrainSent() override;
 
   const PeerCredentials& credentials() const { return creds_; }
 
@@ -58,7 +62,10 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
     size_t fds_sent = 0;
   };
 
+  // Waits until the socket is readable, then reads (ReadNow). The read is not left pending on a
+  // buffer, so that DrainSent may read the socket at any time.
   void Read();
+  void ReadNow();
   // Handles buffered messages, up to a turn's worth; then reads more, or comes back next turn.
   void Serve();
   // Handles the next buffered message. False when none is complete (or the session failed).
@@ -82,6 +89,7 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   bool write_waiting_ = false;
   bool paused_ = false;        // Serve stopped because Throttled()
   bool greeted_ = false;       // hello was answered
+  bool handling_ = false;      // inside Store::Handle: the frame's body is a view of reader_
   proto::FrameReader reader_;
   std::deque<Outbound> out_;
   uint64_t out_bytes_ = 0;  // bytes of out_ not yet written

@@ -91,6 +91,7 @@ void Store::Close(SessionId session) {
   events_.Emit(wire::EventKind::ClientDisconnected, nullptr, session, ns);
   events_.Leave(session);
   segments_.Leave(session);
+  quotas_.CreditBytes(it->second.creds.uid, session, leases_.End(session));
   quotas_.ForgetSession(session);
   sessions_.erase(session);
   --ns->sessions;
@@ -118,6 +119,9 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
   } catch (const std::bad_alloc&) {
     // The daemon's own memory (metadata, replies) ran out: this request fails, the rest go on.
     spdlog::error("out of memory answering {} from session {}", proto::TypeName(h.type), s);
+    if (type == MsgType::kPut) {  // no reply to carry the error: the connection closes
+      return Status::ProtocolError("depotd ran out of memory while taking a put");
+    }
     ReplyError(s, h.request_id,
                Status::Unavailable("depotd ran out of memory while answering this request"));
     return Status::OK();
@@ -128,6 +132,7 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
                        std::span<const uint8_t> body) {
   auto type = static_cast<MsgType>(h.type);
   uint64_t id = h.request_id;
+  if (st.ns != nullptr && DrainFirst(s, h, body)) return Status::OK();
   switch (type) {
     case MsgType::kHello:
       if (st.ns != nullptr) {
@@ -178,6 +183,11 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
     case MsgType::kMetrics:
       OnMetrics(s, id);
       break;
+    case MsgType::kLease:
+      OnLease(s, id, *proto::Body<wire::LeaseRequest>(body));
+      break;
+    case MsgType::kPut:
+      return OnPut(s, *proto::Body<wire::PutRequest>(body));
     default:
       NoteProtocolError();
       return Status::ProtocolError(
@@ -267,7 +277,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
                                     options_.max_message_size, proto::kMaxInlineSize,
                                     options_.hugepages, pools, unavailable, sets, arena,
-                                    sets > 0 ? index::kSlotCount : 0));
+                                    sets > 0 ? index::kSlotCount : 0, /*leases=*/true));
   Reply(s, id, MsgType::kHello, fbb, std::move(fds));
   return Status::OK();
 }

@@ -12,7 +12,8 @@
 //   OwnerScopes    objects deleted when the session that created them closes
 //   StoreCounters  request latencies and object sizes, for metrics
 // The queries, which change nothing (list, stat, status, clients, metrics), are in
-// store_queries.cc.
+// store_queries.cc; leases, puts in one message and the drain that makes them visible
+// (LeaseTable) in store_puts.cc.
 // A request that breaks the protocol (anything before hello, a reply type) is not answered here:
 // Handle returns the error and the session closes.
 //
@@ -40,6 +41,7 @@
 #include "daemon/device_set.h"
 #include "daemon/event_bus.h"
 #include "daemon/get_waits.h"
+#include "daemon/lease_table.h"
 #include "daemon/namespace_set.h"
 #include "daemon/owner_scopes.h"
 #include "daemon/peer.h"
@@ -123,6 +125,15 @@ class Store {
   // Replies to a get that is complete or out of time.
   void AnswerGet(GetWait& w);
   void OnRelease(SessionId s, const wire::ReleaseRequest& req);
+  // store_puts.cc: a lease of host memory for puts in one message, and such a put (an error is
+  // a ProtocolError: the session closes).
+  void OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req);
+  Status OnPut(SessionId s, const wire::PutRequest& req);
+  // Before a get, delete, contains or stat that names an object not in the table: reads and
+  // handles what every other session holding a lease has sent already (its puts may have
+  // returned before the daemon read them). Such a request read during that drain is put off
+  // until the drain ends: returns true, and the caller does nothing more with it.
+  bool DrainFirst(SessionId s, const proto::Header& h, std::span<const uint8_t> body);
   void OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req);
   void OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req);
   void OnList(SessionId s, uint64_t id, const wire::ListRequest& req);
@@ -165,6 +176,18 @@ class Store {
   StoreCounters counters_;
   boost::asio::steady_timer pins_timer_;  // armed while deleted objects wait for slots to let go
   bool pins_armed_ = false;
+  LeaseTable leases_;
+  // The largest lease asked for; a lease is also at most half a shared segment.
+  static constexpr uint64_t kMaxLease = uint64_t{64} << 20;
+  // A request put off by a drain (DrainFirst), with its own copy of the body.
+  struct Deferred {
+    SessionId session;
+    proto::Header header;
+    std::vector<uint8_t> body;
+  };
+  bool draining_ = false;  // DrainFirst is reading the sessions' sockets
+  bool drained_ = false;   // ... and is answering what it put off: no second drain
+  std::vector<Deferred> deferred_;
 };
 
 }  // namespace depot

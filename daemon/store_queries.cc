@@ -120,6 +120,9 @@ StoreStatus Store::Snapshot() const {
   st.clients = static_cast<uint32_t>(sessions_.size());
   st.connections = connections_;
   st.gets_waiting = static_cast<uint32_t>(waits_.size());
+  // Leases are allocated blocks, but no object's: `used` counts objects, `leased` the rest.
+  st.leased = leases_.leased();
+  st.used -= std::min(st.used, st.leased);
   st.requests = requests_;
   st.errors.assign(errors_.begin(), errors_.begin() + static_cast<size_t>(wire::Code::MAX) + 1);
   st.devices_unavailable = devices_.unavailable();

@@ -107,6 +107,7 @@ class Sink {
     Add(t->index_sets());
     Add(t->index_arena());
     Add(t->slot_count());
+    Add(t->leases());
   }
   void Add(const wire::CreateRequest* t) {
     if (t == nullptr) return;
@@ -245,6 +246,22 @@ class Sink {
     Add(t->devices_unavailable());
     Add(t->warm());
     Add(t->keep_warm());
+    Add(t->leased());
+  }
+  void Add(const wire::LeaseRequest* t) {
+    if (t == nullptr) return;
+    Add(t->size());
+    Add(t->at_least());
+  }
+  void Add(const wire::PutRequest* t) {
+    if (t == nullptr) return;
+    Add(t->guid());
+    Add(t->frames());
+    Add(t->metadata());
+    Add(t->name());
+    Add(t->evictable());
+    Add(t->owner_scoped());
+    Add(t->checksum());
   }
   void Add(const wire::ClientInfo* t) {
     if (t == nullptr) return;
@@ -332,6 +349,10 @@ void ReadBody(Sink& sink, uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kSegmentsRetired:
     case MsgType::kSegmentsDropped:
       return Read<wire::SegmentsRetired>(sink, body);
+    case MsgType::kLease:
+      return reply ? Read<wire::CreateReply>(sink, body) : Read<wire::LeaseRequest>(sink, body);
+    case MsgType::kPut:
+      return Read<wire::PutRequest>(sink, body);
     case MsgType::kEvent:
       return Read<wire::Event>(sink, body);
     case MsgType::kError:

@@ -134,6 +134,30 @@ Bytes List(std::optional<uint64_t> after, uint32_t limit) {
   return Encode(T(MsgType::kList), fbb);
 }
 
+Bytes Lease(uint64_t size, uint64_t at_least = 0) {
+  fb::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateLeaseRequest(fbb, size, at_least));
+  return Encode(T(MsgType::kLease), fbb);
+}
+
+// A put of frames (offset, size) in host segment `segment`.
+Bytes Put(uint64_t guid, const std::vector<std::pair<uint64_t, uint64_t>>& frames,
+          uint32_t segment = 1, std::optional<uint64_t> checksum = std::nullopt) {
+  fb::FlatBufferBuilder fbb;
+  wire::Guid g = G(guid);
+  std::vector<wire::FrameLocation> locations;
+  for (auto [offset, size] : frames) locations.emplace_back(offset, size, segment, 0);
+  auto frame_vec = fbb.CreateVectorOfStructs(locations);
+  auto name = fbb.CreateString("put");
+  wire::PutRequestBuilder b(fbb);
+  b.add_guid(&g);
+  b.add_frames(frame_vec);
+  b.add_name(name);
+  if (checksum) b.add_checksum(*checksum);
+  fbb.Finish(b.Finish());
+  return Encode(T(MsgType::kPut), fbb, 0);
+}
+
 Bytes Empty(uint16_t type) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateEmptyReply(fbb));
@@ -187,13 +211,15 @@ std::vector<fb::Offset<wire::SegmentInfo>> Segments(fb::FlatBufferBuilder& fbb) 
 
 std::vector<wire::FrameLocation> Frames() { return {{0, 4096, 1, 0}, {0, 1 << 30, 2, 0}}; }
 
-Bytes CreateReply() {
+// A create reply, or (kLease) a lease reply: the same table, without a GUID.
+Bytes CreateReply(MsgType type = MsgType::kCreate) {
   fb::FlatBufferBuilder fbb;
   wire::Guid g = G(1);
   auto frames = Frames();
   auto segments = Segments(fbb);
-  fbb.Finish(wire::CreateCreateReplyDirect(fbb, &g, &frames, &segments));
-  return Encode(proto::ReplyType(MsgType::kCreate), fbb);
+  fbb.Finish(wire::CreateCreateReplyDirect(fbb, type == MsgType::kCreate ? &g : nullptr, &frames,
+                                           &segments));
+  return Encode(proto::ReplyType(type), fbb);
 }
 
 Bytes GetReply() {
@@ -434,8 +460,11 @@ void WriteFrameCorpus(const std::filesystem::path& dir) {
       {"subscribe", Empty(T(MsgType::kSubscribe))},
       {"metrics", Empty(T(MsgType::kMetrics))},
       {"segments-dropped", SegmentsRetired(MsgType::kSegmentsDropped)},
+      {"lease", Lease(1 << 20)},
+      {"put", Put(1, {{0, 1000}, {1024, 0}, {1088, 64}}, 1, 0x0123456789abcdefull)},
       {"hello-reply", HelloReply()},
       {"create-reply", CreateReply()},
+      {"lease-reply", CreateReply(MsgType::kLease)},
       {"seal-reply", Empty(proto::ReplyType(MsgType::kSeal))},
       {"get-reply", GetReply()},
       {"delete-reply", GuidsReply(MsgType::kDelete)},
@@ -552,6 +581,31 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
       .Msg(0, Empty(T(MsgType::kStatus)))
       .Msg(0, Create(Args({3u << 20}, 32)));
   Write(dir, "eviction", evict.bytes());
+
+  // Puts in one message: a lease (the pool caps it at half a segment, 128 KiB, from offset 0 of
+  // segment 1), puts with gaps, one ending exactly at the lease's end, one past it (refused: the
+  // session closes), a renewal, a get that finds a put, and hostile puts from other sessions:
+  // before any lease, with a GUID that exists, in another session's lease.
+  Write(dir, "puts",
+        Ops()
+            .Greet(0)
+            .Greet(1)
+            .Greet(2)
+            .Msg(1, Get({40}, 1000))
+            .Msg(0, Lease(1 << 20, 1 << 20))
+            .Msg(0, Lease(1 << 20))
+            .Msg(0, Put(40, {{0, 1000}, {1024, 0}}))
+            .Msg(0, Put(41, {{4096, 64}, {8192, 100}}, 1, 0x0123456789abcdefull))
+            .Msg(0, Put(42, {{(128 << 10) - 64, 64}}))
+            .Msg(0, Lease(4096))
+            .Msg(2, Put(43, {{0, 64}}))
+            .Msg(1, Lease(4096))
+            .Msg(1, Put(40, {{131072 + 4096, 64}}))
+            .Msg(0, Put(44, {{(128 << 10) + 64, 64}}, 1))
+            .Msg(0, Put(45, {{(1 << 20), 64}}))
+            .Msg(0, Empty(T(MsgType::kStatus)))
+            .Msg(0, Guids(MsgType::kDelete, {40, 41, 42}))
+            .bytes());
 
   // Requests the store refuses, each answered with an error while the session stays open.
   Write(dir, "refused",

@@ -31,6 +31,13 @@ FrameReader::Cut FrameReader::Next(Frame& frame, std::string& error) {
   return Cut::kMessage;
 }
 
+uint16_t FrameReader::NextType() const {
+  if (end_ - begin_ < sizeof(Header)) return 0;
+  Header h;
+  std::memcpy(&h, buffer_.data() + begin_, sizeof h);
+  return h.type;
+}
+
 std::span<uint8_t> FrameReader::Space() {
   if (begin_ == end_) begin_ = end_ = 0;
   size_t unread = end_ - begin_;

@@ -50,6 +50,10 @@ class FrameReader {
   // header (its request id is the one to answer) and `error` says what is wrong with it.
   Cut Next(Frame& frame, std::string& error);
 
+  // The type in the next message's header, or 0 while its header is not all here (the header
+  // is not checked: Next does that).
+  uint16_t NextType() const;
+
   // Where the next read should put its bytes: at least half a read chunk, made by moving the
   // unread bytes to the front of the buffer or growing it, or by shrinking a buffer that a large
   // message left behind.

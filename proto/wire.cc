@@ -102,6 +102,11 @@ bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
     case MsgType::kSegmentsRetired:
     case MsgType::kSegmentsDropped:
       return !reply && Verify<SegmentsRetired>(body);
+    case MsgType::kLease:
+      return reply ? Verify<CreateReply>(body) && Aligned(Root<CreateReply>(body)->frames())
+                   : Verify<LeaseRequest>(body);
+    case MsgType::kPut:
+      return !reply && Verify<PutRequest>(body) && Aligned(Root<PutRequest>(body)->frames());
     case MsgType::kEvent:
       return !reply && Verify<Event>(body);
     case MsgType::kError:
@@ -142,6 +147,10 @@ std::string TypeName(uint16_t type) {
     name = "segments-retired";
   } else if (base == static_cast<uint16_t>(MsgType::kEvent)) {
     name = "event";
+  } else if (base == static_cast<uint16_t>(MsgType::kLease)) {
+    name = "lease";
+  } else if (base == static_cast<uint16_t>(MsgType::kPut)) {
+    name = "put";
   } else if (base > 0 && base < std::size(kNames)) {
     name = kNames[base];
   } else {

@@ -37,6 +37,8 @@ enum class MsgType : uint16_t {
   kSubscribe = 14,     // EmptyReply -> EmptyReply; then Events on this connection
   kMetrics = 15,       // EmptyReply -> MetricsReply
   kSegmentsDropped = 16,  // SegmentsRetired (the ids this client unmapped after a notice), no reply
+  kLease = 18,            // LeaseRequest -> CreateReply (no GUID; its one frame is the lease)
+  kPut = 19,              // PutRequest, no reply (an error closes the connection)
   kSegmentsRetired = 64,  // daemon -> client, request id 0
   kEvent = 65,            // daemon -> subscribed client, request id 0
   kError = 0x7fff,        // ErrorReply, in answer to any request

@@ -224,5 +224,23 @@ TEST_CASE("Allocator agrees with a model over a random sequence", "[allocator]")
   CHECK(a.free_blocks() == 1);
 }
 
+TEST_CASE("Split cuts an allocated block into parts freed on their own", "[allocator]") {
+  Allocator a(4096);
+  auto block = a.Allocate(1024);
+  REQUIRE(block);
+  CHECK_FALSE(a.Split(*block, 1024, 0));     // nothing before the cut
+  CHECK_FALSE(a.Split(*block, 1024, 100));   // not aligned
+  CHECK_FALSE(a.Split(*block, 1024, 1024));  // nothing after it
+  REQUIRE(a.Split(*block, 1024, 256));
+  CHECK(a.allocated_blocks() == 2);
+  CHECK(a.used() == 1024);
+  REQUIRE(a.Free(*block, 256));
+  CHECK(a.used() == 768);
+  CHECK_FALSE(a.empty());
+  REQUIRE(a.Free(*block + 256, 768));
+  CHECK(a.empty());
+  CHECK(a.largest_free() == 4096);  // the parts coalesced with the rest
+}
+
 }  // namespace
 }  // namespace depot

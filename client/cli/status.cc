@@ -117,6 +117,10 @@ int Status(depot::Client& c, bool json) {
       "host pool     {} used of {} ({} free), largest free block {}, fragmentation {:.0f}%\n",
       FormatBytes(s->used), FormatBytes(s->capacity), FormatBytes(s->capacity - s->used),
       FormatBytes(s->largest_free), 100 * s->fragmentation());
+  if (s->leased > 0) {
+    fmt::print("leased        {} to clients for puts in one message, not used yet\n",
+               FormatBytes(s->leased));
+  }
   fmt::print("segments      {} holding {}{}{}\n", s->segments, FormatBytes(s->reserved),
              s->prefault ? " (prefaulted)"
                          : fmt::format(", {} of them empty and kept warm (at most {})",

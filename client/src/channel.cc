@@ -230,7 +230,8 @@ Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body, 
         fmt::format("depotd sent a malformed {}", proto::TypeName(h.type)));
   }
   const flatbuffers::Vector<flatbuffers::Offset<wire::SegmentInfo>>* infos = nullptr;
-  if (h.type == proto::ReplyType(proto::MsgType::kCreate)) {
+  if (h.type == proto::ReplyType(proto::MsgType::kCreate) ||
+      h.type == proto::ReplyType(proto::MsgType::kLease)) {
     infos = proto::Body<wire::CreateReply>(body)->segments();
   } else if (h.type == proto::ReplyType(proto::MsgType::kGet)) {
     infos = proto::Body<wire::GetReply>(body)->segments();

@@ -164,6 +164,7 @@ Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
     sizes.push_back(f.size());
     total += f.size();
   }
+  if (auto put = conn_->PutInLease(frames, options)) return std::move(*put);
   if (total <= proto::kMaxInlineSize && !frames.empty() && options.places.empty()) {
     // Create, fill and seal in one round trip.
     fb::FlatBufferBuilder fbb(total + 256);

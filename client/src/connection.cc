@@ -43,6 +43,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   if (!reply.ok()) return reply.status();
   const auto* hello = proto::Body<wire::HelloReply>(reply->body);
   conn->segments_.set_hugepages(hello->hugepages());
+  conn->lease_.set_offered(hello->leases());
   conn->pools_.Set(DevicePoolsFromWire(hello->device_pools()),
                    hello->devices_unavailable() ? hello->devices_unavailable()->str() : "");
   if (reply->index_fds.size() == 2) {

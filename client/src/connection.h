@@ -5,6 +5,7 @@
 //   SegmentMap      the segments this process has mapped (MmapMapper, CudaMapper)
 //   ObjectCache     the objects this process holds, by GUID
 //   ReleaseBatcher  releases of dropped Objects, sent with the next request or soon after
+//   Lease           host memory leased for puts in one message
 //   Pools           the daemon's pools, from hello
 //   IndexReader     the daemon's shared index of the namespace, when it sent one at hello
 //   SlotTable       this connection's reference slots, sent with the index
@@ -22,6 +23,7 @@
 #include "client/src/channel.h"
 #include "client/src/cuda_mapper.h"
 #include "client/src/index_reader.h"
+#include "client/src/lease.h"
 #include "client/src/object_cache.h"
 #include "client/src/pools.h"
 #include "client/src/release_batcher.h"
@@ -54,6 +56,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return reply;
     }
     return Call(proto::MsgType::kCreate, fbb);
+  }
+
+  // A put with one message into this connection's lease; nullopt when it must take the create
+  // path (see Lease).
+  std::optional<Result<Guid>> PutInLease(std::span<const std::span<const std::byte>> frames,
+                                         const CreateOptions& options) {
+    return lease_.Put(frames, options);
   }
 
   // Gives back segment uses that MapFrames recorded, and tells the daemon of the retired
@@ -121,6 +130,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Channel channel_;
   SegmentMap segments_{pools_, cuda_};
   ReleaseBatcher releases_{channel_};
+  Lease lease_{channel_, segments_, releases_};
   ObjectCache cache_;
   std::optional<IndexReader> index_;
   std::optional<SlotTable> slots_;

@@ -69,7 +69,9 @@
   X(restore_bytes, uint64_t, "spill", "restore_bytes", "bytes of the objects read back")          \
   X(restore_ms, uint64_t, "spill", "restore_ms", "milliseconds the I/O threads spent reading them") \
   X(spill_failures, uint64_t, "spill", "failures", "spills that failed: a full disk, an I/O error") \
-  X(objects_lost, uint64_t, "spill", "lost", "objects whose spill file could not be read back")
+  X(objects_lost, uint64_t, "spill", "lost", "objects whose spill file could not be read back") \
+  X(leased, uint64_t, "host_pool", "leased",                                                      \
+    "bytes leased to clients for puts in one message and not used yet")
 
 namespace depot {
 

@@ -1,0 +1,65 @@
+// LeaseTable keeps the ranges of host memory leased to sessions, so that a client can put an
+// object with one message and no reply (docs/design.md, "Puts in one message"). A lease is one
+// allocated block in a segment of its session's uid; a put carves its frames off the front of
+// the lease's unconsumed part (its cursor), freeing any gap it skips, and each frame is from
+// then on a block of its own, freed with its object (Allocator::Split). What is left of a lease
+// is freed when the session takes a new one, gives it back, or closes.
+//
+// It trusts nothing the client says: Carve checks every frame against the lease before it cuts
+// anything, and refuses the whole put otherwise.
+//
+// Not thread-safe: the daemon's single loop owns it.
+#ifndef DEPOT_DAEMON_LEASE_TABLE_H_
+#define DEPOT_DAEMON_LEASE_TABLE_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/namespace.h"
+#include "daemon/peer.h"
+#include "depot_generated.h"
+
+namespace depot {
+
+class LeaseTable {
+ public:
+  // Records `block` (allocated in `ns` for `session`) as its lease, whose `charged` bytes were
+  // charged to the session's quota. The session must hold none (End it first).
+  void Grant(SessionId session, Namespace& ns, const Location& block, uint64_t charged);
+
+  // Cuts the frames of a put off `session`'s lease: each host frame must lie inside the lease,
+  // at or after its cursor and after the frame before it, at an aligned offset; frames of size
+  // 0 take no memory. Returns their locations (each now a block of its own) and moves the
+  // lease's charge for their bytes to the caller, who charges the object instead. An error
+  // (the caller closes the connection) changes nothing.
+  Result<std::vector<Location>> Carve(
+      SessionId session, const flatbuffers::Vector<const wire::FrameLocation*>& frames);
+
+  // Frees what is left of `session`'s lease; returns its bytes still charged to the quota (for
+  // the caller to credit). 0 when it holds none.
+  uint64_t End(SessionId session);
+
+  // The sessions holding a lease: the only ones whose puts may be in their sockets unread.
+  std::vector<SessionId> Holders() const;
+  bool empty() const { return leases_.empty(); }
+  // Bytes leased and not yet carved, over every session.
+  uint64_t leased() const { return leased_; }
+
+ private:
+  struct Lease {
+    Namespace* ns;
+    Location rest;     // the unconsumed part, an allocated block; its offset is the cursor
+    uint64_t end;      // where the lease ends
+    uint64_t charged;  // bytes of quota the lease still holds
+  };
+
+  std::unordered_map<SessionId, Lease> leases_;
+  uint64_t leased_ = 0;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_LEASE_TABLE_H_

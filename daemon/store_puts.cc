@@ -1,0 +1,163 @@
+// The Store's puts in one message (docs/design.md, "Puts in one message"): leases of host memory
+// (OnLease), puts into them that need no reply (OnPut), and the drain that keeps "once a put
+// returns, a get that starts later finds it" although the daemon may not have read the put yet
+// (DrainFirst). Kept apart from the create, seal and get requests (store.cc).
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "daemon/replies.h"
+#include "daemon/store.h"
+
+namespace depot {
+
+using proto::FromWire;
+using proto::MsgType;
+using proto::ToWire;
+namespace fb = flatbuffers;
+
+void Store::OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req) {
+  SessionState& st = sessions_.at(s);
+  uid_t uid = st.creds.uid;
+  // Whatever the answer, the session's previous lease ends: its client forgets it.
+  quotas_.CreditBytes(uid, s, leases_.End(s));
+  // A lease is charged in bytes; the objects put into it are counted as they come, so a limit
+  // on objects could not be kept. Such a client creates instead.
+  if (quotas_.user_quota().objects != 0 || quotas_.client_quota().objects != 0) {
+    return ReplyError(s, id, Status::Unavailable("no leases while a quota limits objects"));
+  }
+  if (req.size() == 0 || req.size() > kMaxLease) {
+    return ReplyError(
+        s, id,
+        Status::InvalidArgument(fmt::format("a lease of {} bytes: leases are 1 byte to {} bytes",
+                                            req.size(), kMaxLease)));
+  }
+  // From the shared segments, which are kept warm, never a segment of large objects; and at most
+  // a sixteenth of the capacity, so that leases held by idle clients cannot fill a small pool.
+  uint64_t most =
+      std::min(options_.namespaces.host.segment_size / 2, namespaces_.host_budget().capacity / 16);
+  uint64_t size = (std::min(req.size(), most) + 63) & ~63ull;
+  if (size < req.at_least()) {
+    return ReplyError(
+        s, id,
+        Status::Unavailable(fmt::format(
+            "leases here are at most {} bytes, less than the {} asked for", size, req.at_least())));
+  }
+  if (Status q = quotas_.Check(uid, s, size); !q.ok()) return ReplyError(s, id, q);
+  uint64_t sizes[] = {size};
+  auto frames = namespaces_.Allocate(*st.ns, sizes, {}, s, uid);
+  if (!frames.ok()) return ReplyError(s, id, frames.status());
+  quotas_.ChargeBytes(uid, s, size);
+  leases_.Grant(s, *st.ns, frames->front(), size);
+  std::vector<uint64_t> keys;
+  std::vector<UniqueFd> fds;
+  if (Status c = segments_.Collect(s, *frames, true, keys, fds); !c.ok()) {
+    quotas_.CreditBytes(uid, s, leases_.End(s));
+    return ReplyError(s, id, c);
+  }
+  fb::FlatBufferBuilder fbb(256);
+  auto segments = replies::Segments(fbb, *st.ns, keys);
+  auto locations = replies::Frames(fbb, *frames);
+  wire::CreateReplyBuilder b(fbb);
+  b.add_frames(locations);
+  b.add_segments(segments);
+  fbb.Finish(b.Finish());
+  Reply(s, id, MsgType::kLease, fbb, std::move(fds));
+}
+
+Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
+  SessionState& st = sessions_.at(s);
+  ObjectTable& table = st.ns->table();
+  // A client of the library never breaks these rules (its GUIDs are random, its lease charged
+  // already): whoever does is hostile or broken, and its connection closes.
+  auto refuse = [this](std::string why) {
+    NoteProtocolError();
+    return Status::ProtocolError(std::move(why));
+  };
+  Guid guid = req.guid() ? FromWire(*req.guid()) : Guid{};
+  if (guid.is_nil()) return refuse("put without a GUID");
+  if (table.Find(guid) != nullptr) {
+    return refuse(fmt::format("put of object {}, which exists already", guid.ToString()));
+  }
+  if (!req.frames() || req.frames()->size() == 0 || req.frames()->size() > options_.max_frames) {
+    return refuse(fmt::format("put of {} frames: an object has 1 to {}",
+                              req.frames() ? req.frames()->size() : 0, options_.max_frames));
+  }
+  if (req.metadata() && req.metadata()->size() > options_.max_metadata) {
+    return refuse(fmt::format("put with {} bytes of metadata, more than the limit of {}",
+                              req.metadata()->size(), options_.max_metadata));
+  }
+  if (req.name() && req.name()->size() > proto::kMaxNameSize) {
+    return refuse(fmt::format("put with a name of {} bytes, more than the limit of {}",
+                              req.name()->size(), proto::kMaxNameSize));
+  }
+  NewObject n;
+  n.guid = guid;
+  if (req.metadata()) n.metadata.assign(req.metadata()->begin(), req.metadata()->end());
+  if (req.name()) n.name = req.name()->str();
+  auto frames = leases_.Carve(s, *req.frames());
+  if (!frames.ok()) return refuse(frames.status().message());
+  n.frames = std::move(*frames);
+  n.evictable = req.evictable();
+  n.creator = s;
+  n.creator_pid = st.creds.pid;
+  n.creator_uid = st.creds.uid;
+  // The same two steps as a create and its seal, so that whatever watches them sees puts too.
+  const StoredObject* obj = *table.Create(std::move(n));  // the GUID was checked above
+  if (req.owner_scoped()) owner_scopes_.Add(s, guid, table);
+  quotas_.CountObject(st.creds.uid, s);
+  counters_.ObserveObject(obj->size());
+  table.Seal(s, guid, req.checksum());
+  waits_.Wake(table, guid);
+  return Status::OK();
+}
+
+bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint8_t> body) {
+  if (drained_ || leases_.empty()) return false;
+  const ObjectTable& table = sessions_.at(s).ns->table();
+  auto missing = [&table](const wire::Guid* g) {
+    return g != nullptr && table.Find(FromWire(*g)) == nullptr;
+  };
+  auto any_missing = [&](const fb::Vector<const wire::Guid*>* guids) {
+    return guids != nullptr && std::any_of(guids->begin(), guids->end(), missing);
+  };
+  bool miss = false;
+  switch (static_cast<MsgType>(h.type)) {
+    case MsgType::kGet:
+      miss = any_missing(proto::Body<wire::GetRequest>(body)->guids());
+      break;
+    case MsgType::kDelete:
+    case MsgType::kContains:
+      miss = any_missing(proto::Body<wire::GuidsRequest>(body)->guids());
+      break;
+    case MsgType::kStat:
+      miss = missing(proto::Body<wire::GuidRequest>(body)->guid());
+      break;
+    default:
+      return false;
+  }
+  if (!miss) return false;
+  if (draining_) {
+    // Read during a drain: it may have been sent after a put that the drain has not reached yet.
+    // Answered once the drain is over, as if it came then.
+    deferred_.push_back({s, h, std::vector<uint8_t>(body.begin(), body.end())});
+    return true;
+  }
+  draining_ = true;
+  for (SessionId holder : leases_.Holders()) {
+    auto it = sessions_.find(holder);
+    if (holder != s && it != sessions_.end()) it->second.peer->DrainSent();
+  }
+  draining_ = false;
+  drained_ = true;
+  std::vector<Deferred> deferred = std::move(deferred_);
+  deferred_.clear();
+  for (Deferred& d : deferred) {
+    auto it = sessions_.find(d.session);
+    if (it != sessions_.end()) Dispatch(d.session, it->second, d.header, d.body);
+  }
+  drained_ = false;
+  return false;
+}
+
+}  // namespace depot

@@ -1,0 +1,326 @@
+// Puts in one message (docs/design.md, "Puts in one message"): a put returns before the daemon
+// has read it, yet a get that starts later finds it; leases run out, renew, leave gaps and end
+// with their sessions; quotas; per-user namespaces; and hostile puts, each refused with the
+// connection closed and nobody else harmed. Real daemon, real processes.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "proto/wire.h"
+#include "tests/daemon_fixture.h"
+#include "tests/other_users.h"
+#include "tests/raw_connection.h"
+
+namespace depot::test {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+StoreStatus StatusOf(Client& c) {
+  auto st = c.GetStatus();
+  REQUIRE(st.ok());
+  return *st;
+}
+
+bool Holds(const Object& o, const std::vector<std::byte>& bytes) {
+  return o.size() == bytes.size() &&
+         std::memcmp(o.frame(0).data(), bytes.data(), bytes.size()) == 0;
+}
+
+TEST_CASE("a put returns before the daemon reads it, and a get started later elsewhere finds it",
+          "[put]") {
+  Daemon d;
+  // Bursts of puts that the putter sends faster than the daemon reads them (it serves 64
+  // messages of a connection per turn); right after each burst the reader asks for its last
+  // object, and for its first, without waiting.
+  constexpr int kBursts = 30;
+  constexpr int kBurst = 300;
+  Channel guids;
+  pid_t putter = Spawn([&] {
+    Client c = d.Connect();
+    for (int b = 0; b < kBursts; ++b) {
+      std::string first, last;
+      for (int i = 0; i < kBurst; ++i) {
+        // Mostly small puts, whose message is the whole put; now and then a larger one.
+        auto id = c.Put(Pattern(i % 100 == 0 ? 256 << 10 : 1000, b * kBurst + i));
+        if (!id.ok()) return 1;
+        (i == 0 ? first : last) = id->ToString();
+      }
+      guids.Send(last + " " + first);
+    }
+    return 0;
+  });
+  Client reader = d.Connect();
+  int found = 0;
+  for (int b = 0; b < kBursts; ++b) {
+    std::string line = guids.Receive();
+    auto last = Guid::Parse(line.substr(0, 36));
+    auto first = Guid::Parse(line.substr(37));
+    REQUIRE(last);
+    REQUIRE(first);
+    // Each a different request that must not miss: a poll (no waiting), a contains, a stat.
+    switch (b % 3) {
+      case 0: {
+        auto got = reader.Get(*last, kNoWait);
+        REQUIRE(got.ok());
+        found += Holds(*got, Pattern(1000, b * kBurst + kBurst - 1));
+        break;
+      }
+      case 1: {
+        auto has = reader.Contains(*last);
+        REQUIRE(has.ok());
+        found += *has;
+        break;
+      }
+      default:
+        found += reader.Stat(*last).ok();
+    }
+    auto got = reader.Get(*first, kNoWait);
+    REQUIRE(got.ok());
+    CHECK(Holds(*got, Pattern(256 << 10, b * kBurst)));
+  }
+  CHECK(Wait(putter) == 0);
+  CHECK(found == kBursts);
+}
+
+TEST_CASE("leases run out and renew, and a put may end exactly at a lease's end", "[put]") {
+  Daemon d;
+  Client c = d.Connect();
+  // The first put takes the smallest lease, 4 MiB: 64 puts of 64 KiB fill it exactly.
+  std::vector<Guid> ids;
+  for (int i = 0; i < 64; ++i) {
+    auto id = c.Put(Pattern(64 << 10, i));
+    REQUIRE(id.ok());
+    ids.push_back(*id);
+    if (i == 0) CHECK(StatusOf(c).leased == 4 * kMiB - (64 << 10));
+  }
+  CHECK(StatusOf(c).leased == 0);
+  CHECK(StatusOf(c).used == 4 * kMiB);
+  // The next one takes a new lease.
+  auto next = c.Put(Pattern(64 << 10, 64));
+  REQUIRE(next.ok());
+  ids.push_back(*next);
+  CHECK(StatusOf(c).leased == 4 * kMiB - (64 << 10));
+  // Larger puts renew with larger leases (16 puts' worth), each lease's rest going back.
+  for (int i = 0; i < 40; ++i) {
+    auto id = c.Put(Pattern(200 << 10, 100 + i));
+    REQUIRE(id.ok());
+    ids.push_back(*id);
+  }
+  StoreStatus st = StatusOf(c);
+  CHECK(st.objects_sealed == ids.size());
+  CHECK(st.used == 65 * (64 << 10) + 40 * (200 << 10));  // objects only: leases are counted apart
+  Client other = d.Connect();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto got = other.Get(ids[i], kNoWait);
+    REQUIRE(got.ok());
+    CHECK(Holds(*got, i <= 64 ? Pattern(64 << 10, i) : Pattern(200 << 10, 100 + (i - 65))));
+  }
+}
+
+// A daemon Alice, Bob and Mallory may use, each with segments of their own in its 64 MiB.
+Daemon StartForOthers(std::vector<std::string> args) {
+  args.insert(args.end(), {"--allow-users", fmt::format("{},{},{}", kAlice, kBob, kMallory),
+                           "--segment-size", "8MiB"});
+  return StartOpen(std::move(args));
+}
+
+// A raw client: hello, then a lease of `size`, whose one frame it returns.
+wire::FrameLocation RawLease(Raw& r, uint64_t size) {
+  r.Hello();
+  flatbuffers::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateLeaseRequest(fbb, size));
+  r.Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kLease), 2, fbb));
+  proto::Header h;
+  std::vector<uint8_t> body;
+  while (r.Read(h, body) && h.request_id != 2) {
+  }
+  REQUIRE(proto::VerifyBody(h.type, body));
+  if (h.type == static_cast<uint16_t>(proto::MsgType::kError)) {
+    FAIL(proto::Body<wire::ErrorReply>(body)->message()->str());
+  }
+  REQUIRE(h.type == proto::ReplyType(proto::MsgType::kLease));
+  const auto* frames = proto::Body<wire::CreateReply>(body)->frames();
+  REQUIRE(frames != nullptr);
+  REQUIRE(frames->size() == 1);
+  return *frames->Get(0);
+}
+
+// A put message of `frames` named `guid`.
+std::vector<uint8_t> RawPut(const Guid& guid, const std::vector<wire::FrameLocation>& frames) {
+  flatbuffers::FlatBufferBuilder fbb(256);
+  wire::Guid g = proto::ToWire(guid);
+  auto locations = fbb.CreateVectorOfStructs(frames);
+  wire::PutRequestBuilder b(fbb);
+  b.add_guid(&g);
+  b.add_frames(locations);
+  fbb.Finish(b.Finish());
+  return proto::Encode(static_cast<uint16_t>(proto::MsgType::kPut), 0, fbb);
+}
+
+TEST_CASE("a put that skips part of its lease gives the gap back", "[put]") {
+  Daemon d;
+  Client c = d.Connect();
+  Raw r(d.socket());
+  wire::FrameLocation lease = RawLease(r, 4 * kMiB);
+  StoreStatus before = StatusOf(c);
+  CHECK(before.leased == 4 * kMiB);
+  Guid guid = Guid::Random();
+  r.Write(RawPut(guid, {wire::FrameLocation(lease.offset() + 4096, 1000, lease.segment(), 0)}));
+  REQUIRE(c.Get(guid, std::chrono::seconds(5)).ok());
+  StoreStatus after = StatusOf(c);
+  CHECK(before.leased - after.leased == 4096 + 1024);
+  CHECK(after.used - before.used == 1024);  // the object's block; the gap went back
+}
+
+TEST_CASE("a lease past the quota is refused, and puts take the create path", "[put]") {
+  SECTION("bytes") {
+    Daemon d({"--capacity", "64MiB", "--user-quota-bytes", "3MiB"});
+    Client c = d.Connect();
+    auto small = c.Put(Pattern(1000, 1));
+    REQUIRE(small.ok());
+    CHECK(StatusOf(c).leased == 0);
+    auto big = c.Put(Pattern(4 * kMiB, 2));
+    REQUIRE(big.status().IsQuotaExceeded());
+    CHECK(big.status().message().find("user_quota_bytes") != std::string::npos);
+  }
+  SECTION("objects") {
+    Daemon d({"--capacity", "64MiB", "--client-quota-objects", "2"});
+    Client c = d.Connect();
+    REQUIRE(c.Put(Pattern(1000, 1)).ok());
+    REQUIRE(c.Put(Pattern(100 << 10, 2)).ok());
+    CHECK(StatusOf(c).leased == 0);
+    auto third = c.Put(Pattern(1000, 3));
+    REQUIRE(third.status().IsQuotaExceeded());
+  }
+  SECTION("a lease counts against the quota until it ends") {
+    Daemon d({"--capacity", "64MiB", "--user-quota-bytes", "16MiB"});
+    Client c = d.Connect();
+    REQUIRE(c.Put(Pattern(1000, 1)).ok());
+    StoreStatus st = StatusOf(c);
+    REQUIRE(st.users.size() == 1);
+    CHECK(st.users[0].objects == 1);
+    CHECK(st.users[0].bytes == 4 * kMiB);  // the object's 1000 bytes and the lease's rest
+  }
+}
+
+TEST_CASE("a pool too small for a put's lease takes it by create, holding no lease", "[put]") {
+  // Leases are at most a sixteenth of the capacity: 128 KiB here.
+  Daemon d({"--capacity", "2MiB", "--segment-size", "1MiB"});
+  Client c = d.Connect();
+  auto id = c.Put(Pattern(200 << 10, 1));
+  REQUIRE(id.ok());
+  StoreStatus st = StatusOf(c);
+  CHECK(st.leased == 0);
+  CHECK(st.used == 200 << 10);
+  auto small = c.Put(Pattern(1000, 2));  // asked again after a second: until then, by create
+  REQUIRE(small.ok());
+  CHECK(StatusOf(c).leased == 0);
+}
+
+TEST_CASE("a process killed with a lease gives it back", "[put]") {
+  Daemon d;
+  Channel ready;
+  pid_t child = Spawn([&] {
+    Client c = d.Connect();
+    if (!c.Put(Pattern(1000, 1)).ok()) return 1;
+    ready.Send("ready");
+    ::pause();
+    return 0;
+  });
+  REQUIRE(ready.Receive() == "ready");
+  Client c = d.Connect();
+  CHECK(StatusOf(c).leased == 4 * kMiB - 1024);
+  ::kill(child, SIGKILL);
+  Wait(child);
+  CHECK(WaitFor([&] { return StatusOf(c).clients == 1; }));
+  StoreStatus st = StatusOf(c);
+  CHECK(st.leased == 0);
+  CHECK(st.used == 1024);  // the object it put stays
+  CHECK(st.objects_sealed == 1);
+}
+
+TEST_CASE("with per-user namespaces each user puts into a lease of its own", "[put][hostile]") {
+  NeedRoot();
+  Daemon d = StartForOthers({"--namespaces", "per_user"});
+  for (uid_t uid : {kAlice, kBob}) {
+    int rc = RunAs(uid, uid, {}, [&] {
+      Client c = d.Connect();
+      auto id = c.Put(Pattern(1000, uid));
+      if (!id.ok()) return 1;
+      auto got = c.Get(*id, kNoWait);
+      return got.ok() && Holds(*got, Pattern(1000, uid)) ? 0 : 2;
+    });
+    CHECK(rc == 0);
+  }
+  Client root = d.Connect();
+  StoreStatus st = StatusOf(root);
+  CHECK(st.namespaces == 3);  // Alice's, Bob's (their objects stay) and root's
+  CHECK(st.leased == 0);      // both processes ended, and their leases with them
+}
+
+// What Mallory's raw client sends after taking a lease (`lease`); `victim` is a frame of Alice's.
+enum class Attack { kNoLease, kOutside, kOverlap, kOtherSegment, kReusedGuid, kTooManyFrames };
+
+TEST_CASE("hostile puts are refused, close their connection and harm nobody", "[put][hostile]") {
+  NeedRoot();
+  Daemon d = StartForOthers({});
+  auto attack = GENERATE(Attack::kNoLease, Attack::kOutside, Attack::kOverlap,
+                         Attack::kOtherSegment, Attack::kReusedGuid, Attack::kTooManyFrames);
+  // Alice's object, put through her lease.
+  std::vector<std::byte> bytes = Pattern(5000, 7);
+  REQUIRE(RunAs(kAlice, kAlice, {}, [&] { return d.Connect().Put(bytes).ok() ? 0 : 1; }) == 0);
+  Client root = d.Connect();
+  auto listed = root.List();
+  REQUIRE(listed.ok());
+  REQUIRE(listed->objects.size() == 1);
+  Guid alice_guid = listed->objects[0].guid;
+  FrameInfo victim = listed->objects[0].frames.at(0);
+
+  int code = RunAs(kMallory, kMallory, {}, [&] {
+    Raw r(d.socket());
+    if (attack == Attack::kNoLease) {
+      r.Hello();
+      r.Write(RawPut(Guid::Random(), {wire::FrameLocation(0, 64, 1, 0)}));
+      return static_cast<int>(r.ReadFinalError().code());
+    }
+    wire::FrameLocation lease = RawLease(r, 4 * kMiB);
+    auto at = [&](uint64_t offset, uint64_t size, uint32_t segment) {
+      return wire::FrameLocation(offset, size, segment, 0);
+    };
+    switch (attack) {
+      case Attack::kOutside:
+        r.Write(
+            RawPut(Guid::Random(), {at(lease.offset() + lease.size() - 64, 128, lease.segment())}));
+        break;
+      case Attack::kOverlap:
+        r.Write(RawPut(Guid::Random(), {at(lease.offset(), 4096, lease.segment())}));
+        r.Write(RawPut(Guid::Random(), {at(lease.offset() + 1024, 64, lease.segment())}));
+        break;
+      case Attack::kOtherSegment:
+        r.Write(RawPut(Guid::Random(), {at(victim.offset, 64, victim.segment)}));
+        break;
+      case Attack::kReusedGuid:
+        r.Write(RawPut(alice_guid, {at(lease.offset(), 64, lease.segment())}));
+        break;
+      default:
+        r.Write(RawPut(Guid::Random(), std::vector<wire::FrameLocation>(
+                                           65, at(lease.offset(), 0, lease.segment()))));
+    }
+    return static_cast<int>(r.ReadFinalError().code());
+  });
+  CHECK(code == static_cast<int>(Status::Code::kProtocolError));
+  // The daemon lives, Alice's object is whole, and Mallory's lease went with her connection.
+  auto got = root.Get(alice_guid, kNoWait);
+  REQUIRE(got.ok());
+  CHECK(Holds(*got, bytes));
+  CHECK(WaitFor([&] { return StatusOf(root).leased == 0; }));
+}
+
+}  // namespace
+}  // namespace depot::test

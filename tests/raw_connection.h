@@ -1,0 +1,79 @@
+// Test support: a raw connection to depotd that speaks bytes, not the client library, for tests
+// that send what no client of the library would.
+#ifndef DEPOT_TESTS_RAW_CONNECTION_H_
+#define DEPOT_TESTS_RAW_CONNECTION_H_
+
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "common/unix_socket.h"
+#include "proto/wire.h"
+
+namespace depot::test {
+
+// A raw connection that speaks bytes, not the client library. Not thread-safe.
+class Raw {
+ public:
+  explicit Raw(const std::string& path) : fd_(ConnectUnix(path)) {
+    REQUIRE(fd_.valid());
+    timeval tv{10, 0};
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  void Write(std::span<const uint8_t> bytes) {
+    REQUIRE(::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(bytes.size()));
+  }
+  void Write(const std::string& s) {
+    Write({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
+  }
+  void Hello(uint16_t version = proto::kProtocolVersion) {
+    flatbuffers::FlatBufferBuilder fbb;
+    fbb.Finish(wire::CreateHelloRequest(fbb, version, fbb.CreateString("raw")));
+    Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kHello), 1, fbb));
+  }
+  // Reads one message; false at end of stream.
+  bool Read(proto::Header& h, std::vector<uint8_t>& body) {
+    if (!ReadExactly(&h, sizeof h)) return false;
+    body.resize(h.length);
+    return ReadExactly(body.data(), body.size());
+  }
+  // Reads the error that ends the connection, then checks that the connection did end.
+  Status ReadFinalError() {
+    proto::Header h;
+    std::vector<uint8_t> body;
+    while (Read(h, body)) {
+      if (h.type != static_cast<uint16_t>(proto::MsgType::kError)) continue;
+      REQUIRE(proto::VerifyBody(h.type, body));
+      auto* e = proto::Body<wire::ErrorReply>(body);
+      Status st(static_cast<Status::Code>(e->code()), e->message()->str());
+      CHECK(!Read(h, body));  // closed after the error
+      return st;
+    }
+    FAIL("the connection ended without an error");
+    return Status();
+  }
+
+ private:
+  bool ReadExactly(void* p, size_t n) {
+    auto* b = static_cast<uint8_t*>(p);
+    while (n > 0) {
+      ssize_t got = ::recv(fd_.get(), b, n, 0);
+      if (got <= 0) return false;
+      b += got;
+      n -= static_cast<size_t>(got);
+    }
+    return true;
+  }
+  UniqueFd fd_;
+};
+
+}  // namespace depot::test
+
+#endif  // DEPOT_TESTS_RAW_CONNECTION_H_
