@@ -1,7 +1,8 @@
 // Section 4, small objects. (a) Put+get pairs per second of 1 KiB objects with 1, 2 and 4 client
 // processes (each its own connection), each process in a loop for a fixed time: depot Put (a copy
-// into the connection's lease and one message with no reply) then Get of that object (a round
-// trip; the Object is dropped), against Redis SET then GET of a new key, and (with
+// into the connection's lease and one message with no reply) then Get of that object (from the
+// shared index once the daemon has read the put, which the get waits up to 100 µs for, else a
+// round trip; the Object is dropped), against Redis SET then GET of a new key, and (with
 // --previous-depotd) depot against an earlier daemon, whose Put is one round trip. depotd and redis-server run on CPU 0; the client processes all run on one CPU,
 // each placement in turn. depot and Redis alternate run by run; objects and keys are removed
 // between runs, untimed.
@@ -226,7 +227,8 @@ void SmallObjects(const Context& ctx) {
   Say(
       fmt::format("\n## 4. Small objects\n\ndepotd ({}) and redis-server, both on CPU {}. A "
                   "depot Put of 1 KiB is a copy into the connection's lease and one message with "
-                  "no reply; the get that follows is one round trip.",
+                  "no reply; the get that follows finds the object in the shared index once depotd has "
+                  "read the put (it waits up to 100 µs for that), else it is a round trip.",
                   daemon.Describe(), kServerCpu));
   std::unique_ptr<DepotDaemon> previous;
   if (!ctx.previous_depotd.empty()) {

@@ -1,5 +1,6 @@
 #include "client/src/connection.h"
 
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -119,6 +120,16 @@ std::optional<Object> Connection::FromIndex(const Guid& guid) {
   h->creator_pid = hit->creator_pid;
   cache_.Remember(h);
   return Object(std::move(h));
+}
+
+std::optional<Object> Connection::FromIndexAfterOwnPut(const Guid& guid) {
+  if (!index_ || !lease_.RecentlyPut(guid)) return std::nullopt;
+  auto deadline = std::chrono::steady_clock::now() + kOwnPutWait;
+  do {
+    sched_yield();
+    if (auto found = FromIndex(guid)) return found;
+  } while (std::chrono::steady_clock::now() < deadline);
+  return std::nullopt;
 }
 
 Status Connection::CheckGetReply(std::span<const Guid> asked, const wire::GetReply& reply) {

@@ -91,6 +91,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // round trip; nullopt when the index does not have it, no slot is free, it changed meanwhile,
   // or a segment it lies in is not mapped yet (the caller then asks the daemon).
   std::optional<Object> FromIndex(const Guid& guid);
+  // FromIndex for an object this connection put in one message moments ago, whose message the
+  // daemon may still be reading: looks again, yielding the CPU between looks (the daemon may
+  // share it), for at most kOwnPutWait. nullopt when `guid` is not such a put or did not appear.
+  std::optional<Object> FromIndexAfterOwnPut(const Guid& guid);
+  static constexpr std::chrono::microseconds kOwnPutWait{100};
   // Whether the shared index has `guid` now (a miss proves nothing).
   bool Indexed(const Guid& guid) const { return index_ && index_->Find(guid).has_value(); }
   // ProtocolError, and the connection broken, unless `reply` answers a get of `asked`: one

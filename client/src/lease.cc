@@ -59,7 +59,13 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
   std::vector<uint8_t> put = proto::Encode(static_cast<uint16_t>(proto::MsgType::kPut), 0, fbb);
   bytes.insert(bytes.end(), put.begin(), put.end());
   if (Status sent = channel_.Send(bytes); !sent.ok()) return Result<Guid>(sent);
+  recent_[next_recent_++ % kRecentPuts] = guid;
   return Result<Guid>(guid);
+}
+
+bool Lease::RecentlyPut(const Guid& guid) {
+  std::lock_guard lk(mu_);
+  return std::find(recent_.begin(), recent_.end(), guid) != recent_.end();
 }
 
 bool Lease::Renew(uint64_t want, uint64_t need) {

@@ -13,6 +13,7 @@
 #ifndef DEPOT_CLIENT_SRC_LEASE_H_
 #define DEPOT_CLIENT_SRC_LEASE_H_
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -53,6 +54,10 @@ class Lease {
   std::optional<Result<Guid>> Put(std::span<const std::span<const std::byte>> frames,
                                   const CreateOptions& options);
 
+  // Whether `guid` is one of the last kRecentPuts objects put through this lease: the daemon may
+  // not have read its message yet, so the shared index may not have it yet.
+  bool RecentlyPut(const Guid& guid);
+
  private:
   // Takes a new lease of about `want` bytes, and at least `need` (the old one's rest goes back to
   // the daemon). False when the daemon refused.
@@ -71,6 +76,9 @@ class Lease {
   uint64_t cursor_ = 0;         // bytes of the lease used
   std::vector<uint64_t> uses_;  // the segment use the mapping holds
   std::chrono::steady_clock::time_point refused_until_{};
+  static constexpr size_t kRecentPuts = 32;
+  std::array<Guid, kRecentPuts> recent_{};  // a ring of the last puts' GUIDs
+  size_t next_recent_ = 0;
 };
 
 }  // namespace depot::internal

@@ -148,16 +148,22 @@ std::optional<std::vector<std::span<std::byte>>> SegmentMap::MapIndexed(
     }
     uint64_t key = SegmentKey(f.pool(), f.segment());
     auto it = segments_.find(key);
-    if (it == segments_.end() || it->second.ro == nullptr || it->second.retired ||
-        it->second.dedicated || f.offset() + f.size() > it->second.size ||
-        f.offset() + f.size() < f.offset()) {
+    // A host segment this connection writes in (its own uid's) is read through that mapping when
+    // it has no read-only one: the views are const either way. A device chunk's read-write
+    // mapping would let the GPU write, so only its read-only one serves.
+    void* base = nullptr;
+    if (it != segments_.end()) {
+      base = it->second.ro != nullptr || it->second.cuda ? it->second.ro : it->second.rw;
+    }
+    if (base == nullptr || it->second.retired || it->second.dedicated ||
+        f.offset() + f.size() > it->second.size || f.offset() + f.size() < f.offset()) {
       for (size_t i = first; i < uses.size(); ++i) --segments_[uses[i]].uses;
       uses.resize(first);
       return std::nullopt;
     }
     ++it->second.uses;
     uses.push_back(key);
-    out.emplace_back(static_cast<std::byte*>(it->second.ro) + f.offset(), f.size());
+    out.emplace_back(static_cast<std::byte*>(base) + f.offset(), f.size());
   }
   return out;
 }
