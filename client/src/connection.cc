@@ -123,7 +123,8 @@ std::optional<Object> Connection::FromIndex(const Guid& guid) {
 }
 
 std::optional<Object> Connection::FromIndexAfterOwnPut(const Guid& guid) {
-  if (!index_ || !lease_.RecentlyPut(guid)) return std::nullopt;
+  // A full set means the daemon will not index it: waiting would only delay the round trip.
+  if (!index_ || !lease_.RecentlyPut(guid) || !index_->HasRoomFor(guid)) return std::nullopt;
   auto deadline = std::chrono::steady_clock::now() + kOwnPutWait;
   do {
     sched_yield();

@@ -97,6 +97,15 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, std::optional<IndexHit>
   return true;
 }
 
+bool IndexReader::HasRoomFor(const Guid& guid) const {
+  uint64_t set = index::SetOf(guid, sets_);
+  for (uint64_t way = 0; way < index::kWays; ++way) {
+    const uint64_t* e = map_.words() + (set * index::kWays + way) * index::kEntryWords;
+    if (Load(&e[index::kId]) == 0) return true;
+  }
+  return false;
+}
+
 bool IndexReader::Unchanged(const IndexHit& hit) const {
   return Load(map_.words() + hit.entry + index::kSeq) == hit.seq;
 }

@@ -51,6 +51,9 @@ class IndexReader {
   // fenced (SlotTable::Publish): true means the daemon will see that slot before it lets the
   // object go.
   bool Unchanged(const IndexHit& hit) const;
+  // Whether `guid`'s set has an empty entry now, so that the daemon could index it (a hint: the
+  // set may change before it does).
+  bool HasRoomFor(const Guid& guid) const;
 
  private:
   IndexReader(SharedMapping map, uint64_t sets, uint64_t arena_bytes)
