@@ -152,18 +152,32 @@ void ObjectTable::Unreference(StoredObject& o, SessionId by) {
 }
 
 void ObjectTable::FreeDeleted(StoredObject& o, SessionId by) {
-  if (Pinned(o)) {
-    pinned_.insert(o.id);
+  if (o.indexed) {
+    readers_->Withdraw(o.id);
+    pinned_[o.id] = {by, true};
     return;
   }
+  Free(o, by, true);
+}
+
+void ObjectTable::Free(StoredObject& o, SessionId by, bool announce) {
   pinned_.erase(o.id);
-  Notify(TableEvent::kFreed, o, by);
+  if (announce) Notify(TableEvent::kFreed, o, by);
   Destroy(o);
 }
 
 bool ObjectTable::FreeUnpinned() {
-  std::vector<ObjectId> ids(pinned_.begin(), pinned_.end());
-  for (ObjectId id : ids) FreeDeleted(objects_.at(id), 0);
+  if (pinned_.empty()) return false;
+  std::unordered_set<ObjectId> held = readers_->Held();
+  std::vector<std::pair<ObjectId, PendingFree>> unheld;
+  for (auto& [id, pending] : pinned_) {
+    if (!held.contains(id)) {
+      unheld.emplace_back(id, pending);
+    } else {
+      pending.announce = true;
+    }
+  }
+  for (auto [id, pending] : unheld) Free(objects_.at(id), pending.by, pending.announce);
   return !pinned_.empty();
 }
 
@@ -181,7 +195,7 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
   LruRemove(o);
   if (readers_ != nullptr) readers_->Withdraw(o.id);  // gone for every get from now on
   Notify(TableEvent::kDeleted, o, by);
-  if (o.refcount == 0 && !Pinned(o)) {
+  if (o.refcount == 0 && !o.indexed) {
     Destroy(o);
   } else {
     o.deleted = true;
@@ -189,7 +203,7 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
     ++counts_.deleted;
     counts_.sealed_bytes -= o.size();
     counts_.deleted_bytes += o.size();
-    if (o.refcount == 0) pinned_.insert(o.id);
+    if (o.refcount == 0) pinned_[o.id] = {by, false};
   }
   return Status::OK();
 }
@@ -272,10 +286,13 @@ std::vector<ObjectId> ObjectTable::SpillCandidates(
     uint64_t bytes, const std::function<bool(const StoredObject&)>& skip) const {
   std::vector<ObjectId> out;
   uint64_t total = 0;
+  std::optional<std::unordered_set<ObjectId>> held;  // read once, at the first indexed candidate
   for (auto it = spill_lru_.begin(); it != spill_lru_.end() && total < bytes; ++it) {
     const StoredObject& o = objects_.at(*it);
+    if (skip(o)) continue;
     // One a reference slot holds now would be written out for nothing: FinishSpill keeps it.
-    if (skip(o) || (readers_ != nullptr && readers_->Pinned(o.id))) continue;
+    if (o.indexed && !held) held = readers_->Held();
+    if (o.indexed && held->contains(o.id)) continue;
     out.push_back(*it);
     total += o.size();
   }
@@ -335,7 +352,8 @@ Result<const StoredObject*> ObjectTable::Adopt(NewObject n, const SpilledFacts& 
     return Status::AlreadyExists(fmt::format("object {} already exists", n.guid.ToString()));
   }
   ObjectId id = next_id_++;
-  StoredObject& o = objects_.try_emplace(id, n.frames, n.name, n.metadata).first->second;
+  StoredObject& o =
+      objects_.try_emplace(id, n.frames, n.name, n.metadata).first->second;
   o.id = id;
   o.guid = n.guid;
   o.evictable = n.evictable;

@@ -83,6 +83,7 @@ class StoredObject {
   uint32_t refcount = 0;  // sessions holding it (at most one per connection: cannot wrap)
   ObjectState state = ObjectState::kCreating;
   bool deleted = false;  // gone from the index, waiting for its last reference
+  bool indexed = false;  // was in the shared index once: a reference slot may hold it
   bool evictable = false;
   bool in_lru = false;
   bool has_checksum = false;
@@ -162,16 +163,20 @@ struct Holder {
 // The lock-free get path as the table sees it (LockFreeGets): clients find sealed objects in
 // memory through a shared index and hold them through reference slots the daemon reads. The
 // table publishes each object that becomes sealed and in memory, withdraws it before its memory
-// may go, and then asks whether a slot still holds it.
+// may go, and then asks whether a slot still holds it. Objects never published are never asked
+// about, and deleted ones are asked about together (FreeUnpinned): a read of every slot is paid
+// once per batch, not once per object.
 class SlotReaders {
  public:
   virtual ~SlotReaders() = default;
-  // `o` is sealed and in memory: clients may find it.
-  virtual void Publish(const StoredObject& o) = 0;
+  // `o` is sealed and in memory: clients may find it. Whether it went into the index.
+  virtual bool Publish(const StoredObject& o) = 0;
   // No client may find `id` from now on (a no-op when it was not published).
   virtual void Withdraw(ObjectId id) = 0;
   // Whether a reference slot holds `id` now; asked only after Withdraw(id).
   virtual bool Pinned(ObjectId id) const = 0;
+  // Every id the reference slots hold now: one read for the ids withdrawn before the call.
+  virtual std::unordered_set<ObjectId> Held() const = 0;
 };
 
 class ObjectTable {
@@ -209,8 +214,9 @@ class ObjectTable {
   Status Release(SessionId session, ObjectId id);
 
   // Removes a sealed object's GUID at once; its memory is freed now, or when the last reference
-  // is released. NotFound when absent; InvalidArgument for an object still being created. `by`
-  // asked for it (named in events).
+  // is released; for an object that was in the shared index, by the next FreeUnpinned, which
+  // reads the reference slots once for all such objects. NotFound when absent; InvalidArgument for
+  // an object still being created. `by` asked for it (named in events).
   Status Delete(const Guid& guid, SessionId by = 0);
 
   // A session ended: aborts what it was creating and drops every reference it held.
@@ -223,8 +229,9 @@ class ObjectTable {
   // Publishes sealed objects to `readers` from now on, and frees, evicts or spills none that a
   // reference slot holds (see SlotReaders). Null: off.
   void set_slot_readers(SlotReaders* readers) { readers_ = readers; }
-  // Frees the deleted objects that only reference slots held and that none holds now; whether
-  // some are still held (then the caller asks again later).
+  // Frees the deleted, unreferenced objects that were in the shared index and that no reference
+  // slot holds now (one read of the slots for all); whether some are still held (then the caller
+  // asks again later). Called after every request that may delete or unreference objects.
   bool FreeUnpinned();
   size_t pinned() const { return pinned_.size(); }
 
@@ -283,17 +290,20 @@ class ObjectTable {
 
   Result<StoredObject*> FindCreating(SessionId session, const Guid& guid);
   void Unreference(StoredObject& o, SessionId by);
-  // A deleted object no session references: freed now, or kept in pinned_ while a reference
-  // slot holds it.
+  // A deleted object no session references: freed now, or, when it was in the index, kept in
+  // pinned_ for FreeUnpinned.
   void FreeDeleted(StoredObject& o, SessionId by);
+  // kFreed announces memory a deleted object kept after its delete; one deleted while nothing
+  // held it goes unannounced, as when it is freed at once.
+  void Free(StoredObject& o, SessionId by, bool announce);
   // Withdrawn from the index; whether a reference slot still holds it.
   bool Pinned(const StoredObject& o) {
-    if (readers_ == nullptr) return false;
+    if (!o.indexed) return false;
     readers_->Withdraw(o.id);
     return readers_->Pinned(o.id);
   }
-  void Publish(const StoredObject& o) {
-    if (readers_ != nullptr) readers_->Publish(o);
+  void Publish(StoredObject& o) {
+    if (readers_ != nullptr && readers_->Publish(o)) o.indexed = true;
   }
   void Destroy(StoredObject& o);  // frees the memory and forgets the object
   bool Evict(StoredObject& o, SessionId by);
@@ -308,14 +318,19 @@ class ObjectTable {
   ClockFn clock_;
   ObjectId next_id_ = 1;
   std::unordered_map<ObjectId, StoredObject> objects_;  // every live object, deleted ones included
-  std::map<Guid, ObjectId> index_;                // visible objects, in GUID order for paging
+  std::map<Guid, ObjectId> index_;                      // visible objects, in GUID order for paging
   std::unordered_map<SessionId, SessionRefs> sessions_;
-  std::list<ObjectId> lru_;  // evictable, sealed, unreferenced; front is least recently used
+  std::list<ObjectId> lru_;        // evictable, sealed, unreferenced; front is least recently used
   std::list<ObjectId> spill_lru_;  // non-evictable, sealed, unreferenced, in memory
   bool spilling_ = false;
   ObjectCounts counts_;
   SlotReaders* readers_ = nullptr;
-  std::unordered_set<ObjectId> pinned_;  // deleted, unreferenced, held by reference slots
+  // Deleted, unreferenced, in the index once: freed when no reference slot holds them.
+  struct PendingFree {
+    SessionId by;   // caused the free
+    bool announce;  // held after its delete, by a reference or a slot
+  };
+  std::unordered_map<ObjectId, PendingFree> pinned_;
 };
 
 }  // namespace depot

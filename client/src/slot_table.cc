@@ -12,7 +12,7 @@ namespace depot::internal {
 
 Result<SlotTable> SlotTable::Map(const UniqueFd& fd, uint32_t count) {
   struct stat st {};
-  uint64_t size = uint64_t{count} * 8;
+  uint64_t size = (uint64_t{count} + 1) * 8;
   if (count == 0 || count > index::kSlotCount || ::fstat(fd.get(), &st) != 0 ||
       !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < size) {
     return Status::ProtocolError(
@@ -20,13 +20,12 @@ Result<SlotTable> SlotTable::Map(const UniqueFd& fd, uint32_t count) {
   }
   auto map = SharedMapping::Map(fd.get(), size, true, "reference slots");
   if (!map.ok()) return map.status();
-  return SlotTable(std::move(*map));
+  return SlotTable(std::move(*map), count);
 }
 
-SlotTable::SlotTable(SharedMapping map) : map_(std::move(map)) {
-  size_t count = map_.size() / 8;
-  free_.reserve(count);
-  for (size_t i = count; i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
+SlotTable::SlotTable(SharedMapping map, uint32_t count) : map_(std::move(map)), count_(count) {
+  for (uint32_t i = 0; i < count; ++i) free_.insert(free_.end(), i);
+  index::Store(map_.words() + count_, 0);
 }
 
 std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
@@ -34,8 +33,12 @@ std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
   {
     std::lock_guard lk(mu_);
     if (free_.empty()) return std::nullopt;
-    slot = free_.back();
-    free_.pop_back();
+    slot = *free_.begin();
+    free_.erase(free_.begin());
+    if (slot >= high_) {
+      high_ = slot + 1;
+      index::Store(map_.words() + count_, high_);
+    }
   }
   index::Store(map_.words() + slot, id);
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -45,7 +48,12 @@ std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
 void SlotTable::Clear(uint32_t slot) {
   index::Store(map_.words() + slot, 0, std::memory_order_release);
   std::lock_guard lk(mu_);
-  free_.push_back(slot);
+  free_.insert(slot);
+  uint32_t high = high_;
+  while (high > 0 && free_.contains(high - 1)) --high;
+  if (high == high_) return;
+  high_ = high;
+  index::Store(map_.words() + count_, high_);
 }
 
 }  // namespace depot::internal

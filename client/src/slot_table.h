@@ -3,14 +3,19 @@
 // its id in a slot instead of a daemon reference: publishing and clearing a slot costs no
 // message. The daemon reads the slots before it frees, evicts or spills an object.
 //
-// Thread-safe: one mutex guards the list of free slots; the slots are written as atomics.
+// The table takes the lowest free slot and keeps the high-water word at one past the highest
+// slot in use, so that the daemon's reads of these slots cost what this process holds, not the
+// table's size.
+//
+// Thread-safe: one mutex guards the free slots and the high-water word; the slots are written as
+// atomics.
 #ifndef DEPOT_CLIENT_SRC_SLOT_TABLE_H_
 #define DEPOT_CLIENT_SRC_SLOT_TABLE_H_
 
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <vector>
+#include <set>
 
 #include "common/shared_mapping.h"
 #include "common/unique_fd.h"
@@ -20,23 +25,29 @@ namespace depot::internal {
 
 class SlotTable {
  public:
-  // Maps `count` slots from `fd`. ProtocolError when the file is smaller than that.
+  // Maps `count` slots and the high-water word after them from `fd`. ProtocolError when the file
+  // is smaller than that.
   static Result<SlotTable> Map(const UniqueFd& fd, uint32_t count);
-  SlotTable(SlotTable&& o) noexcept : map_(std::move(o.map_)), free_(std::move(o.free_)) {}
+  SlotTable(SlotTable&& o) noexcept
+      : map_(std::move(o.map_)), count_(o.count_), free_(std::move(o.free_)), high_(o.high_) {}
 
-  // Claims a free slot, writes `id` into it and fences (seq_cst), so that a re-read of the index
-  // entry after this orders against the daemon's withdrawal (see IndexReader::Unchanged).
+  // Claims the lowest free slot, raises the high-water word past it when needed, writes `id`
+  // into it and fences (seq_cst), so that a re-read of the index entry after this orders against
+  // the daemon's withdrawal (see IndexReader::Unchanged): the daemon then sees both words.
   // nullopt when every slot is taken: the caller asks the daemon instead.
   std::optional<uint32_t> Publish(uint64_t id);
-  // Empties slot `slot` (release: the reads of the object's bytes come before it) and frees it.
+  // Empties slot `slot` (release: the reads of the object's bytes come before it), frees it and
+  // lowers the high-water word past the free slots at the top.
   void Clear(uint32_t slot);
 
  private:
-  explicit SlotTable(SharedMapping map);
+  SlotTable(SharedMapping map, uint32_t count);
 
   SharedMapping map_;
+  uint32_t count_;
   std::mutex mu_;
-  std::vector<uint32_t> free_;
+  std::set<uint32_t> free_;  // lowest first
+  uint32_t high_ = 0;        // what the high-water word holds
 };
 
 }  // namespace depot::internal
