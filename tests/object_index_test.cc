@@ -301,6 +301,13 @@ TEST_CASE("the client keeps its slots low and the daemon reads only up to the hi
   (*slots)->Collect(ids);
   CHECK(ids == std::unordered_set<ObjectId>{21, 77});
   ::munmap(words, index::kSlotBytes);
+  // Slots without the word after them (a daemon that reads every slot) map, and work, as slots.
+  UniqueFd bare(::memfd_create("slots-bare", MFD_CLOEXEC));
+  REQUIRE(::ftruncate(bare.get(), 16 * 8) == 0);
+  auto old = SlotTable::Map(bare, 16);
+  REQUIRE(old.ok());
+  CHECK(*old->Publish(5) == 0);
+  CHECK(SlotTable::Map(bare, 17).status().IsProtocolError());
 }
 
 TEST_CASE(

@@ -12,20 +12,26 @@ namespace depot::internal {
 
 Result<SlotTable> SlotTable::Map(const UniqueFd& fd, uint32_t count) {
   struct stat st {};
-  uint64_t size = (uint64_t{count} + 1) * 8;
+  uint64_t size = uint64_t{count} * 8;
   if (count == 0 || count > index::kSlotCount || ::fstat(fd.get(), &st) != 0 ||
       !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < size) {
     return Status::ProtocolError(
         fmt::format("depotd's reference slots fd does not hold the {} slots it claimed", count));
   }
-  auto map = SharedMapping::Map(fd.get(), size, true, "reference slots");
+  bool has_high_word = static_cast<uint64_t>(st.st_size) >= size + 8;
+  auto map = SharedMapping::Map(fd.get(), size + (has_high_word ? 8 : 0), true, "reference slots");
   if (!map.ok()) return map.status();
-  return SlotTable(std::move(*map), count);
+  return SlotTable(std::move(*map), count, has_high_word);
 }
 
-SlotTable::SlotTable(SharedMapping map, uint32_t count) : map_(std::move(map)), count_(count) {
+SlotTable::SlotTable(SharedMapping map, uint32_t count, bool has_high_word)
+    : map_(std::move(map)), high_word_(has_high_word ? map_.words() + count : nullptr) {
   for (uint32_t i = 0; i < count; ++i) free_.insert(free_.end(), i);
-  index::Store(map_.words() + count_, 0);
+  StoreHigh();
+}
+
+void SlotTable::StoreHigh() {
+  if (high_word_ != nullptr) index::Store(high_word_, high_);
 }
 
 std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
@@ -37,7 +43,7 @@ std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
     free_.erase(free_.begin());
     if (slot >= high_) {
       high_ = slot + 1;
-      index::Store(map_.words() + count_, high_);
+      StoreHigh();
     }
   }
   index::Store(map_.words() + slot, id);
@@ -53,7 +59,7 @@ void SlotTable::Clear(uint32_t slot) {
   while (high > 0 && free_.contains(high - 1)) --high;
   if (high == high_) return;
   high_ = high;
-  index::Store(map_.words() + count_, high_);
+  StoreHigh();
 }
 
 }  // namespace depot::internal

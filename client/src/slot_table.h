@@ -25,11 +25,15 @@ namespace depot::internal {
 
 class SlotTable {
  public:
-  // Maps `count` slots and the high-water word after them from `fd`. ProtocolError when the file
-  // is smaller than that.
+  // Maps `count` slots and the high-water word after them from `fd`; a file of `count` slots only
+  // (from a daemon that predates the word and reads every slot) is mapped without it.
+  // ProtocolError when the file is smaller than the slots.
   static Result<SlotTable> Map(const UniqueFd& fd, uint32_t count);
   SlotTable(SlotTable&& o) noexcept
-      : map_(std::move(o.map_)), count_(o.count_), free_(std::move(o.free_)), high_(o.high_) {}
+      : map_(std::move(o.map_)),
+        high_word_(o.high_word_),
+        free_(std::move(o.free_)),
+        high_(o.high_) {}
 
   // Claims the lowest free slot, raises the high-water word past it when needed, writes `id`
   // into it and fences (seq_cst), so that a re-read of the index entry after this orders against
@@ -41,10 +45,11 @@ class SlotTable {
   void Clear(uint32_t slot);
 
  private:
-  SlotTable(SharedMapping map, uint32_t count);
+  SlotTable(SharedMapping map, uint32_t count, bool has_high_word);
+  void StoreHigh();  // under mu_
 
   SharedMapping map_;
-  uint32_t count_;
+  uint64_t* high_word_;  // null: the daemon reads every slot
   std::mutex mu_;
   std::set<uint32_t> free_;  // lowest first
   uint32_t high_ = 0;        // what the high-water word holds
