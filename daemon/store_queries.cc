@@ -81,6 +81,7 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
   }
   fb::FlatBufferBuilder fbb(512 + o->metadata().size());
   std::vector<fb::Offset<wire::HolderInfo>> holders;
+  replies::Holders extra;
   for (const Holder& h : table.HoldersOf(o->id)) {
     const SessionState& holder = sessions_.at(h.session);
     holders.push_back(wire::CreateHolderInfo(fbb, h.session, holder.creds.pid, holder.creds.uid,
@@ -96,8 +97,8 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
     holders.push_back(wire::CreateHolderInfo(fbb, sid, st.creds.pid, st.creds.uid,
                                              fbb.CreateString(st.process),
                                              fbb.CreateString(st.name), 1));
+    ++extra.slot_holders;
   }
-  replies::Holders extra;
   extra.holders = fbb.CreateVector(holders);
   if (auto creator = sessions_.find(o->creator); creator != sessions_.end()) {
     extra.creator_session = o->creator;
