@@ -152,32 +152,27 @@ void ObjectTable::Unreference(StoredObject& o, SessionId by) {
 }
 
 void ObjectTable::FreeDeleted(StoredObject& o, SessionId by) {
-  if (o.indexed) {
-    readers_->Withdraw(o.id);
-    pinned_[o.id] = {by, true};
+  if (Pinned(o)) {
+    pinned_[o.id] = by;
     return;
   }
-  Free(o, by, true);
+  Free(o, by);
 }
 
-void ObjectTable::Free(StoredObject& o, SessionId by, bool announce) {
+void ObjectTable::Free(StoredObject& o, SessionId by) {
   pinned_.erase(o.id);
-  if (announce) Notify(TableEvent::kFreed, o, by);
+  Notify(TableEvent::kFreed, o, by);
   Destroy(o);
 }
 
 bool ObjectTable::FreeUnpinned() {
   if (pinned_.empty()) return false;
   std::unordered_set<ObjectId> held = readers_->Held();
-  std::vector<std::pair<ObjectId, PendingFree>> unheld;
-  for (auto& [id, pending] : pinned_) {
-    if (!held.contains(id)) {
-      unheld.emplace_back(id, pending);
-    } else {
-      pending.announce = true;
-    }
+  std::vector<std::pair<ObjectId, SessionId>> unheld;
+  for (auto [id, by] : pinned_) {
+    if (!held.contains(id)) unheld.emplace_back(id, by);
   }
-  for (auto [id, pending] : unheld) Free(objects_.at(id), pending.by, pending.announce);
+  for (auto [id, by] : unheld) Free(objects_.at(id), by);
   return !pinned_.empty();
 }
 
@@ -195,7 +190,7 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
   LruRemove(o);
   if (readers_ != nullptr) readers_->Withdraw(o.id);  // gone for every get from now on
   Notify(TableEvent::kDeleted, o, by);
-  if (o.refcount == 0 && !o.indexed) {
+  if (o.refcount == 0 && !Pinned(o)) {
     Destroy(o);
   } else {
     o.deleted = true;
@@ -203,7 +198,7 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
     ++counts_.deleted;
     counts_.sealed_bytes -= o.size();
     counts_.deleted_bytes += o.size();
-    if (o.refcount == 0) pinned_[o.id] = {by, false};
+    if (o.refcount == 0) pinned_[o.id] = by;
   }
   return Status::OK();
 }

@@ -164,8 +164,8 @@ struct Holder {
 // memory through a shared index and hold them through reference slots the daemon reads. The
 // table publishes each object that becomes sealed and in memory, withdraws it before its memory
 // may go, and then asks whether a slot still holds it. Objects never published are never asked
-// about, and deleted ones are asked about together (FreeUnpinned): a read of every slot is paid
-// once per batch, not once per object.
+// about; deleted objects kept for slots are asked about together (FreeUnpinned), as are spill
+// candidates: one read of the slots for the batch.
 class SlotReaders {
  public:
   virtual ~SlotReaders() = default;
@@ -214,8 +214,7 @@ class ObjectTable {
   Status Release(SessionId session, ObjectId id);
 
   // Removes a sealed object's GUID at once; its memory is freed now, or when the last reference
-  // is released; for an object that was in the shared index, by the next FreeUnpinned, which
-  // reads the reference slots once for all such objects. NotFound when absent; InvalidArgument for
+  // is released, or once no reference slot holds it (FreeUnpinned). NotFound when absent; InvalidArgument for
   // an object still being created. `by` asked for it (named in events).
   Status Delete(const Guid& guid, SessionId by = 0);
 
@@ -229,9 +228,8 @@ class ObjectTable {
   // Publishes sealed objects to `readers` from now on, and frees, evicts or spills none that a
   // reference slot holds (see SlotReaders). Null: off.
   void set_slot_readers(SlotReaders* readers) { readers_ = readers; }
-  // Frees the deleted, unreferenced objects that were in the shared index and that no reference
-  // slot holds now (one read of the slots for all); whether some are still held (then the caller
-  // asks again later). Called after every request that may delete or unreference objects.
+  // Frees the deleted objects that only reference slots held and that none holds now, with one
+  // read of the slots for all; whether some are still held (then the caller asks again later).
   bool FreeUnpinned();
   size_t pinned() const { return pinned_.size(); }
 
@@ -290,12 +288,10 @@ class ObjectTable {
 
   Result<StoredObject*> FindCreating(SessionId session, const Guid& guid);
   void Unreference(StoredObject& o, SessionId by);
-  // A deleted object no session references: freed now, or, when it was in the index, kept in
-  // pinned_ for FreeUnpinned.
+  // A deleted object no session references: freed now, or kept in pinned_ while a reference
+  // slot holds it.
   void FreeDeleted(StoredObject& o, SessionId by);
-  // kFreed announces memory a deleted object kept after its delete; one deleted while nothing
-  // held it goes unannounced, as when it is freed at once.
-  void Free(StoredObject& o, SessionId by, bool announce);
+  void Free(StoredObject& o, SessionId by);
   // Withdrawn from the index; whether a reference slot still holds it.
   bool Pinned(const StoredObject& o) {
     if (!o.indexed) return false;
@@ -325,12 +321,8 @@ class ObjectTable {
   bool spilling_ = false;
   ObjectCounts counts_;
   SlotReaders* readers_ = nullptr;
-  // Deleted, unreferenced, in the index once: freed when no reference slot holds them.
-  struct PendingFree {
-    SessionId by;   // caused the free
-    bool announce;  // held after its delete, by a reference or a slot
-  };
-  std::unordered_map<ObjectId, PendingFree> pinned_;
+  // Deleted, unreferenced, held by reference slots; the session that caused the free beside each.
+  std::unordered_map<ObjectId, SessionId> pinned_;
 };
 
 }  // namespace depot

@@ -311,19 +311,23 @@ TEST_CASE("the client keeps its slots low and the daemon reads only up to the hi
 }
 
 TEST_CASE(
-    "deleted objects are freed after one read of the slots for all and unindexed ones at once",
+    "deleted objects slots held are freed together once let go and unindexed ones at once",
     "[index]") {
   TableWithSlots t;
   std::vector<ObjectId> ids;
   for (uint64_t n = 1; n <= 5; ++n) ids.push_back(t.Put(n));
-  uint32_t slot = t.Hold(3);
+  uint32_t a = t.Hold(2), b = t.Hold(4);
   for (uint64_t n = 1; n <= 5; ++n) REQUIRE(t.table.Delete(G(n)).ok());
-  CHECK(t.table.pinned() == 5);  // none freed yet: the slots are read once, below
+  for (ObjectId id : ids) CHECK(t.freed[id] == (id == ids[1] || id == ids[3] ? 0 : 1));
+  CHECK(t.table.pinned() == 2);
+  CHECK(t.table.FreeUnpinned());  // both still held
+  t.slots->Clear(a);
   CHECK(t.table.FreeUnpinned());
-  for (ObjectId id : ids) CHECK(t.freed[id] == (id == ids[2] ? 0 : 1));
-  t.slots->Clear(slot);
+  CHECK(t.freed[ids[1]] == 1);
+  CHECK(t.freed[ids[3]] == 0);
+  t.slots->Clear(b);
   CHECK_FALSE(t.table.FreeUnpinned());
-  CHECK(t.freed[ids[2]] == 1);
+  CHECK(t.freed[ids[3]] == 1);
 
   // Objects the index never held cannot be in a slot: their memory goes without reading any.
   int plain_freed = 0;
