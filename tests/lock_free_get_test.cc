@@ -86,6 +86,7 @@ TEST_CASE("a get of a sealed object not held yet costs no round trip", "[index]"
   CHECK(*reader->Contains(ids[3]));
   // Only the clients request itself went to the daemon.
   CHECK(Requests(*reader, "reader") == before + 1);
+  CHECK(reader->index_gets() == 3);  // the second get and the batch of two
   CHECK(Same(*second, Pattern(4096, 1)));
   REQUIRE(batch.size() == 2);
   for (size_t i = 0; i < 2; ++i) {

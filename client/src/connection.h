@@ -13,6 +13,7 @@
 #ifndef DEPOT_CLIENT_SRC_CONNECTION_H_
 #define DEPOT_CLIENT_SRC_CONNECTION_H_
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -82,6 +83,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // round trip; nullopt when the index does not have it, no slot is free, it changed meanwhile,
   // or a segment it lies in is not mapped yet (the caller then asks the daemon).
   std::optional<Object> FromIndex(const Guid& guid);
+  // How many objects FromIndex has given (Client::index_gets).
+  uint64_t index_gets() const { return index_gets_.load(std::memory_order_relaxed); }
   // Whether the shared index has `guid` now (a miss proves nothing).
   bool Indexed(const Guid& guid) const { return index_ && index_->Find(guid).has_value(); }
   // ProtocolError, and the connection broken, unless `reply` answers a get of `asked`: one
@@ -124,6 +127,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ObjectCache cache_;
   std::optional<IndexReader> index_;
   std::optional<SlotTable> slots_;
+  std::atomic<uint64_t> index_gets_{0};
   std::optional<uid_t> trusted_daemon_uid_;
 };
 
