@@ -466,9 +466,9 @@ void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
     auto msg = fbb.CreateString(st.message());
     results.push_back(wire::CreateGuidResult(fbb, g, ToWire(st.code()), msg));
   }
-  WatchPins();  // frees what no slot holds, with one read of the slots, before the reply
   fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
   Reply(s, id, MsgType::kDelete, fbb);
+  WatchPins();
 }
 
 }  // namespace depot
