@@ -656,14 +656,14 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
 
 TEST_CASE("soak: client processes killed at random lose and leak nothing", "[stress]") {
   // Small enough that evictable objects are evicted to make room.
-  Soak({"--capacity", "64MiB", "--segment-size", "4MiB"}, kDefaultSeconds, 0.5);
+  Soak({"--capacity", "64MiB", "--segment-size", "4MiB"}, kDefaultSeconds, 0.75);
 }
 
 TEST_CASE("soak with spilling: a pool smaller than the working set", "[stress][spill]") {
   // About 40 MiB of live non-evictable objects in a 16 MiB pool: objects go to disk and come
   // back all the time, while clients are killed.
   Soak({"--capacity", "16MiB", "--segment-size", "1MiB", "--spill-dir", TempDir() + "/spill"},
-       kDefaultSeconds / 2, 0.0);
+       kDefaultSeconds / 2, 0.2);
 }
 
 }  // namespace
