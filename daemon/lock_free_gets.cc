@@ -13,14 +13,26 @@ Result<std::unique_ptr<LockFreeGets>> LockFreeGets::Create(uint64_t entries,
       new LockFreeGets(std::move(*index), name_prefix, std::move(indexable)));
 }
 
-void LockFreeGets::Publish(const StoredObject& o) {
+bool LockFreeGets::Publish(const StoredObject& o) {
   auto frames = o.frames();
-  if (std::all_of(frames.begin(), frames.end(), indexable_)) index_->Insert(o);
+  return std::all_of(frames.begin(), frames.end(), indexable_) && index_->Insert(o);
 }
 
 bool LockFreeGets::Pinned(ObjectId id) const {
   return std::any_of(slots_.begin(), slots_.end(),
                      [id](const auto& s) { return s.second->Holds(id); });
+}
+
+std::unordered_set<ObjectId> LockFreeGets::Held() const {
+  std::unordered_set<ObjectId> ids;
+  for (const auto& [session, slots] : slots_) slots->Collect(ids);
+  return ids;
+}
+
+std::vector<ObjectId> LockFreeGets::Touched() {
+  std::vector<ObjectId> ids;
+  for (auto& [session, slots] : slots_) slots->TakeTouches(ids);
+  return ids;
 }
 
 Result<const ReferenceSlots*> LockFreeGets::Join(SessionId session) {

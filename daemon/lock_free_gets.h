@@ -35,9 +35,11 @@ class LockFreeGets : public SlotReaders {
                                                       const std::string& name_prefix,
                                                       IndexableFn indexable);
 
-  void Publish(const StoredObject& o) override;
+  bool Publish(const StoredObject& o) override;
   void Withdraw(ObjectId id) override { index_->Remove(id); }
   bool Pinned(ObjectId id) const override;
+  std::unordered_set<ObjectId> Held() const override;
+  std::vector<ObjectId> Touched() override;
 
   // Makes `session`'s slots (sent to it at hello). The memfd's error.
   Result<const ReferenceSlots*> Join(SessionId session);

@@ -80,12 +80,14 @@ void Objects(PrometheusText& t, const MetricsSnapshot& m) {
   t.Family("depot_object_bytes", "gauge", "Bytes of objects by state.");
   for (const State& s : kStates) t.Sample("depot_object_bytes", {{"state", s.name}}, s.bytes);
   t.Family("depot_evictable_objects", "gauge",
-           "Sealed objects that eviction may drop: evictable and referenced by nobody.");
+           "Sealed objects that eviction may drop: evictable and referenced by nobody (reference "
+           "slots included).");
   t.Sample("depot_evictable_objects", {}, c.evictable);
   t.Family("depot_evictable_bytes", "gauge", "Bytes of those evictable objects.");
   t.Sample("depot_evictable_bytes", {}, c.evictable_bytes);
   t.Family("depot_pinned_objects", "gauge",
-           "Sealed objects eviction may not drop: not evictable, or referenced.");
+           "Sealed objects eviction may not drop: not evictable, or referenced (reference slots "
+           "included).");
   t.Sample("depot_pinned_objects", {}, c.sealed - c.spilled - c.evictable);
   t.Family("depot_pinned_bytes", "gauge", "Bytes of those pinned objects.");
   t.Sample("depot_pinned_bytes", {}, c.sealed_bytes - c.spilled_bytes - c.evictable_bytes);

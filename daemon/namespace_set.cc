@@ -286,6 +286,16 @@ ObjectCounts NamespaceSet::Counts() const {
     total.spilled += n.spilled;
     total.spilled_bytes += n.spilled_bytes;
     total.lost += n.lost;
+    // An evictable object a reference slot holds is referenced too: eviction passes over it.
+    // The slots are read here, on demand, rather than counted as clients write them.
+    if (const LockFreeGets* gets = ns->gets(); gets != nullptr) {
+      for (ObjectId id : gets->Held()) {
+        const StoredObject* o = ns->table().Get(id);
+        if (o == nullptr || !o->in_lru || !o->evictable) continue;
+        --total.evictable;
+        total.evictable_bytes -= o->size();
+      }
+    }
   }
   return total;
 }

@@ -153,17 +153,26 @@ void ObjectTable::Unreference(StoredObject& o, SessionId by) {
 
 void ObjectTable::FreeDeleted(StoredObject& o, SessionId by) {
   if (Pinned(o)) {
-    pinned_.insert(o.id);
+    pinned_[o.id] = by;
     return;
   }
+  Free(o, by);
+}
+
+void ObjectTable::Free(StoredObject& o, SessionId by) {
   pinned_.erase(o.id);
   Notify(TableEvent::kFreed, o, by);
   Destroy(o);
 }
 
 bool ObjectTable::FreeUnpinned() {
-  std::vector<ObjectId> ids(pinned_.begin(), pinned_.end());
-  for (ObjectId id : ids) FreeDeleted(objects_.at(id), 0);
+  if (pinned_.empty()) return false;
+  std::unordered_set<ObjectId> held = readers_->Held();
+  std::vector<std::pair<ObjectId, SessionId>> unheld;
+  for (auto [id, by] : pinned_) {
+    if (!held.contains(id)) unheld.emplace_back(id, by);
+  }
+  for (auto [id, by] : unheld) Free(objects_.at(id), by);
   return !pinned_.empty();
 }
 
@@ -189,7 +198,7 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
     ++counts_.deleted;
     counts_.sealed_bytes -= o.size();
     counts_.deleted_bytes += o.size();
-    if (o.refcount == 0) pinned_.insert(o.id);
+    if (o.refcount == 0) pinned_[o.id] = by;
   }
   return Status::OK();
 }
@@ -206,7 +215,16 @@ void ObjectTable::DropSession(SessionId session) {
   for (const auto& [id, count] : refs.held) Unreference(objects_.at(id), session);
 }
 
+void ObjectTable::TakeTouches() {
+  if (readers_ == nullptr) return;
+  for (ObjectId id : readers_->Touched()) {
+    auto it = objects_.find(id);
+    if (it != objects_.end() && it->second.in_lru) LruAdd(it->second);  // to the recent end
+  }
+}
+
 bool ObjectTable::EvictLru(SessionId by) {
+  TakeTouches();
   // An object a reference slot holds is passed over: back in the index, at the LRU's recent end.
   // Each is tried once per call, so a cache that slots hold entirely ends the search.
   for (size_t tries = lru_.size(); tries > 0; --tries) {
@@ -269,13 +287,17 @@ void ObjectTable::LruRemove(StoredObject& o) {
 }
 
 std::vector<ObjectId> ObjectTable::SpillCandidates(
-    uint64_t bytes, const std::function<bool(const StoredObject&)>& skip) const {
+    uint64_t bytes, const std::function<bool(const StoredObject&)>& skip) {
+  TakeTouches();
   std::vector<ObjectId> out;
   uint64_t total = 0;
+  std::optional<std::unordered_set<ObjectId>> held;  // read once, at the first indexed candidate
   for (auto it = spill_lru_.begin(); it != spill_lru_.end() && total < bytes; ++it) {
     const StoredObject& o = objects_.at(*it);
+    if (skip(o)) continue;
     // One a reference slot holds now would be written out for nothing: FinishSpill keeps it.
-    if (skip(o) || (readers_ != nullptr && readers_->Pinned(o.id))) continue;
+    if (o.indexed && !held) held = readers_->Held();
+    if (o.indexed && held->contains(o.id)) continue;
     out.push_back(*it);
     total += o.size();
   }
@@ -335,7 +357,8 @@ Result<const StoredObject*> ObjectTable::Adopt(NewObject n, const SpilledFacts& 
     return Status::AlreadyExists(fmt::format("object {} already exists", n.guid.ToString()));
   }
   ObjectId id = next_id_++;
-  StoredObject& o = objects_.try_emplace(id, n.frames, n.name, n.metadata).first->second;
+  StoredObject& o =
+      objects_.try_emplace(id, n.frames, n.name, n.metadata).first->second;
   o.id = id;
   o.guid = n.guid;
   o.evictable = n.evictable;

@@ -83,6 +83,7 @@ class StoredObject {
   uint32_t refcount = 0;  // sessions holding it (at most one per connection: cannot wrap)
   ObjectState state = ObjectState::kCreating;
   bool deleted = false;  // gone from the index, waiting for its last reference
+  bool indexed = false;  // was in the shared index once: a reference slot may hold it
   bool evictable = false;
   bool in_lru = false;
   bool has_checksum = false;
@@ -162,16 +163,22 @@ struct Holder {
 // The lock-free get path as the table sees it (LockFreeGets): clients find sealed objects in
 // memory through a shared index and hold them through reference slots the daemon reads. The
 // table publishes each object that becomes sealed and in memory, withdraws it before its memory
-// may go, and then asks whether a slot still holds it.
+// may go, and then asks whether a slot still holds it. Objects never published are never asked
+// about; deleted objects kept for slots are asked about together (FreeUnpinned), as are spill
+// candidates: one read of the slots for the batch.
 class SlotReaders {
  public:
   virtual ~SlotReaders() = default;
-  // `o` is sealed and in memory: clients may find it.
-  virtual void Publish(const StoredObject& o) = 0;
+  // `o` is sealed and in memory: clients may find it. Whether it went into the index.
+  virtual bool Publish(const StoredObject& o) = 0;
   // No client may find `id` from now on (a no-op when it was not published).
   virtual void Withdraw(ObjectId id) = 0;
   // Whether a reference slot holds `id` now; asked only after Withdraw(id).
   virtual bool Pinned(ObjectId id) const = 0;
+  // Every id the reference slots hold now: one read for the ids withdrawn before the call.
+  virtual std::unordered_set<ObjectId> Held() const = 0;
+  // The ids clients took from the index since the last call, oldest first (untrusted).
+  virtual std::vector<ObjectId> Touched() = 0;
 };
 
 class ObjectTable {
@@ -209,8 +216,8 @@ class ObjectTable {
   Status Release(SessionId session, ObjectId id);
 
   // Removes a sealed object's GUID at once; its memory is freed now, or when the last reference
-  // is released. NotFound when absent; InvalidArgument for an object still being created. `by`
-  // asked for it (named in events).
+  // is released, or once no reference slot holds it (FreeUnpinned). NotFound when absent; InvalidArgument for
+  // an object still being created. `by` asked for it (named in events).
   Status Delete(const Guid& guid, SessionId by = 0);
 
   // A session ended: aborts what it was creating and drops every reference it held.
@@ -223,8 +230,8 @@ class ObjectTable {
   // Publishes sealed objects to `readers` from now on, and frees, evicts or spills none that a
   // reference slot holds (see SlotReaders). Null: off.
   void set_slot_readers(SlotReaders* readers) { readers_ = readers; }
-  // Frees the deleted objects that only reference slots held and that none holds now; whether
-  // some are still held (then the caller asks again later).
+  // Frees the deleted objects that only reference slots held and that none holds now, with one
+  // read of the slots for all; whether some are still held (then the caller asks again later).
   bool FreeUnpinned();
   size_t pinned() const { return pinned_.size(); }
 
@@ -234,7 +241,7 @@ class ObjectTable {
   // Spill candidates, least recently used first, until their sizes reach `bytes` (or none is
   // left); `skip` says which to pass over.
   std::vector<ObjectId> SpillCandidates(uint64_t bytes,
-                                        const std::function<bool(const StoredObject&)>& skip) const;
+                                        const std::function<bool(const StoredObject&)>& skip);
   // Memory -> Spilling: the object leaves the candidates while its file is written.
   void StartSpill(ObjectId id);
   // Spilling -> Disk when `written` and nobody took a reference meanwhile: returns true, and the
@@ -286,19 +293,23 @@ class ObjectTable {
   // A deleted object no session references: freed now, or kept in pinned_ while a reference
   // slot holds it.
   void FreeDeleted(StoredObject& o, SessionId by);
+  void Free(StoredObject& o, SessionId by);
   // Withdrawn from the index; whether a reference slot still holds it.
   bool Pinned(const StoredObject& o) {
-    if (readers_ == nullptr) return false;
+    if (!o.indexed) return false;
     readers_->Withdraw(o.id);
     return readers_->Pinned(o.id);
   }
-  void Publish(const StoredObject& o) {
-    if (readers_ != nullptr) readers_->Publish(o);
+  void Publish(StoredObject& o) {
+    if (readers_ != nullptr && readers_->Publish(o)) o.indexed = true;
   }
   void Destroy(StoredObject& o);  // frees the memory and forgets the object
   bool Evict(StoredObject& o, SessionId by);
   void LruRemove(StoredObject& o);
   void LruAdd(StoredObject& o);
+  // Moves the objects clients took from the index since the last call to the recent end of
+  // their LRU (SlotReaders::Touched), before the LRU is read.
+  void TakeTouches();
   void Notify(TableEvent e, const StoredObject& o, SessionId by) {
     if (observer_) observer_(e, o, by);
   }
@@ -308,14 +319,15 @@ class ObjectTable {
   ClockFn clock_;
   ObjectId next_id_ = 1;
   std::unordered_map<ObjectId, StoredObject> objects_;  // every live object, deleted ones included
-  std::map<Guid, ObjectId> index_;                // visible objects, in GUID order for paging
+  std::map<Guid, ObjectId> index_;                      // visible objects, in GUID order for paging
   std::unordered_map<SessionId, SessionRefs> sessions_;
-  std::list<ObjectId> lru_;  // evictable, sealed, unreferenced; front is least recently used
+  std::list<ObjectId> lru_;        // evictable, sealed, unreferenced; front is least recently used
   std::list<ObjectId> spill_lru_;  // non-evictable, sealed, unreferenced, in memory
   bool spilling_ = false;
   ObjectCounts counts_;
   SlotReaders* readers_ = nullptr;
-  std::unordered_set<ObjectId> pinned_;  // deleted, unreferenced, held by reference slots
+  // Deleted, unreferenced, held by reference slots; the session that caused the free beside each.
+  std::unordered_map<ObjectId, SessionId> pinned_;
 };
 
 }  // namespace depot

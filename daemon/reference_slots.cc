@@ -1,5 +1,7 @@
 #include "daemon/reference_slots.h"
 
+#include <algorithm>
+
 #include "daemon/shm_source.h"
 #include "proto/index_layout.h"
 
@@ -14,19 +16,34 @@ Result<std::unique_ptr<ReferenceSlots>> ReferenceSlots::Create(const std::string
       new ReferenceSlots(std::move(memory->fd), std::move(*map)));
 }
 
+std::span<const uint64_t> ReferenceSlots::Used() const {
+  uint64_t high = index::Load(map_.words() + index::kSlotHighWater, std::memory_order_acquire);
+  return {map_.words(), std::min<uint64_t>(high, index::kSlotCount)};
+}
+
 void ReferenceSlots::Collect(std::unordered_set<ObjectId>& ids) const {
-  for (uint32_t i = 0; i < index::kSlotCount; ++i) {
-    if (uint64_t id = index::Load(map_.words() + i, std::memory_order_acquire); id != 0) {
-      ids.insert(id);
-    }
+  for (const uint64_t& slot : Used()) {
+    if (uint64_t id = index::Load(&slot, std::memory_order_acquire); id != 0) ids.insert(id);
   }
 }
 
-bool ReferenceSlots::Holds(ObjectId id) const {
-  for (uint32_t i = 0; i < index::kSlotCount; ++i) {
-    if (index::Load(map_.words() + i, std::memory_order_acquire) == id) return true;
+void ReferenceSlots::TakeTouches(std::vector<ObjectId>& ids) {
+  uint64_t count = index::Load(map_.words() + index::kTouchCount, std::memory_order_acquire);
+  if (count <= touches_read_) {
+    touches_read_ = count;
+    return;
   }
-  return false;
+  uint64_t from = count - std::min<uint64_t>(count - touches_read_, index::kTouchRingSize);
+  for (uint64_t n = from; n < count; ++n) {
+    ids.push_back(index::Load(map_.words() + index::kTouchRing + n % index::kTouchRingSize));
+  }
+  touches_read_ = count;
+}
+
+bool ReferenceSlots::Holds(ObjectId id) const {
+  return std::ranges::any_of(Used(), [id](const uint64_t& slot) {
+    return index::Load(&slot, std::memory_order_acquire) == id;
+  });
 }
 
 }  // namespace depot

@@ -1,12 +1,15 @@
 // ReferenceSlots is one session's reference slots (proto/index_layout.h): a sealed memfd of
-// index::kSlotCount words that the daemon maps and sends read-write to the session at hello. The
+// index::kSlotCount words and a high-water word that the daemon maps and sends read-write to the
+// session at hello. The
 // client publishes in a slot the ObjectId of an object it took from the index, and clears the
 // slot when it lets the object go: a hold that costs no message. The daemon reads the slots
 // before it frees, evicts or spills an object that left the index (see LockFreeGets).
 //
 // The slots are the client's to write: their contents are untrusted ids. The memfd is sealed
 // against shrinking, so no client can make the daemon's reads fault; an id that names nothing
-// keeps nothing, and one that names an object of the namespace keeps it as a get would.
+// keeps nothing, and one that names an object of the namespace keeps it as a get would. Only the
+// slots below the high-water word are read, the word clamped to the slot count: a client that
+// writes it too low gives up the protection of its own views only (docs/design.md).
 //
 // Not thread-safe: the daemon's single loop owns it; the client writes the memory concurrently.
 #ifndef DEPOT_DAEMON_REFERENCE_SLOTS_H_
@@ -14,8 +17,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "common/shared_mapping.h"
 #include "common/unique_fd.h"
@@ -36,12 +41,19 @@ class ReferenceSlots {
   void Collect(std::unordered_set<ObjectId>& ids) const;
   // Whether some slot holds `id` now.
   bool Holds(ObjectId id) const;
+  // Appends the ids the client noted as taken from the index since the last call: at most the
+  // ring's size, the most recent; none when the count went backwards (untrusted, like the slots).
+  void TakeTouches(std::vector<ObjectId>& ids);
 
  private:
+  // The slots in use now, as the client says, clamped to the slot count.
+  std::span<const uint64_t> Used() const;
+
   ReferenceSlots(UniqueFd fd, SharedMapping map) : fd_(std::move(fd)), map_(std::move(map)) {}
 
   UniqueFd fd_;
   SharedMapping map_;
+  uint64_t touches_read_ = 0;  // the touch count at the last TakeTouches
 };
 
 }  // namespace depot

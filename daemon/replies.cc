@@ -34,7 +34,7 @@ fb::Offset<wire::ObjectInfo> ObjectInfo(fb::FlatBufferBuilder& fbb, const Stored
                                                 : wire::State::Creating);
   b.add_size(o.size());
   b.add_frames(frames);
-  b.add_refcount(o.refcount);
+  b.add_refcount(o.refcount + (holders != nullptr ? holders->slot_holders : 0));
   b.add_evictable(o.evictable);
   b.add_created_unix_ns(o.created_ns);
   b.add_sealed_unix_ns(o.sealed_ns);

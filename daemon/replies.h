@@ -26,6 +26,7 @@ struct Holders {
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::HolderInfo>>> holders;
   flatbuffers::Offset<flatbuffers::String> creator_process;
   uint64_t creator_session = 0;  // 0: the creator is not connected
+  uint32_t slot_holders = 0;     // sessions that hold it through a reference slot only
 };
 
 // What `depotctl ls` and `stat` show of an object; metadata and holders only for stat.

@@ -59,7 +59,15 @@ std::vector<const StoredObject*> Store::HeldByProcess(const ObjectTable& table, 
   std::vector<const StoredObject*> held;
   for (const auto& [sid, st] : sessions_) {
     if (st.creds.pid != pid || st.ns == nullptr || &st.ns->table() != &table) continue;
-    for (const StoredObject* o : table.ObjectsHeldBy(sid)) {
+    std::vector<const StoredObject*> objects = table.ObjectsHeldBy(sid);
+    // What it holds through its reference slots counts too (ids that name nothing are skipped).
+    if (const LockFreeGets* gets = st.ns->gets(); gets != nullptr) {
+      for (ObjectId id : gets->HeldBy(sid)) {
+        const StoredObject* o = table.Get(id);
+        if (o != nullptr && !o->deleted) objects.push_back(o);
+      }
+    }
+    for (const StoredObject* o : objects) {
       if (!after || *after < o->guid) held.push_back(o);
     }
   }
@@ -81,6 +89,7 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
   }
   fb::FlatBufferBuilder fbb(512 + o->metadata().size());
   std::vector<fb::Offset<wire::HolderInfo>> holders;
+  replies::Holders extra;
   for (const Holder& h : table.HoldersOf(o->id)) {
     const SessionState& holder = sessions_.at(h.session);
     holders.push_back(wire::CreateHolderInfo(fbb, h.session, holder.creds.pid, holder.creds.uid,
@@ -96,8 +105,8 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
     holders.push_back(wire::CreateHolderInfo(fbb, sid, st.creds.pid, st.creds.uid,
                                              fbb.CreateString(st.process),
                                              fbb.CreateString(st.name), 1));
+    ++extra.slot_holders;
   }
-  replies::Holders extra;
   extra.holders = fbb.CreateVector(holders);
   if (auto creator = sessions_.find(o->creator); creator != sessions_.end()) {
     extra.creator_session = o->creator;

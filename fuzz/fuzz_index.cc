@@ -82,9 +82,11 @@ void UseSlots(const uint8_t* data, size_t size) {
   }
   size_t count = std::min<size_t>(size / 8, index::kSlotCount);
   std::memcpy(slots, data, count * 8);
-  auto slot_holds = [&](ObjectId id) {
-    return std::find(slots, slots + index::kSlotCount, id) != slots + index::kSlotCount;
-  };
+  // The high-water word as an honest client writes it, too high, or too low (clamped, read as is).
+  const uint64_t high[] = {count, ~uint64_t{0}, count / 2};
+  slots[index::kSlotHighWater] = high[size % 3];
+  uint64_t* used = slots + std::min<uint64_t>(high[size % 3], index::kSlotCount);
+  auto slot_holds = [&](ObjectId id) { return std::find(slots, used, id) != used; };
   for (uint64_t n = 1; n <= 4; ++n) Check(table.Delete(Guid{n, n}).ok());
   while (table.EvictLru()) {
   }

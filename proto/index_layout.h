@@ -8,8 +8,11 @@
 // words, then the metadata padded to whole words. Every word is read and written as an atomic
 // (std::atomic_ref, relaxed, with fences), so racing readers and the writer are no data race.
 //
-// The reference slots of a session are one memfd of kSlotCount words: a slot holds the ObjectId
-// of an object the session holds without a daemon reference, or 0.
+// The reference slots of a session are one memfd of kSlotCount words, then one high-water word: a
+// slot holds the ObjectId of an object the session holds without a daemon reference, or 0. The
+// high-water word says how many leading slots may be in use (the client takes the lowest free
+// slot and raises the word before it writes a slot beyond it), so that the daemon reads only
+// those: an idle session costs it one word, not kSlotCount.
 //
 // Nothing here trusts the other side: the client checks everything it reads like a reply, and
 // the daemon reads slots only as ids to keep.
@@ -31,7 +34,15 @@ inline constexpr uint64_t kFrameWords = 3;  // offset, size, pool << 32 | segmen
 // A record is placed at a multiple of this in the arena.
 inline constexpr uint64_t kRecordAlign = 64;
 inline constexpr uint32_t kSlotCount = 1024;
-inline constexpr uint64_t kSlotBytes = uint64_t{kSlotCount} * 8;
+inline constexpr uint32_t kSlotHighWater = kSlotCount;  // the word after the slots
+// Then the touches: a count of the objects the client took from the index, and a ring of the
+// last kTouchRingSize of their ids, which the daemon reads before it evicts or spills so that
+// gets without a message still keep an object recently used. Untrusted like the slots: an id
+// only moves an object of the namespace to the recent end of its LRU, as a get would.
+inline constexpr uint32_t kTouchCount = kSlotCount + 1;
+inline constexpr uint32_t kTouchRing = kSlotCount + 2;
+inline constexpr uint32_t kTouchRingSize = 256;
+inline constexpr uint64_t kSlotBytes = (uint64_t{kTouchRing} + kTouchRingSize) * 8;
 
 // The words of an entry.
 enum Word : uint64_t {

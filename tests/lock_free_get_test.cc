@@ -86,6 +86,7 @@ TEST_CASE("a get of a sealed object not held yet costs no round trip", "[index]"
   CHECK(*reader->Contains(ids[3]));
   // Only the clients request itself went to the daemon.
   CHECK(Requests(*reader, "reader") == before + 1);
+  CHECK(reader->index_gets() == 3);  // the second get and the batch of two
   CHECK(Same(*second, Pattern(4096, 1)));
   REQUIRE(batch.size() == 2);
   for (size_t i = 0; i < 2; ++i) {
@@ -106,6 +107,7 @@ TEST_CASE("a get of a sealed object not held yet costs no round trip", "[index]"
   auto stat = writer.Stat(ids[1]);
   REQUIRE(stat.ok());
   CHECK(stat->holders.size() == 1);
+  CHECK(stat->refcount == 1);  // the slot hold counts as a reference, as in holders
 }
 
 TEST_CASE("a get of an object this process has just put in one message waits for the index",
@@ -191,6 +193,11 @@ TEST_CASE("eviction passes over an evictable object a slot holds", "[index]") {
     return Same(*obj, data) ? 0 : 2;
   });
   REQUIRE(holding.Receive() == "holding");
+  // Held (the warm one by a daemon reference, this one by a slot): neither is evictable.
+  auto metrics = c.Metrics();
+  REQUIRE(metrics.ok());
+  CHECK(metrics->find("\ndepot_evictable_objects 0\n") != std::string::npos);
+  CHECK(metrics->find("\ndepot_pinned_objects 2\n") != std::string::npos);
   for (uint32_t i = 0; i < 300; ++i) REQUIRE(c.Put(Pattern(200000, 100 + i), Named("", true)).ok());
   CHECK(StatusOf(c).evictions > 0);
   filled.Send("filled");

@@ -154,7 +154,10 @@ TEST_CASE("metrics count the requests, objects and errors that happened", "[metr
   auto b = c.Put(Pattern(3 << 20, 2), Named("", true));
   REQUIRE(a.ok());
   REQUIRE(b.ok());
-  auto held = c.Get(*a);
+  // From another connection, which has not mapped the segment yet: a get request (this one's
+  // own get would take the index).
+  Client reader = d.Connect();
+  auto held = reader.Get(*a);
   REQUIRE(held.ok());
   CHECK(c.Put(Pattern(1, 3)).ok());
   // Larger than the whole capacity: StoreFull.
@@ -180,7 +183,7 @@ TEST_CASE("metrics count the requests, objects and errors that happened", "[metr
   CHECK(Value(m, "depot_request_duration_seconds_count{type=\"create\"}") == 2);
   CHECK(Value(m, "depot_request_duration_seconds_count{type=\"get\"}") == 1);
   CHECK(Value(m, "depot_request_duration_seconds_bucket{type=\"get\",le=\"+Inf\"}") == 1);
-  CHECK(Value(m, "depot_clients") == 2);  // this client and the one Metrics connected
+  CHECK(Value(m, "depot_clients") == 3);  // these two clients and the one Metrics connected
   CHECK(Value(m, "depot_pool_capacity_bytes{pool=\"host\",kind=\"host\"}") == 64 << 20);
   double used = Value(m, "depot_pool_used_bytes{pool=\"host\",kind=\"host\"}");
   CHECK(used >= 100 + (3 << 20) + 1);

@@ -16,6 +16,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "client/src/index_reader.h"
@@ -260,6 +261,91 @@ TEST_CASE("eviction passes over objects a slot holds and keeps them in the index
   CHECK(t.table.EvictLru());
   CHECK(t.freed[held] == 1);
   CHECK_FALSE(t.reader->Find(G(1)));
+}
+
+TEST_CASE("the client keeps its slots low and the daemon reads only up to the high-water word",
+          "[index]") {
+  auto slots = ReferenceSlots::Create("slots-high");
+  REQUIRE(slots.ok());
+  auto table = SlotTable::Map(Dup((*slots)->fd()), index::kSlotCount);
+  REQUIRE(table.ok());
+  UniqueFd fd = Dup((*slots)->fd());
+  auto* words = static_cast<uint64_t*>(
+      ::mmap(nullptr, index::kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0));
+  REQUIRE(words != MAP_FAILED);
+  uint64_t& high = words[index::kSlotHighWater];
+  CHECK(high == 0);  // an idle session costs the daemon this one word
+  auto a = table->Publish(21), b = table->Publish(22), c = table->Publish(23);
+  CHECK(*a == 0);
+  CHECK(*b == 1);
+  CHECK(*c == 2);
+  CHECK(high == 3);
+  table->Clear(*b);
+  CHECK(high == 3);                 // slot 2 is still in use
+  CHECK(*table->Publish(24) == 1);  // the lowest free slot is taken again
+  table->Clear(1);
+  table->Clear(*c);
+  CHECK(high == 1);  // the free slots at the top are not read
+  CHECK((*slots)->Holds(21));
+  // A client that writes an id above its high-water word, or lowers the word under its own
+  // holds, gives up those holds: the daemon does not read them.
+  words[7] = 77;
+  CHECK_FALSE((*slots)->Holds(77));
+  high = 0;
+  CHECK_FALSE((*slots)->Holds(21));
+  // One that raises it past the slots is read up to the last slot, never beyond.
+  high = ~uint64_t{0};
+  CHECK((*slots)->Holds(77));
+  CHECK_FALSE((*slots)->Holds(~uint64_t{0}));
+  std::unordered_set<ObjectId> ids;
+  (*slots)->Collect(ids);
+  CHECK(ids == std::unordered_set<ObjectId>{21, 77});
+  ::munmap(words, index::kSlotBytes);
+  // Slots without the word after them (a daemon that reads every slot) map, and work, as slots.
+  UniqueFd bare(::memfd_create("slots-bare", MFD_CLOEXEC));
+  REQUIRE(::ftruncate(bare.get(), 16 * 8) == 0);
+  auto old = SlotTable::Map(bare, 16);
+  REQUIRE(old.ok());
+  CHECK(*old->Publish(5) == 0);
+  CHECK(SlotTable::Map(bare, 17).status().IsProtocolError());
+}
+
+TEST_CASE(
+    "deleted objects slots held are freed together once let go and unindexed ones at once",
+    "[index]") {
+  TableWithSlots t;
+  std::vector<ObjectId> ids;
+  for (uint64_t n = 1; n <= 5; ++n) ids.push_back(t.Put(n));
+  uint32_t a = t.Hold(2), b = t.Hold(4);
+  for (uint64_t n = 1; n <= 5; ++n) REQUIRE(t.table.Delete(G(n)).ok());
+  for (ObjectId id : ids) CHECK(t.freed[id] == (id == ids[1] || id == ids[3] ? 0 : 1));
+  CHECK(t.table.pinned() == 2);
+  CHECK(t.table.FreeUnpinned());  // both still held
+  t.slots->Clear(a);
+  CHECK(t.table.FreeUnpinned());
+  CHECK(t.freed[ids[1]] == 1);
+  CHECK(t.freed[ids[3]] == 0);
+  t.slots->Clear(b);
+  CHECK_FALSE(t.table.FreeUnpinned());
+  CHECK(t.freed[ids[3]] == 1);
+
+  // Objects the index never held cannot be in a slot: their memory goes without reading any.
+  int plain_freed = 0;
+  ObjectTable plain{[&](const StoredObject&) { ++plain_freed; }, [] { return int64_t{0}; }};
+  auto unindexed = LockFreeGets::Create(64, "test-plain-", [](const Location&) { return false; });
+  REQUIRE(unindexed.ok());
+  plain.set_slot_readers(unindexed->get());
+  NewObject o;
+  o.guid = G(9);
+  o.frames = {{.segment = 1, .offset = 0, .size = 64}};
+  o.creator = 9;
+  auto made = plain.Create(std::move(o));
+  REQUIRE(made.ok());
+  REQUIRE(plain.Seal(9, G(9)).ok());
+  CHECK_FALSE((*made)->indexed);
+  REQUIRE(plain.Delete(G(9)).ok());
+  CHECK(plain.pinned() == 0);
+  CHECK(plain_freed == 1);
 }
 
 // Readers race a writer that publishes objects, withdraws them and reuses their memory once no

@@ -1,7 +1,10 @@
 // Soak test: client processes hammer one real depotd with a random mix of put, get, multi-get,
 // delete and create-then-abort, while the test kills some of them with SIGKILL at random points
 // and starts others in their place. Every object carries an XXH3-64 checksum of its bytes in its
-// metadata, and every reader checks it. At the end: no checksum mismatch, every non-evictable
+// metadata, and every reader checks it when it gets the object and again when it lets it go (the
+// bytes of an object held must not change while other clients delete it and eviction runs: gets
+// through the shared index included, which most gets are, and the test checks that they are).
+// At the end: no checksum mismatch, every non-evictable
 // object that was sealed and not deleted is still there, and once everything is deleted the
 // pool has no byte in use and the daemon's own memory is back near where it started (outside
 // the sanitizer builds, whose allocators keep what is freed).
@@ -103,9 +106,12 @@ struct Record {
 struct Totals {
   uint64_t puts = 0, gets = 0, multi_gets = 0, deletes = 0, aborts = 0, verified = 0,
            store_full = 0, lists = 0;
+  uint64_t got = 0;      // objects gets returned that this process did not hold yet
+  uint64_t indexed = 0;  // of those, the ones taken from the shared index (no round trip)
   void Add(const Totals& o) {
     puts += o.puts, gets += o.gets, multi_gets += o.multi_gets, deletes += o.deletes;
     aborts += o.aborts, verified += o.verified, store_full += o.store_full, lists += o.lists;
+    got += o.got, indexed += o.indexed;
   }
 };
 
@@ -136,7 +142,7 @@ class Child {
       Step();
       if (steps % 256 == 0) Count();
     }
-    held_.clear();
+    LetGo(held_.size());
     Count();
     return 0;
   }
@@ -157,9 +163,13 @@ class Child {
   }
   // Reports the operations since the last report (a killed child's last few are not counted).
   void Count() {
+    uint64_t indexed = client_->index_gets();
+    t_.indexed = indexed - indexed_counted_;
+    indexed_counted_ = indexed;
     std::ostringstream x;
     x << "X " << t_.puts << ' ' << t_.gets << ' ' << t_.multi_gets << ' ' << t_.deletes << ' '
-      << t_.aborts << ' ' << t_.verified << ' ' << t_.store_full << ' ' << t_.lists;
+      << t_.aborts << ' ' << t_.verified << ' ' << t_.store_full << ' ' << t_.lists << ' '
+      << t_.got << ' ' << t_.indexed;
     Say(x.str());
     t_ = Totals{};
   }
@@ -314,19 +324,34 @@ class Child {
     return st.IsNotFound() || st.IsTimeout() || st.IsStoreFull();
   }
 
-  void Keep(Object o) {
+  // Counts an object a get returned (not one already held: those come from the cache) and
+  // holds it for a while.
+  void Keep(Object o, bool held_before) {
+    if (!held_before) ++t_.got;
     held_.push_back(std::move(o));
-    if (held_.size() > 16 || Pick(3) == 0) held_.pop_front();
+    if (held_.size() > 16 || Pick(3) == 0) LetGo(1);
+  }
+  bool Holds(const Guid& g) const {
+    return std::any_of(held_.begin(), held_.end(), [&](const Object& o) { return o.guid() == g; });
+  }
+  // Drops the `n` oldest held objects, each checked again first: deletes and evictions racing
+  // its get must not have changed its bytes.
+  void LetGo(size_t n) {
+    for (; n > 0 && !held_.empty(); --n) {
+      Verify(held_.front().guid(), held_.front());
+      held_.pop_front();
+    }
   }
 
   void Get() {
     std::optional<Guid> g = SomeGuid();
     if (!g) return;
+    bool held_before = Holds(*g);
     auto got = client_->Get(*g, Pick(10) == 0 ? milliseconds(2) : kNoWait);
     ++t_.gets;
     if (got.ok()) {
       Verify(*g, *got);
-      Keep(std::move(*got));
+      Keep(std::move(*got), held_before);
     } else if (!Expected(got.status())) {
       Unexpected("get", got.status());
     }
@@ -340,12 +365,14 @@ class Child {
     }
     if (Pick(4) == 0) guids.push_back(Guid::Random());  // never created: waits, then times out
     if (guids.empty()) return;
+    std::vector<bool> held_before;
+    for (const Guid& g : guids) held_before.push_back(Holds(g));
     auto results = client_->Get(guids, Pick(4) == 0 ? milliseconds(3) : kNoWait);
     ++t_.multi_gets;
     for (size_t i = 0; i < results.size(); ++i) {
       if (results[i].ok()) {
         Verify(guids[i], *results[i]);
-        Keep(std::move(*results[i]));
+        Keep(std::move(*results[i]), held_before[i]);
       } else if (!Expected(results[i].status())) {
         Unexpected("multi-get", results[i].status());
       }
@@ -375,7 +402,7 @@ class Child {
     if (r < 70) return MultiGet();
     if (r < 88) return Delete();
     if (r < 95) return Put(true);
-    held_.clear();
+    LetGo(held_.size());
   }
 
   int id_;
@@ -386,11 +413,13 @@ class Child {
   std::vector<Mine> mine_;
   std::deque<Object> held_;
   Totals t_;
+  uint64_t indexed_counted_ = 0;  // index_gets() at the last report
 };
 
 // Runs the soak against a depotd started with `daemon_args`, for DEPOT_STRESS_SECONDS or
-// `default_seconds`.
-void Soak(const std::vector<std::string>& daemon_args, int default_seconds) {
+// `default_seconds`. At least `index_share` of the objects gets returned (not held before) must
+// have come from the shared index.
+void Soak(const std::vector<std::string>& daemon_args, int default_seconds, double index_share) {
   const int seconds = EnvInt("DEPOT_STRESS_SECONDS", default_seconds);
   const int clients = std::max(1, EnvInt("DEPOT_STRESS_CLIENTS", kDefaultClients));
   uint64_t seed = static_cast<uint64_t>(EnvInt("DEPOT_STRESS_SEED", 0));
@@ -442,7 +471,7 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds) {
     if (kind == 'X') {
       Totals t;
       in >> t.puts >> t.gets >> t.multi_gets >> t.deletes >> t.aborts >> t.verified >>
-          t.store_full >> t.lists;
+          t.store_full >> t.lists >> t.got >> t.indexed;
       totals.Add(t);
       return;
     }
@@ -604,8 +633,13 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds) {
                 << checked << " survivors checked, RssAnon " << rss_start / 1024 << " -> "
                 << rss_end / 1024 << " KiB");
 
+  WARN("soak: " << totals.indexed << " of " << totals.got
+                << " objects got (not held before) came from the shared index");
+
   CHECK(errors.empty());
   CHECK(mismatches == 0);
+  CHECK(totals.got > 0);
+  CHECK(static_cast<double>(totals.indexed) >= index_share * static_cast<double>(totals.got));
   CHECK(abnormal_exits == 0);
   CHECK(clean_exits == static_cast<uint64_t>(clients));
   CHECK(totals.verified > 0);
@@ -622,14 +656,14 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds) {
 
 TEST_CASE("soak: client processes killed at random lose and leak nothing", "[stress]") {
   // Small enough that evictable objects are evicted to make room.
-  Soak({"--capacity", "64MiB", "--segment-size", "4MiB"}, kDefaultSeconds);
+  Soak({"--capacity", "64MiB", "--segment-size", "4MiB"}, kDefaultSeconds, 0.75);
 }
 
 TEST_CASE("soak with spilling: a pool smaller than the working set", "[stress][spill]") {
   // About 40 MiB of live non-evictable objects in a 16 MiB pool: objects go to disk and come
   // back all the time, while clients are killed.
   Soak({"--capacity", "16MiB", "--segment-size", "1MiB", "--spill-dir", TempDir() + "/spill"},
-       kDefaultSeconds / 2);
+       kDefaultSeconds / 2, 0.2);
 }
 
 }  // namespace

@@ -364,6 +364,8 @@ Result<StoreStatus> Client::GetStatus() {
   return internal::StoreStatusFromReply(*proto::Body<wire::StatusReply>(reply->body));
 }
 
+uint64_t Client::index_gets() const { return conn_->index_gets(); }
+
 Result<std::string> Client::Metrics() {
   auto reply = CallWithoutArguments(*conn_, MsgType::kMetrics);
   if (!reply.ok()) return reply.status();

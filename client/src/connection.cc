@@ -119,6 +119,7 @@ std::optional<Object> Connection::FromIndex(const Guid& guid) {
   h->creator_uid = hit->creator_uid;
   h->creator_pid = hit->creator_pid;
   cache_.Remember(h);
+  index_gets_.fetch_add(1, std::memory_order_relaxed);
   return Object(std::move(h));
 }
 

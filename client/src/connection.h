@@ -14,6 +14,7 @@
 #ifndef DEPOT_CLIENT_SRC_CONNECTION_H_
 #define DEPOT_CLIENT_SRC_CONNECTION_H_
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -96,6 +97,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // share it), for at most kOwnPutWait. nullopt when `guid` is not such a put or did not appear.
   std::optional<Object> FromIndexAfterOwnPut(const Guid& guid);
   static constexpr std::chrono::microseconds kOwnPutWait{100};
+  // How many objects FromIndex has given (Client::index_gets).
+  uint64_t index_gets() const { return index_gets_.load(std::memory_order_relaxed); }
   // Whether the shared index has `guid` now (a miss proves nothing).
   bool Indexed(const Guid& guid) const { return index_ && index_->Find(guid).has_value(); }
   // ProtocolError, and the connection broken, unless `reply` answers a get of `asked`: one
@@ -139,6 +142,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ObjectCache cache_;
   std::optional<IndexReader> index_;
   std::optional<SlotTable> slots_;
+  std::atomic<uint64_t> index_gets_{0};
   std::optional<uid_t> trusted_daemon_uid_;
 };
 

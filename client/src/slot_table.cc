@@ -18,15 +18,26 @@ Result<SlotTable> SlotTable::Map(const UniqueFd& fd, uint32_t count) {
     return Status::ProtocolError(
         fmt::format("depotd's reference slots fd does not hold the {} slots it claimed", count));
   }
-  auto map = SharedMapping::Map(fd.get(), size, true, "reference slots");
+  bool has_high_word = static_cast<uint64_t>(st.st_size) >= size + 8;
+  // The touches follow a full table of slots only (this layout's).
+  bool has_touches = count == index::kSlotCount &&
+                     static_cast<uint64_t>(st.st_size) >= index::kSlotBytes;
+  uint64_t mapped = has_touches ? index::kSlotBytes : size + (has_high_word ? 8 : 0);
+  auto map = SharedMapping::Map(fd.get(), mapped, true, "reference slots");
   if (!map.ok()) return map.status();
-  return SlotTable(std::move(*map));
+  return SlotTable(std::move(*map), count, has_high_word, has_touches);
 }
 
-SlotTable::SlotTable(SharedMapping map) : map_(std::move(map)) {
-  size_t count = map_.size() / 8;
-  free_.reserve(count);
-  for (size_t i = count; i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
+SlotTable::SlotTable(SharedMapping map, uint32_t count, bool has_high_word, bool has_touches)
+    : map_(std::move(map)),
+      high_word_(has_high_word ? map_.words() + count : nullptr),
+      touches_(has_touches ? map_.words() + index::kTouchCount : nullptr) {
+  for (uint32_t i = 0; i < count; ++i) free_.insert(free_.end(), i);
+  StoreHigh();
+}
+
+void SlotTable::StoreHigh() {
+  if (high_word_ != nullptr) index::Store(high_word_, high_);
 }
 
 std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
@@ -34,8 +45,16 @@ std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
   {
     std::lock_guard lk(mu_);
     if (free_.empty()) return std::nullopt;
-    slot = free_.back();
-    free_.pop_back();
+    slot = *free_.begin();
+    free_.erase(free_.begin());
+    if (slot >= high_) {
+      high_ = slot + 1;
+      StoreHigh();
+    }
+    if (touches_ != nullptr) {
+      index::Store(touches_ + 1 + touched_ % index::kTouchRingSize, id);
+      index::Store(touches_, ++touched_, std::memory_order_release);
+    }
   }
   index::Store(map_.words() + slot, id);
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -45,7 +64,12 @@ std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
 void SlotTable::Clear(uint32_t slot) {
   index::Store(map_.words() + slot, 0, std::memory_order_release);
   std::lock_guard lk(mu_);
-  free_.push_back(slot);
+  free_.insert(slot);
+  uint32_t high = high_;
+  while (high > 0 && free_.contains(high - 1)) --high;
+  if (high == high_) return;
+  high_ = high;
+  StoreHigh();
 }
 
 }  // namespace depot::internal

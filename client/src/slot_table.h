@@ -3,14 +3,19 @@
 // its id in a slot instead of a daemon reference: publishing and clearing a slot costs no
 // message. The daemon reads the slots before it frees, evicts or spills an object.
 //
-// Thread-safe: one mutex guards the list of free slots; the slots are written as atomics.
+// The table takes the lowest free slot and keeps the high-water word at one past the highest
+// slot in use, so that the daemon's reads of these slots cost what this process holds, not the
+// table's size.
+//
+// Thread-safe: one mutex guards the free slots and the high-water word; the slots are written as
+// atomics.
 #ifndef DEPOT_CLIENT_SRC_SLOT_TABLE_H_
 #define DEPOT_CLIENT_SRC_SLOT_TABLE_H_
 
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <vector>
+#include <set>
 
 #include "common/shared_mapping.h"
 #include "common/unique_fd.h"
@@ -20,23 +25,39 @@ namespace depot::internal {
 
 class SlotTable {
  public:
-  // Maps `count` slots from `fd`. ProtocolError when the file is smaller than that.
+  // Maps `count` slots and the high-water word after them from `fd`; a file of `count` slots only
+  // (from a daemon that predates the word and reads every slot) is mapped without it.
+  // ProtocolError when the file is smaller than the slots.
   static Result<SlotTable> Map(const UniqueFd& fd, uint32_t count);
-  SlotTable(SlotTable&& o) noexcept : map_(std::move(o.map_)), free_(std::move(o.free_)) {}
+  SlotTable(SlotTable&& o) noexcept
+      : map_(std::move(o.map_)),
+        high_word_(o.high_word_),
+        touches_(o.touches_),
+        free_(std::move(o.free_)),
+        high_(o.high_),
+        touched_(o.touched_) {}
 
-  // Claims a free slot, writes `id` into it and fences (seq_cst), so that a re-read of the index
-  // entry after this orders against the daemon's withdrawal (see IndexReader::Unchanged).
+  // Claims the lowest free slot, raises the high-water word past it when needed, writes `id`
+  // into it and fences (seq_cst), so that a re-read of the index entry after this orders against
+  // the daemon's withdrawal (see IndexReader::Unchanged): the daemon then sees both words.
+  // It also notes `id` among the touches, so that the daemon's LRU sees the get.
   // nullopt when every slot is taken: the caller asks the daemon instead.
   std::optional<uint32_t> Publish(uint64_t id);
-  // Empties slot `slot` (release: the reads of the object's bytes come before it) and frees it.
+  // Empties slot `slot` (release: the reads of the object's bytes come before it), frees it and
+  // lowers the high-water word past the free slots at the top.
   void Clear(uint32_t slot);
 
  private:
-  explicit SlotTable(SharedMapping map);
+  SlotTable(SharedMapping map, uint32_t count, bool has_high_word, bool has_touches);
+  void StoreHigh();  // under mu_
 
   SharedMapping map_;
+  uint64_t* high_word_;  // null: the daemon reads every slot
+  uint64_t* touches_;    // the touch count, then the ring; null: an older daemon's layout
   std::mutex mu_;
-  std::vector<uint32_t> free_;
+  std::set<uint32_t> free_;  // lowest first
+  uint32_t high_ = 0;        // what the high-water word holds
+  uint64_t touched_ = 0;     // what the touch count holds
 };
 
 }  // namespace depot::internal

@@ -244,6 +244,11 @@ class Client {
   // The daemon's metrics in the Prometheus text exposition format (docs/metrics.md).
   Result<std::string> Metrics();
 
+  // How many objects this connection's gets took from the namespace's shared index since it
+  // connected: gets answered with no message to the daemon (docs/design.md, "Gets without a round
+  // trip"). Gets of objects this process already held are not counted. One relaxed counter.
+  uint64_t index_gets() const;
+
   // Page-locks (cuMemHostRegister) every host segment this connection maps, now and later, so
   // that copies between host objects and a GPU run at pinned-memory speed. Costs time per
   // segment mapped (once each). Unavailable without a CUDA driver.
