@@ -41,22 +41,28 @@ void StoredObject::Relocate(std::span<const Location> frames) {
 ObjectTable::ObjectTable(FreeFn on_free, ClockFn clock)
     : on_free_(std::move(on_free)), clock_(std::move(clock)) {}
 
-Result<const StoredObject*> ObjectTable::Create(NewObject n) {
+Result<StoredObject*> ObjectTable::Insert(const NewObject& n) {
   if (index_.contains(n.guid)) {
     return Status::AlreadyExists(fmt::format("object {} already exists", n.guid.ToString()));
   }
   ObjectId id = next_id_++;
-  StoredObject& o =
-      objects_.try_emplace(id, n.frames, n.name, n.metadata).first->second;
+  StoredObject& o = objects_.try_emplace(id, n.frames, n.name, n.metadata).first->second;
   o.id = id;
   o.guid = n.guid;
   o.evictable = n.evictable;
   o.creator = n.creator;
   o.creator_pid = n.creator_pid;
   o.creator_uid = n.creator_uid;
-  o.created_ns = clock_();
   index_.emplace(o.guid, id);
-  sessions_[o.creator].creating.insert(id);
+  return &o;
+}
+
+Result<const StoredObject*> ObjectTable::Create(NewObject n) {
+  auto inserted = Insert(n);
+  if (!inserted.ok()) return inserted.status();
+  StoredObject& o = **inserted;
+  o.created_ns = clock_();
+  sessions_[o.creator].creating.insert(o.id);
   ++counts_.creating;
   counts_.creating_bytes += o.size();
   Notify(TableEvent::kCreated, o, o.creator);
@@ -353,24 +359,16 @@ void ObjectTable::FinishRestore(ObjectId id, std::span<const Location> frames,
 }
 
 Result<const StoredObject*> ObjectTable::Adopt(NewObject n, const SpilledFacts& facts) {
-  if (index_.contains(n.guid)) {
-    return Status::AlreadyExists(fmt::format("object {} already exists", n.guid.ToString()));
-  }
-  ObjectId id = next_id_++;
-  StoredObject& o =
-      objects_.try_emplace(id, n.frames, n.name, n.metadata).first->second;
-  o.id = id;
-  o.guid = n.guid;
-  o.evictable = n.evictable;
-  o.creator_pid = n.creator_pid;
-  o.creator_uid = n.creator_uid;
+  n.creator = 0;  // no session of this daemon created it
+  auto inserted = Insert(n);
+  if (!inserted.ok()) return inserted.status();
+  StoredObject& o = **inserted;
   o.created_ns = facts.created_ns;
   o.sealed_ns = facts.sealed_ns;
   o.checksum = facts.checksum;
   o.has_checksum = facts.has_checksum;
   o.state = ObjectState::kSealed;
   o.residence = Residence::kDisk;
-  index_.emplace(o.guid, id);
   ++counts_.sealed;
   ++counts_.spilled;
   counts_.spilled_bytes += o.size();

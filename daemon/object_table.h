@@ -306,6 +306,9 @@ class ObjectTable {
   void Destroy(StoredObject& o);  // frees the memory and forgets the object
   bool Evict(StoredObject& o, SessionId by);
   void LruRemove(StoredObject& o);
+  // Records `n` under a new ObjectId in the table and the GUID index: the part a create and an
+  // adoption share. AlreadyExists when the GUID is taken.
+  Result<StoredObject*> Insert(const NewObject& n);
   void LruAdd(StoredObject& o);
   // Moves the objects clients took from the index since the last call to the recent end of
   // their LRU (SlotReaders::Touched), before the LRU is read.
