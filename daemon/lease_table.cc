@@ -17,7 +17,7 @@ uint64_t RoundUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 void LeaseTable::Grant(SessionId session, Namespace& ns, const Location& block, uint64_t charged) {
   Location rest = block;
   rest.size = RoundUp(block.size);
-  leases_[session] = Lease{&ns, rest, rest.offset + rest.size, charged};
+  leases_[session] = Lease{&ns, rest, rest.offset, rest.offset + rest.size, charged, {}};
   leased_ += rest.size;
 }
 
@@ -26,52 +26,99 @@ Result<std::vector<Location>> LeaseTable::Carve(
   auto it = leases_.find(session);
   if (it == leases_.end()) return Status::ProtocolError("put without a lease");
   Lease& lease = it->second;
-  // Every check first: a refused put cuts nothing.
+  // Every check first: a refused put cuts nothing. `from[i]`: the returned block frame i starts,
+  // or -1 for the cursor.
   uint64_t cursor = lease.rest.offset;
   uint64_t bytes = 0;
-  for (const wire::FrameLocation* f : frames) {
+  std::vector<int> from(frames.size(), -1);
+  uint32_t used = 0;  // returned blocks taken by this put, as bits
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const wire::FrameLocation* f = frames.Get(i);
     if (f->size() == 0) continue;
+    bytes += f->size();
+    for (size_t r = 0; r < lease.returned.size(); ++r) {
+      const Location& block = lease.returned[r];
+      if (f->pool() == 0 && f->segment() == block.segment && f->offset() == block.offset &&
+          f->size() <= block.size && !(used & (1u << r))) {
+        from[i] = static_cast<int>(r);
+        used |= 1u << r;
+        break;
+      }
+    }
+    if (from[i] >= 0) continue;
     if (f->pool() != 0 || f->segment() != lease.rest.segment || f->offset() < cursor ||
         f->offset() % kAlign != 0 || f->offset() > lease.end ||
         RoundUp(f->size()) > lease.end - f->offset() || f->size() > lease.end) {
       return Status::ProtocolError(fmt::format(
           "put of a frame of {} bytes at {} in segment {} outside its lease ({} to {} in segment "
-          "{}, the part before {} used)",
+          "{}, the part before {} used, {} blocks returned)",
           f->size(), f->offset(), f->segment(), lease.rest.offset, lease.end, lease.rest.segment,
-          cursor));
+          cursor, lease.returned.size()));
     }
     cursor = f->offset() + RoundUp(f->size());
-    bytes += f->size();
   }
   std::vector<Location> out;
   out.reserve(frames.size());
   Namespace& ns = *lease.ns;
-  for (const wire::FrameLocation* f : frames) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const wire::FrameLocation* f = frames.Get(i);
     if (f->size() == 0) {
       out.push_back(Location{});
       continue;
     }
-    if (f->offset() > lease.rest.offset) {  // a gap the client skipped goes back now
-      Location gap = lease.rest;
-      lease.rest = *ns.Split(gap, f->offset() - lease.rest.offset);
-      leased_ -= gap.size;
-      ns.Free({&gap, 1});
-    }
-    Location frame = lease.rest;
     uint64_t block = RoundUp(f->size());
-    if (block < lease.rest.size) {
-      lease.rest = *ns.Split(frame, block);
+    Location frame;
+    if (from[i] >= 0) {
+      frame = lease.returned[static_cast<size_t>(from[i])];
+      leased_ -= frame.size;
+      if (block < frame.size) {  // a smaller object: the rest of the block goes back
+        Location rest = *ns.Split(frame, block);
+        ns.Free({&rest, 1});
+      }
     } else {
-      lease.rest.size = 0;  // the frame takes the rest
+      if (f->offset() > lease.rest.offset) {  // a gap the client skipped goes back now
+        Location gap = lease.rest;
+        lease.rest = *ns.Split(gap, f->offset() - lease.rest.offset);
+        leased_ -= gap.size;
+        ns.Free({&gap, 1});
+      }
+      frame = lease.rest;
+      if (block < lease.rest.size) {
+        lease.rest = *ns.Split(frame, block);
+      } else {
+        lease.rest.size = 0;  // the frame takes the rest
+      }
+      leased_ -= block;
     }
-    leased_ -= block;
     frame.size = f->size();
     out.push_back(frame);
+  }
+  for (size_t r = lease.returned.size(); r-- > 0;) {
+    if (used & (1u << r)) lease.returned.erase(lease.returned.begin() + static_cast<ptrdiff_t>(r));
   }
   // A lease used up stays (empty) until the session's next lease or its close, which credit what
   // its gaps and padding still hold of the quota.
   lease.charged -= std::min(lease.charged, bytes);
   return out;
+}
+
+std::optional<Location> LeaseTable::TakeBack(SessionId session, const Location& frame) {
+  auto it = leases_.find(session);
+  if (it == leases_.end() || frame.size == 0) return std::nullopt;
+  Lease& lease = it->second;
+  Location block = frame;
+  block.size = RoundUp(frame.size);
+  uint64_t held = 0;
+  for (const Location& r : lease.returned) held += r.size;
+  if (block.pool != 0 || block.segment != lease.rest.segment || block.offset < lease.start ||
+      block.offset >= lease.end || block.size > lease.end - block.offset ||
+      lease.returned.size() >= kMaxReturned || held + block.size > lease.end - lease.start) {
+    return std::nullopt;
+  }
+  lease.returned.push_back(block);
+  lease.charged += block.size;
+  leased_ += block.size;
+  return block;
 }
 
 uint64_t LeaseTable::End(SessionId session) {
@@ -81,6 +128,10 @@ uint64_t LeaseTable::End(SessionId session) {
   if (lease.rest.size > 0) {
     leased_ -= lease.rest.size;
     lease.ns->Free({&lease.rest, 1});
+  }
+  for (const Location& block : lease.returned) {
+    leased_ -= block.size;
+    lease.ns->Free({&block, 1});
   }
   uint64_t charged = lease.charged;
   leases_.erase(it);

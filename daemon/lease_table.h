@@ -5,6 +5,11 @@
 // then on a block of its own, freed with its object (Allocator::Split). What is left of a lease
 // is freed when the session takes a new one, gives it back, or closes.
 //
+// Warm reuse: when an object cut from the session's lease is deleted, its blocks may go back to
+// the lease rather than to the pool (TakeBack), up to kMaxReturned blocks and the lease's size;
+// the daemon tells the client through its put ring, and a later put of about that size reuses
+// the block, still in cache, where a fresh part of the lease would be cold.
+//
 // It trusts nothing the client says: Carve checks every frame against the lease before it cuts
 // anything, and refuses the whole put otherwise.
 //
@@ -15,6 +20,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -30,7 +36,8 @@ class LeaseTable {
   // charged to the session's quota. The session must hold none (End it first).
   void Grant(SessionId session, Namespace& ns, const Location& block, uint64_t charged);
 
-  // Cuts the frames of a put off `session`'s lease: each host frame must lie inside the lease,
+  // Cuts the frames of a put off `session`'s lease: each host frame must either start a block
+  // the lease took back (and fit in it; the rest of that block is freed) or lie inside the lease,
   // at or after its cursor and after the frame before it, at an aligned offset; frames of size
   // 0 take no memory. Returns their locations (each now a block of its own) and moves the
   // lease's charge for their bytes to the caller, who charges the object instead. An error
@@ -38,13 +45,21 @@ class LeaseTable {
   Result<std::vector<Location>> Carve(
       SessionId session, const flatbuffers::Vector<const wire::FrameLocation*>& frames);
 
-  // Frees what is left of `session`'s lease; returns its bytes still charged to the quota (for
+  // Whether `frame`, of an object `session` put, goes back to its lease now that the object is
+  // freed: when it was cut from the session's current lease and the lease holds fewer than
+  // kMaxReturned blocks taken back, of fewer bytes than the lease's size. Then the block (its
+  // size rounded up) is the lease's again, charged to it (the caller charges the quota).
+  std::optional<Location> TakeBack(SessionId session, const Location& frame);
+
+  // Frees what is left of `session`'s lease (with the blocks it took back); returns its bytes still charged to the quota (for
   // the caller to credit). 0 when it holds none.
   uint64_t End(SessionId session);
 
   // The sessions holding a lease: the only ones whose puts may be in their sockets unread.
   std::vector<SessionId> Holders() const;
   bool empty() const { return leases_.empty(); }
+  static constexpr size_t kMaxReturned = 8;
+
   // Bytes leased and not yet carved, over every session.
   uint64_t leased() const { return leased_; }
 
@@ -52,8 +67,10 @@ class LeaseTable {
   struct Lease {
     Namespace* ns;
     Location rest;     // the unconsumed part, an allocated block; its offset is the cursor
+    uint64_t start;    // where the lease began
     uint64_t end;      // where the lease ends
     uint64_t charged;  // bytes of quota the lease still holds
+    std::vector<Location> returned;  // blocks taken back, each allocated (size rounded up)
   };
 
   std::unordered_map<SessionId, Lease> leases_;

@@ -76,7 +76,13 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   }
   ns->table_ = std::make_unique<ObjectTable>(
       [this, ns](const StoredObject& o) {
-        if (o.residence == Residence::kMemory) ns->Free(o.frames());
+        if (o.residence == Residence::kMemory) {
+          for (const Location& f : o.frames()) {
+            if (!(!o.evicted && f.size > 0 && hooks_.reclaim && hooks_.reclaim(*ns, o, f))) {
+              ns->Free({&f, 1});
+            }
+          }
+        }
         spill_.Forget(*ns, o);
         hooks_.freed(o);
       },

@@ -246,6 +246,7 @@ bool ObjectTable::Evict(StoredObject& o, SessionId by) {
   ++counts_.evictions;
   counts_.evicted_bytes += o.size();
   Notify(TableEvent::kEvicted, o, by);
+  o.evicted = true;
   Destroy(o);
   return true;
 }

@@ -85,6 +85,7 @@ class StoredObject {
   bool deleted = false;  // gone from the index, waiting for its last reference
   bool indexed = false;  // was in the shared index once: a reference slot may hold it
   bool evictable = false;
+  bool evicted = false;  // freed to make room, not because it was deleted
   bool in_lru = false;
   bool has_checksum = false;
   Residence residence = Residence::kMemory;

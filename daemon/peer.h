@@ -28,6 +28,9 @@ class Peer {
   // may have returned before the daemon read them: see docs/design.md, "Puts in one message").
   // Nothing for a peer that reads no socket.
   virtual void DrainSent() {}
+  // Closes the session for `status` (a ProtocolError found outside its own request: in its put
+  // ring), after one error reply. Nothing for a peer that reads no socket.
+  virtual void Abort(const Status& status) { (void)status; }
 };
 
 // Who connected, as the kernel vouches for it (SO_PEERCRED, SO_PEERGROUPS).

@@ -51,6 +51,9 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   // Throttled limit it handles only puts (they have no reply), stopping at the first other
   // message. Nothing while this session is itself handling a message.
   void DrainSent() override;
+  void Abort(const Status& status) override {
+    if (!closed_ && !failing_) Fail(status, 0);
+  }
 
   const PeerCredentials& credentials() const { return creds_; }
 

@@ -14,6 +14,7 @@
 #include "daemon/request_limits.h"
 #include "depot/units.h"
 #include "proto/index_layout.h"
+#include "proto/put_ring_layout.h"
 
 namespace depot {
 
@@ -31,6 +32,8 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
                   NamespaceHooks{
                       .retired = [this](const Namespace& ns, uint32_t pool,
                                         uint32_t id) { return OnSegmentRetired(ns, pool, id); },
+                      .reclaim = [this](Namespace&, const StoredObject& o,
+                                        const Location& f) { return ReturnToLease(o, f); },
                       .freed =
                           [this](const StoredObject& o) {
                             quotas_.Credit(o.creator_uid, o.creator, o.size());
@@ -48,7 +51,15 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
       waits_(io, options_.max_pending, [this](GetWait& w) { AnswerGet(w); }),
       segments_([](Namespace& ns, uint32_t pool, uint32_t id) { ns.Dropped(pool, id); }),
       started_(std::chrono::steady_clock::now()),
-      pins_timer_(io) {
+      pins_timer_(io),
+      rings_(
+          io,
+          [this](SessionId s, std::span<const uint8_t> body, bool held) {
+            return OnRingPut(s, body, held);
+          },
+          [this](SessionId s, const Status& st) {
+            if (auto it = sessions_.find(s); it != sessions_.end()) it->second.peer->Abort(st);
+          }) {
   Guid seed = Guid::Random();
   std::seed_seq seq{seed.hi, seed.lo, static_cast<uint64_t>(::getpid())};
   guid_bits_.seed(seq);
@@ -84,6 +95,11 @@ void Store::Close(SessionId session) {
     sessions_.erase(it);
     return;
   }
+  // What it put before it went is stored, as if its messages had been read.
+  if (Status taken = rings_.Take(session); !taken.ok()) {
+    spdlog::warn("session {} closed with a broken put ring: {}", session, taken.message());
+  }
+  rings_.Leave(session);
   if (ns->gets() != nullptr) ns->gets()->Leave(session);  // its slots keep nothing from now on
   ns->table().DropSession(session);
   owner_scopes_.Close(session, ns->table());
@@ -111,6 +127,8 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
   ++it->second.requests;
   auto start = std::chrono::steady_clock::now();
   try {
+    // Its puts written into its ring come before this request.
+    if (Status taken = rings_.Take(s); !taken.ok()) return taken;
     Status st = Dispatch(s, it->second, h, body);
     counters_.ObserveRequest(h.type, std::chrono::steady_clock::now() - start);
     // The session closes on these; protocol errors were counted where they were found.
@@ -188,6 +206,9 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
       break;
     case MsgType::kPut:
       return OnPut(s, *proto::Body<wire::PutRequest>(body));
+    case MsgType::kPutsWritten:  // its ring was taken above
+      rings_.Poll();
+      break;
     default:
       NoteProtocolError();
       return Status::ProtocolError(
@@ -270,6 +291,17 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
       sets = arena = 0;
     }
   }
+  // The put ring: without it (no memory for it) puts go in messages.
+  uint64_t ring_bytes = 0;
+  if (auto ring = rings_.Join(s); ring.ok()) {
+    UniqueFd fd(::fcntl((*ring)->fd(), F_DUPFD_CLOEXEC, 0));
+    if (fd.valid()) {
+      fds.push_back(std::move(fd));
+      ring_bytes = put_ring::kRingFileBytes;
+    }
+  } else {
+    spdlog::warn("session {}: puts go in messages: {}", s, ring.status().message());
+  }
   fb::FlatBufferBuilder fbb;
   auto version = fbb.CreateString(options_.version);
   auto pools = replies::DevicePools(fbb, namespaces_.DevicePools());
@@ -277,7 +309,8 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
                                     options_.max_message_size, proto::kMaxInlineSize,
                                     options_.hugepages, pools, unavailable, sets, arena,
-                                    sets > 0 ? index::kSlotCount : 0, /*leases=*/true));
+                                    sets > 0 ? index::kSlotCount : 0, /*leases=*/true,
+                                    ring_bytes));
   Reply(s, id, MsgType::kHello, fbb, std::move(fds));
   return Status::OK();
 }
@@ -438,11 +471,18 @@ bool Store::OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id) {
 }
 
 void Store::OnRelease(SessionId s, const wire::ReleaseRequest& req) {
-  if (!req.handles()) return;
-  ObjectTable& table = sessions_.at(s).ns->table();
-  for (uint64_t handle : *req.handles()) {
-    Status st = table.Release(s, handle);
-    if (!st.ok()) spdlog::debug("release from session {}: {}", s, st.message());
+  SessionState& st = sessions_.at(s);
+  ObjectTable& table = st.ns->table();
+  auto release = [&](uint64_t handle) {
+    Status released = table.Release(s, handle);
+    if (!released.ok()) spdlog::debug("release from session {}: {}", s, released.message());
+  };
+  if (req.handles()) std::ranges::for_each(*req.handles(), release);
+  for (size_t i = 0; req.guids() && i < req.guids()->size(); ++i) {
+    auto it = st.ring_holds.find(FromWire(*req.guids()->Get(i)));
+    if (it == st.ring_holds.end()) continue;
+    release(it->second);
+    st.ring_holds.erase(it);
   }
   WatchPins();
 }

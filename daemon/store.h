@@ -12,8 +12,8 @@
 //   OwnerScopes    objects deleted when the session that created them closes
 //   StoreCounters  request latencies and object sizes, for metrics
 // The queries, which change nothing (list, stat, status, clients, metrics), are in
-// store_queries.cc; leases, puts in one message and the drain that makes them visible
-// (LeaseTable) in store_puts.cc.
+// store_queries.cc; leases, puts in one message or through the put rings and the drain that makes
+// them visible (LeaseTable, PutRings) in store_puts.cc.
 // A request that breaks the protocol (anything before hello, a reply type) is not answered here:
 // Handle returns the error and the session closes.
 //
@@ -45,6 +45,7 @@
 #include "daemon/namespace_set.h"
 #include "daemon/owner_scopes.h"
 #include "daemon/peer.h"
+#include "daemon/put_rings.h"
 #include "daemon/quota_ledger.h"
 #include "daemon/segment_tracker.h"
 #include "daemon/store_counters.h"
@@ -104,6 +105,9 @@ class Store {
     std::string process;  // /proc/PID/comm
     uint64_t requests = 0;
     Namespace* ns = nullptr;  // set at hello: greeted
+    // Objects the session got from its put ring before the daemon took them (kHeld): the
+    // reference it holds on each, released by GUID.
+    std::unordered_map<Guid, ObjectId> ring_holds;
   };
 
   Store(boost::asio::io_context& io, StoreOptions options);
@@ -129,6 +133,12 @@ class Store {
   // a ProtocolError: the session closes).
   void OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req);
   Status OnPut(SessionId s, const wire::PutRequest& req);
+  // A put taken from `s`'s put ring: a copy of its body, checked like a message, then OnPut; when
+  // `held`, the session gets a reference on the object (see SessionState::ring_holds).
+  Status OnRingPut(SessionId s, std::span<const uint8_t> body, bool held);
+  // The reclaim hook: a block of a deleted object goes back to its creator's lease when it was
+  // cut from it, and the client hears of it through its put ring (see LeaseTable::TakeBack).
+  bool ReturnToLease(const StoredObject& o, const Location& frame);
   // Before a get, delete, contains or stat that names an object not in the table: reads and
   // handles what every other session holding a lease has sent already (its puts may have
   // returned before the daemon read them). Such a request read during that drain is put off
@@ -177,6 +187,7 @@ class Store {
   boost::asio::steady_timer pins_timer_;  // armed while deleted objects wait for slots to let go
   bool pins_armed_ = false;
   LeaseTable leases_;
+  PutRings rings_;
   // The largest lease asked for; a lease is also at most half a shared segment.
   static constexpr uint64_t kMaxLease = uint64_t{64} << 20;
   // A request put off by a drain (DrainFirst), with its own copy of the body.

@@ -1,5 +1,6 @@
 // The Store's puts in one message (docs/design.md, "Puts in one message"): leases of host memory
-// (OnLease), puts into them that need no reply (OnPut), and the drain that keeps "once a put
+// (OnLease), puts into them that need no reply (OnPut) or no message at all (OnRingPut, from the
+// put rings), blocks of deleted objects handed back to their lease (ReturnToLease), and the drain that keeps "once a put
 // returns, a get that starts later finds it" although the daemon may not have read the put yet
 // (DrainFirst). Kept apart from the create, seal and get requests (store.cc).
 #include <fmt/format.h>
@@ -112,6 +113,37 @@ Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
   return Status::OK();
 }
 
+Status Store::OnRingPut(SessionId s, std::span<const uint8_t> body, bool held) {
+  auto put = static_cast<uint16_t>(MsgType::kPut);
+  if (!proto::VerifyBody(put, body)) {
+    NoteProtocolError();
+    return Status::ProtocolError("a put in the put ring does not verify");
+  }
+  ++requests_;
+  ++sessions_.at(s).requests;
+  auto start = std::chrono::steady_clock::now();
+  const wire::PutRequest& req = *proto::Body<wire::PutRequest>(body);
+  Status st = OnPut(s, req);
+  counters_.ObserveRequest(put, std::chrono::steady_clock::now() - start);
+  if (!st.ok() || !held) return st;
+  SessionState& state = sessions_.at(s);
+  Guid guid = FromWire(*req.guid());
+  auto obj = state.ns->table().Acquire(s, guid);  // it was sealed just now
+  if (obj.ok() && state.ring_holds.emplace(guid, (*obj)->id).second) return st;
+  if (obj.ok()) (void)state.ns->table().Release(s, (*obj)->id);
+  return st;
+}
+
+bool Store::ReturnToLease(const StoredObject& o, const Location& frame) {
+  PutRing* ring = rings_.Find(o.creator);
+  if (ring == nullptr || !ring->CanReturn()) return false;
+  auto block = leases_.TakeBack(o.creator, frame);
+  if (!block) return false;
+  quotas_.ChargeBytes(o.creator_uid, o.creator, block->size);
+  ring->Return(*block);
+  return true;
+}
+
 bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint8_t> body) {
   if (drained_ || leases_.empty()) return false;
   const ObjectTable& table = sessions_.at(s).ns->table();
@@ -148,6 +180,7 @@ bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint
     auto it = sessions_.find(holder);
     if (holder != s && it != sessions_.end()) it->second.peer->DrainSent();
   }
+  rings_.TakeAll();
   draining_ = false;
   drained_ = true;
   std::vector<Deferred> deferred = std::move(deferred_);

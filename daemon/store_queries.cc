@@ -36,6 +36,7 @@ void Store::OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req) 
 }
 
 void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
+  rings_.TakeAll();  // a list shows every put that returned before it
   size_t limit = req.limit() == 0 ? 1000 : std::min(req.limit(), proto::kMaxListLimit);
   std::optional<Guid> after;
   if (req.after()) after = FromWire(*req.after());
@@ -139,6 +140,7 @@ StoreStatus Store::Snapshot() const {
 }
 
 void Store::OnStatus(SessionId s, uint64_t id) {
+  rings_.TakeAll();
   StoreStatus st = Snapshot();
   fb::FlatBufferBuilder fbb(512 + 32 * st.users.size());
   fbb.Finish(BuildStatusReply(fbb, st));

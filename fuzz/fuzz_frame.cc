@@ -341,6 +341,7 @@ void ReadBody(Sink& sink, uint16_t type, std::span<const uint8_t> body) {
       return reply ? Read<wire::StatusReply>(sink, body) : Read<wire::EmptyReply>(sink, body);
     case MsgType::kPing:
     case MsgType::kSubscribe:
+    case MsgType::kPutsWritten:
       return Read<wire::EmptyReply>(sink, body);
     case MsgType::kClients:
       return reply ? Read<wire::ClientsReply>(sink, body) : Read<wire::EmptyReply>(sink, body);

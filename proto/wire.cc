@@ -107,6 +107,8 @@ bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
                    : Verify<LeaseRequest>(body);
     case MsgType::kPut:
       return !reply && Verify<PutRequest>(body) && Aligned(Root<PutRequest>(body)->frames());
+    case MsgType::kPutsWritten:
+      return !reply && Verify<EmptyReply>(body);
     case MsgType::kEvent:
       return !reply && Verify<Event>(body);
     case MsgType::kError:
@@ -151,6 +153,8 @@ std::string TypeName(uint16_t type) {
     name = "lease";
   } else if (base == static_cast<uint16_t>(MsgType::kPut)) {
     name = "put";
+  } else if (base == static_cast<uint16_t>(MsgType::kPutsWritten)) {
+    name = "puts-written";
   } else if (base > 0 && base < std::size(kNames)) {
     name = kNames[base];
   } else {

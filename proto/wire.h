@@ -39,6 +39,7 @@ enum class MsgType : uint16_t {
   kSegmentsDropped = 16,  // SegmentsRetired (the ids this client unmapped after a notice), no reply
   kLease = 18,            // LeaseRequest -> CreateReply (no GUID; its one frame is the lease)
   kPut = 19,              // PutRequest, no reply (an error closes the connection)
+  kPutsWritten = 20,      // EmptyReply, no reply: puts wait in the put ring, and it is not polled
   kSegmentsRetired = 64,  // daemon -> client, request id 0
   kEvent = 65,            // daemon -> subscribed client, request id 0
   kError = 0x7fff,        // ErrorReply, in answer to any request

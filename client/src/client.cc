@@ -216,6 +216,7 @@ Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOption
 Result<Object> Client::Get(const Guid& guid, std::chrono::milliseconds timeout) {
   if (auto held = conn_->Cached(guid)) return std::move(*held);
   if (auto found = conn_->FromIndex(guid)) return std::move(*found);
+  if (auto found = conn_->FromOwnPut(guid)) return std::move(*found);
   if (auto found = conn_->FromIndexAfterOwnPut(guid)) return std::move(*found);
   return std::move(Get(std::span<const Guid>(&guid, 1), timeout).front());
 }

@@ -47,7 +47,19 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   conn->lease_.set_offered(hello->leases());
   conn->pools_.Set(DevicePoolsFromWire(hello->device_pools()),
                    hello->devices_unavailable() ? hello->devices_unavailable()->str() : "");
-  if (reply->index_fds.size() == 2) {
+  // The fds: the index's and the slots' when it has an index, then the put ring's when it has one.
+  size_t index_fds = hello->index_sets() > 0 ? 2 : 0;
+  size_t ring_fds = hello->put_ring_bytes() > 0 ? 1 : 0;
+  if (reply->index_fds.size() != index_fds + ring_fds) {
+    return Status::ProtocolError(fmt::format("depotd's hello came with {} descriptors, not {}",
+                                             reply->index_fds.size(), index_fds + ring_fds));
+  }
+  if (ring_fds == 1) {
+    auto ring = PutRing::Map(reply->index_fds[index_fds], hello->put_ring_bytes());
+    if (!ring.ok()) return ring.status();
+    conn->lease_.set_ring(std::move(*ring));
+  }
+  if (index_fds == 2) {
     auto index = IndexReader::Map(reply->index_fds[0], hello->index_sets(), hello->index_arena());
     if (!index.ok()) return index.status();
     auto slots = SlotTable::Map(reply->index_fds[1], hello->slot_count());
@@ -101,25 +113,43 @@ std::optional<Object> Connection::FromIndex(const Guid& guid) {
     return std::nullopt;
   }
   auto h = std::make_shared<Holding>();
-  h->conn = shared_from_this();
-  h->guid = guid;
   h->slot = slot;  // from here on h's destruction clears it
-  auto frames = segments_.MapIndexed(hit->frames, h->segment_uses);
-  if (!frames) return std::nullopt;
-  for (auto& f : *frames) {
-    h->frames.emplace_back(f.data(), f.size());
-    h->size += f.size();
-  }
-  if (std::any_of(hit->frames.begin(), hit->frames.end(),
-                  [](const wire::FrameLocation& f) { return f.pool() != 0; })) {
-    for (const wire::FrameLocation& f : hit->frames) h->places.push_back(pools_.PlaceOf(f.pool()));
-  }
-  h->metadata = std::move(hit->metadata);
   h->checksum = hit->checksum;
   h->creator_uid = hit->creator_uid;
   h->creator_pid = hit->creator_pid;
+  auto found = Held(guid, std::move(h), hit->frames, std::move(hit->metadata));
+  if (found) index_gets_.fetch_add(1, std::memory_order_relaxed);
+  return found;
+}
+
+std::optional<Object> Connection::FromOwnPut(const Guid& guid) {
+  std::optional<Lease::OwnPut> put = lease_.HoldOwn(guid);
+  if (!put) return std::nullopt;
+  auto h = std::make_shared<Holding>();
+  h->by_guid = true;  // from here on h's destruction releases it by GUID
+  h->checksum = put->checksum;
+  h->creator_uid = ::getuid();
+  h->creator_pid = ::getpid();
+  return Held(guid, std::move(h), put->frames, std::move(put->metadata));
+}
+
+std::optional<Object> Connection::Held(const Guid& guid, std::shared_ptr<Holding> h,
+                                       std::span<const wire::FrameLocation> frames,
+                                       std::vector<std::byte> metadata) {
+  h->conn = shared_from_this();
+  h->guid = guid;
+  auto mapped = segments_.MapIndexed(frames, h->segment_uses);
+  if (!mapped) return std::nullopt;
+  for (auto& f : *mapped) {
+    h->frames.emplace_back(f.data(), f.size());
+    h->size += f.size();
+  }
+  if (std::any_of(frames.begin(), frames.end(),
+                  [](const wire::FrameLocation& f) { return f.pool() != 0; })) {
+    for (const wire::FrameLocation& f : frames) h->places.push_back(pools_.PlaceOf(f.pool()));
+  }
+  h->metadata = std::move(metadata);
   cache_.Remember(h);
-  index_gets_.fetch_add(1, std::memory_order_relaxed);
   return Object(std::move(h));
 }
 
@@ -179,6 +209,7 @@ void Connection::Forget(Holding& h) {
   DropUses(h.segment_uses);
   if (h.slot) slots_->Clear(*h.slot);
   if (h.handle != 0) releases_.Queue(h.handle);
+  if (h.by_guid) releases_.QueueGuid(h.guid);
 }
 
 Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg,

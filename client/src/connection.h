@@ -96,6 +96,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // daemon may still be reading: looks again, yielding the CPU between looks (the daemon may
   // share it), for at most kOwnPutWait. nullopt when `guid` is not such a put or did not appear.
   std::optional<Object> FromIndexAfterOwnPut(const Guid& guid);
+  // An Object for `guid` when it is one of this connection's puts still in its put ring, not
+  // taken by the daemon yet: made from the put itself and held by it (Lease::HoldOwn), without
+  // a round trip. nullopt otherwise.
+  std::optional<Object> FromOwnPut(const Guid& guid);
   static constexpr std::chrono::microseconds kOwnPutWait{100};
   // How many objects FromIndex has given (Client::index_gets).
   uint64_t index_gets() const { return index_gets_.load(std::memory_order_relaxed); }
@@ -127,6 +131,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<uid_t> trusted_daemon_uid() const { return trusted_daemon_uid_; }
 
  private:
+  // FromIndex and FromOwnPut, once `h` holds the object: maps its frames and remembers it.
+  // nullopt when a segment it lies in is not mapped (h's destruction lets the hold go).
+  std::optional<Object> Held(const Guid& guid, std::shared_ptr<Holding> h,
+                             std::span<const wire::FrameLocation> frames,
+                             std::vector<std::byte> metadata);
+
   Connection(UniqueFd fd, std::string path);
 
   // In this order: each part uses only those above it, except that the channel hands segments to

@@ -6,9 +6,15 @@
 #include <cstring>
 
 #include "client/src/checksum.h"
+#include "proto/put_ring_layout.h"
 
 namespace depot::internal {
 namespace {
+
+// Any put's record fits in the ring (an empty one at worst: see Put).
+static_assert(put_ring::kRecordBytes >= 2 * (proto::kMaxMetadataSize + proto::kMaxNameSize +
+                                             proto::kMaxFrames * sizeof(wire::FrameLocation) +
+                                             1024));
 
 // Frames start at the daemon's block alignment on the host (and take their size rounded up to
 // it), since each becomes a block of its own.
@@ -23,21 +29,25 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
       frames.size() > proto::kMaxFrames) {
     return std::nullopt;
   }
+  std::vector<uint64_t> sizes;
+  sizes.reserve(frames.size());
   uint64_t need = 0;
-  for (auto f : frames) need += RoundUp(f.size());
+  for (auto f : frames) need += sizes.emplace_back(RoundUp(f.size()));
   // Larger puts go to blocks of their own: see kLargestPut.
   if (need == 0 || need > std::min(kLargestPut, largest_ / 4)) return std::nullopt;
   std::lock_guard lk(mu_);
-  if (size_ - cursor_ < need && !Renew(std::clamp(16 * need, kMinLease, kMaxLease), need)) {
+  std::vector<uint64_t> offsets;
+  if (!Place(sizes, offsets) &&
+      (!Renew(std::clamp(16 * need, kMinLease, kMaxLease), need) || !Place(sizes, offsets))) {
     return std::nullopt;
   }
   flatbuffers::FlatBufferBuilder fbb(256 + options.metadata.size() + 32 * frames.size());
   std::vector<wire::FrameLocation> locations;
   locations.reserve(frames.size());
-  for (auto f : frames) {
-    if (!f.empty()) std::memcpy(base_ + cursor_, f.data(), f.size());
-    locations.emplace_back(offset_ + cursor_, f.size(), segment_, 0);
-    cursor_ += RoundUp(f.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    auto f = frames[i];
+    if (!f.empty()) std::memcpy(base_ + (offsets[i] - offset_), f.data(), f.size());
+    locations.emplace_back(offsets[i], f.size(), segment_, 0);
   }
   Guid guid = Guid::Random();
   wire::Guid g = proto::ToWire(guid);
@@ -53,14 +63,110 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
   if (!options.name.empty()) b.add_name(name);
   b.add_evictable(options.evictable);
   if (options.owner_scoped) b.add_owner_scoped(true);
-  if (options.checksum) b.add_checksum(Checksum(frames));
+  std::optional<uint64_t> checksum;
+  if (options.checksum) checksum = Checksum(frames);
+  if (checksum) b.add_checksum(*checksum);
   fbb.Finish(b.Finish());
+  // Into the ring, with no message while the daemon polls it; else the put's own message.
+  std::vector<uint8_t> message;
+  std::optional<uint64_t> position;
+  if (ring_) {
+    position = ring_->Append(fbb.GetBufferSpan());
+    if (!position) {
+      // Full: the daemon takes the ring before it answers any request. (Not this put's own
+      // message: the daemon could take later puts from the ring before it read it.)
+      flatbuffers::FlatBufferBuilder ping(16);
+      ping.Finish(wire::CreateEmptyReply(ping));
+      auto pong = channel_.Call(proto::MsgType::kPing, ping, releases_.Take());
+      if (!pong.ok()) return Result<Guid>(pong.status());
+      position = ring_->Append(fbb.GetBufferSpan());
+      if (!position) {
+        return Result<Guid>(channel_.Break(
+            Status::ProtocolError("depotd did not take the put ring before it answered")));
+      }
+    }
+  }
+  if (position) {
+    RingPut& r = ring_puts_[next_ring_put_++ % kRecentPuts];
+    r.guid = guid;
+    r.position = *position;
+    r.length = fbb.GetSize();
+    r.put.frames = std::move(locations);
+    r.put.metadata.assign(options.metadata.begin(), options.metadata.end());
+    r.put.checksum = checksum;
+    if (ring_->Polled()) return Result<Guid>(guid);
+    flatbuffers::FlatBufferBuilder empty(16);
+    empty.Finish(wire::CreateEmptyReply(empty));
+    message = proto::Encode(static_cast<uint16_t>(proto::MsgType::kPutsWritten), 0, empty);
+  } else {
+    message = proto::Encode(static_cast<uint16_t>(proto::MsgType::kPut), 0, fbb);
+  }
   std::vector<uint8_t> bytes = releases_.Take();
-  std::vector<uint8_t> put = proto::Encode(static_cast<uint16_t>(proto::MsgType::kPut), 0, fbb);
-  bytes.insert(bytes.end(), put.begin(), put.end());
+  bytes.insert(bytes.end(), message.begin(), message.end());
   if (Status sent = channel_.Send(bytes); !sent.ok()) return Result<Guid>(sent);
   recent_[next_recent_++ % kRecentPuts] = guid;
   return Result<Guid>(guid);
+}
+
+std::optional<Lease::OwnPut> Lease::HoldOwn(const Guid& guid) {
+  std::lock_guard lk(mu_);
+  for (RingPut& r : ring_puts_) {
+    if (r.guid == guid && !guid.is_nil() && ring_->Hold(r.position, r.length)) {
+      r.guid = Guid{};  // held once: a later get finds the Object, or asks the daemon
+      return std::move(r.put);
+    }
+  }
+  return std::nullopt;
+}
+
+bool Lease::Place(std::span<const uint64_t> sizes, std::vector<uint64_t>& offsets) {
+  if (base_ == nullptr) return false;
+  if (ring_) {
+    size_t before = returned_.size();
+    ring_->TakeReturns(returned_);
+    // Only whole blocks inside this lease: anything else is not this lease's to write.
+    auto foreign = [this](const PutRing::Block& r) {
+      return r.segment != segment_ || r.size == 0 || r.size % kAlign != 0 || r.offset < offset_ ||
+             r.offset - offset_ > size_ || r.size > size_ - (r.offset - offset_);
+    };
+    returned_.erase(std::remove_if(returned_.begin() + static_cast<ptrdiff_t>(before),
+                                   returned_.end(), foreign),
+                    returned_.end());
+    // The daemon hands back a few at a time; more would be a broken daemon's.
+    if (returned_.size() > put_ring::kReturnSlots) {
+      returned_.erase(returned_.begin(),
+                      returned_.end() - static_cast<ptrdiff_t>(put_ring::kReturnSlots));
+    }
+  }
+  offsets.assign(sizes.size(), 0);
+  uint64_t cursor = cursor_;
+  std::vector<size_t> used;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) {
+      offsets[i] = offset_ + cursor;
+      continue;
+    }
+    // The most recent block handed back of about this size (not more than twice): still in
+    // cache, where the cursor's part is not.
+    bool reused = false;
+    for (size_t r = returned_.size(); r-- > 0;) {
+      if (returned_[r].size >= sizes[i] && returned_[r].size / 2 <= sizes[i] &&
+          std::find(used.begin(), used.end(), r) == used.end()) {
+        offsets[i] = returned_[r].offset;
+        used.push_back(r);
+        reused = true;
+        break;
+      }
+    }
+    if (reused) continue;
+    if (size_ - cursor < sizes[i]) return false;
+    offsets[i] = offset_ + cursor;
+    cursor += sizes[i];
+  }
+  cursor_ = cursor;
+  std::sort(used.rbegin(), used.rend());
+  for (size_t r : used) returned_.erase(returned_.begin() + static_cast<ptrdiff_t>(r));
+  return true;
 }
 
 bool Lease::RecentlyPut(const Guid& guid) {
@@ -76,6 +182,8 @@ bool Lease::Renew(uint64_t want, uint64_t need) {
   // The old lease's rest went back to the daemon as it granted the new one (or refused it).
   base_ = nullptr;
   size_ = cursor_ = 0;
+  returned_.clear();  // the daemon freed them with the old lease's rest
+  if (ring_) ring_->SkipReturns();
   if (auto dropped = segments_.DropUses(uses_); !dropped.empty()) channel_.Send(dropped);
   uses_.clear();
   if (!reply.ok()) {

@@ -1,15 +1,19 @@
 // internal::Lease is this connection's lease of host memory from depotd, for puts in one message
-// (docs/design.md, "Puts in one message"): a range of a segment of this process's uid, mapped
-// read-write with its page tables filled, into which a put copies its frames at the cursor and
-// then sends one message, with no reply to wait for. A put that does not fit takes a new lease
-// (one round trip), sized after the puts that come (at least kMinLease, 16 puts of this size, at
-// most kMaxLease, or what the daemon grants); a put larger than kLargestPut or a quarter of the
-// largest lease, one that proposes a GUID or has frames on a GPU, or one made while the daemon
-// does not know leases (an older daemon) or refuses them (a quota, a full store: asked again
-// after kRetryAfter), takes the create path instead, and Put says so.
+// or none (docs/design.md, "Puts in one message", "Puts without a message"): a range of a segment
+// of this process's uid, mapped read-write with its page tables filled, into which a put copies
+// its frames, and then writes its message into the put ring (when the daemon sent one and it has
+// room; a doorbell message only when the daemon does not poll the rings now) or sends it, with no
+// reply to wait for. A frame goes into a block of the lease that the daemon handed back (its
+// object was deleted; still in cache) when one is of about its size, else at the cursor. A put
+// that does not fit takes a new lease (one round trip), sized after the puts that come (at least
+// kMinLease, 16 puts of this size, at most kMaxLease, or what the daemon grants); a put larger
+// than kLargestPut or a quarter of the largest lease, one that proposes a GUID or has frames on a
+// GPU, or one made while the daemon does not know leases (an older daemon) or refuses them (a
+// quota, a full store: asked again after kRetryAfter), takes the create path instead, and Put
+// says so.
 //
 // Thread-safe: one mutex, held from the cursor's move to the message's send, since the daemon
-// takes the puts of a lease in cursor order.
+// takes the puts of a lease in the order they were written.
 #ifndef DEPOT_CLIENT_SRC_LEASE_H_
 #define DEPOT_CLIENT_SRC_LEASE_H_
 
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include "client/src/channel.h"
+#include "client/src/put_ring.h"
 #include "client/src/release_batcher.h"
 #include "client/src/segment_map.h"
 #include "depot/client.h"
@@ -34,11 +39,11 @@ class Lease {
   static constexpr uint64_t kMinLease = uint64_t{4} << 20;
   static constexpr uint64_t kMaxLease = uint64_t{64} << 20;
   static constexpr std::chrono::seconds kRetryAfter{1};
-  // The largest put that goes into a lease. Measured (bench/results/2026-11-30-one-message-put.md):
-  // at 64 KiB a lease halves a put's time, but from 1 MiB on the copy into the lease's fresh,
-  // cache-cold memory costs more than the two round trips it saves, where a create reuses the
-  // block a deleted object left, still in cache.
-  static constexpr uint64_t kLargestPut = uint64_t{256} << 10;
+  // The largest put that goes into a lease. Before the put ring and the blocks handed back, a
+  // put of 1 MiB into a lease's fresh, cache-cold memory cost more than the two round trips it
+  // saved (bench/results/2026-11-30-one-message-put.md); with them, see
+  // bench/results/2026-12-01-put-ring.md.
+  static constexpr uint64_t kLargestPut = uint64_t{4} << 20;
 
   // Uses `channel`, `segments` and `releases`, which must outlive it.
   Lease(Channel& channel, SegmentMap& segments, ReleaseBatcher& releases)
@@ -48,20 +53,38 @@ class Lease {
 
   // Whether the daemon takes puts in one message (its hello says so; an older one does not).
   void set_offered(bool offered) { offered_ = offered; }
+  // The put ring the daemon sent at hello (before any put).
+  void set_ring(PutRing ring) { ring_.emplace(std::move(ring)); }
 
   // Puts host `frames` with one message: the GUID once the message is sent, or an error. nullopt
   // when this put must take the create path (see the class comment).
   std::optional<Result<Guid>> Put(std::span<const std::span<const std::byte>> frames,
                                   const CreateOptions& options);
 
-  // Whether `guid` is one of the last kRecentPuts objects put through this lease: the daemon may
-  // not have read its message yet, so the shared index may not have it yet.
+  // Whether `guid` is one of the last kRecentPuts objects put through this lease with a message
+  // (the put's or a doorbell): the daemon may not have read it yet, so the shared index may not
+  // have it yet, but will soon. (A put left in the polled ring may wait for the next poll.)
   bool RecentlyPut(const Guid& guid);
+
+  // What a get of one of this connection's puts needs, taken from the put itself.
+  struct OwnPut {
+    std::vector<wire::FrameLocation> frames;
+    std::vector<std::byte> metadata;
+    std::optional<uint64_t> checksum;
+  };
+  // When `guid` is one of the last kRecentPuts puts written into the ring and the daemon has not
+  // taken it yet: marks it held (PutRing::Hold: the daemon takes it with a reference for this
+  // connection, released by GUID) and returns it. nullopt otherwise: the daemon has it, or will
+  // have it once it reads a message of this connection.
+  std::optional<OwnPut> HoldOwn(const Guid& guid);
 
  private:
   // Takes a new lease of about `want` bytes, and at least `need` (the old one's rest goes back to
   // the daemon). False when the daemon refused.
   bool Renew(uint64_t want, uint64_t need);
+  // Where each frame (rounded-up sizes in `sizes`) goes: the offset in the segment of a block
+  // handed back, or of the cursor; false when the cursor's part does not fit.
+  bool Place(std::span<const uint64_t> sizes, std::vector<uint64_t>& offsets);
 
   Channel& channel_;
   SegmentMap& segments_;
@@ -74,9 +97,19 @@ class Lease {
   uint64_t offset_ = 0;  // of the lease in its segment
   uint64_t size_ = 0;
   uint64_t cursor_ = 0;         // bytes of the lease used
+  std::optional<PutRing> ring_;
+  std::vector<PutRing::Block> returned_;  // blocks of this lease handed back, not used yet
   std::vector<uint64_t> uses_;  // the segment use the mapping holds
   std::chrono::steady_clock::time_point refused_until_{};
   static constexpr size_t kRecentPuts = 32;
+  struct RingPut {
+    Guid guid;
+    uint64_t position = 0;  // of its record in the ring
+    uint64_t length = 0;    // of its record's body
+    OwnPut put;
+  };
+  std::array<RingPut, kRecentPuts> ring_puts_{};  // a ring of the last puts left in the ring
+  size_t next_ring_put_ = 0;
   std::array<Guid, kRecentPuts> recent_{};  // a ring of the last puts' GUIDs
   size_t next_recent_ = 0;
 };

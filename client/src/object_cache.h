@@ -28,6 +28,7 @@ struct Holding {
   Guid guid;
   uint64_t handle = 0;
   std::optional<uint32_t> slot;  // the reference slot that holds it, instead of a handle
+  bool by_guid = false;  // got from the put ring: the daemon's reference is released by GUID
   std::vector<std::span<const std::byte>> frames;
   std::vector<std::byte> metadata;
   std::optional<uint64_t> checksum;

@@ -18,17 +18,26 @@ ReleaseBatcher::~ReleaseBatcher() {
 }
 
 void ReleaseBatcher::Queue(uint64_t handle) {
+  std::unique_lock lk(mu_);
+  if (releases_.empty() && guids_.empty()) oldest_ = std::chrono::steady_clock::now();
+  releases_.push_back(handle);
+  Queued(lk);
+}
+
+void ReleaseBatcher::QueueGuid(const Guid& guid) {
+  std::unique_lock lk(mu_);
+  if (releases_.empty() && guids_.empty()) oldest_ = std::chrono::steady_clock::now();
+  guids_.push_back(proto::ToWire(guid));
+  Queued(lk);
+}
+
+void ReleaseBatcher::Queued(std::unique_lock<std::mutex>& lk) {
   std::vector<uint8_t> now;
-  bool wake = false;
-  {
-    std::lock_guard lk(mu_);
-    if (releases_.empty()) oldest_ = std::chrono::steady_clock::now();
-    releases_.push_back(handle);
-    if (releases_.size() >= kMaxWaitingReleases) now = TakeLocked();
-    if (!flusher_.joinable()) flusher_ = std::thread([this] { Flush(); });
-    // Only an idle flusher needs waking: a busy one already waits for the oldest release's time.
-    wake = flusher_idle_;
-  }
+  if (releases_.size() + guids_.size() >= kMaxWaitingReleases) now = TakeLocked();
+  if (!flusher_.joinable()) flusher_ = std::thread([this] { Flush(); });
+  // Only an idle flusher needs waking: a busy one already waits for the oldest release's time.
+  bool wake = flusher_idle_;
+  lk.unlock();
   if (wake) cv_.notify_one();
   if (!now.empty()) channel_.Send(now);  // a broken connection released everything already
 }
@@ -39,17 +48,20 @@ std::vector<uint8_t> ReleaseBatcher::Take() {
 }
 
 std::vector<uint8_t> ReleaseBatcher::TakeLocked() {
-  if (releases_.empty()) return {};
-  flatbuffers::FlatBufferBuilder fbb(64 + 8 * releases_.size());
-  fbb.Finish(wire::CreateReleaseRequest(fbb, fbb.CreateVector(releases_)));
+  if (releases_.empty() && guids_.empty()) return {};
+  flatbuffers::FlatBufferBuilder fbb(64 + 8 * releases_.size() + 16 * guids_.size());
+  auto handles = fbb.CreateVector(releases_);
+  auto guids = fbb.CreateVectorOfStructs(guids_);
+  fbb.Finish(wire::CreateReleaseRequest(fbb, handles, guids));
   releases_.clear();
+  guids_.clear();
   return proto::Encode(static_cast<uint16_t>(proto::MsgType::kRelease), 0, fbb);
 }
 
 void ReleaseBatcher::Flush() {
   std::unique_lock lk(mu_);
   while (!stopping_) {
-    if (releases_.empty()) {
+    if (releases_.empty() && guids_.empty()) {
       flusher_idle_ = true;
       cv_.wait(lk);
       flusher_idle_ = false;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/src/channel.h"
+#include "depot/guid.h"
 
 namespace depot::internal {
 
@@ -29,18 +30,23 @@ class ReleaseBatcher {
 
   // Releases the reference `handle` names, soon.
   void Queue(uint64_t handle);
+  // Releases the reference on `guid` that the daemon took for a put this process got from its
+  // put ring (see PutRing::Hold), soon.
+  void QueueGuid(const Guid& guid);
   // The waiting releases as one encoded message, to send ahead of a request; empty when none
   // wait.
   std::vector<uint8_t> Take();
 
  private:
   std::vector<uint8_t> TakeLocked();  // Take, with mu_ held
+  void Queued(std::unique_lock<std::mutex>& lk);  // after a release was queued: sends or wakes
   void Flush();                       // the flusher thread
 
   Channel& channel_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<uint64_t> releases_;
+  std::vector<wire::Guid> guids_;
   std::chrono::steady_clock::time_point oldest_;
   bool stopping_ = false;
   bool flusher_idle_ = false;  // waiting for a release, with no deadline

@@ -1,0 +1,60 @@
+// internal::PutRing is this connection's put ring (proto/put_ring_layout.h), mapped read-write
+// from the memfd the daemon sent at hello: a put through the lease writes its message's body here
+// instead of sending it, and the daemon takes it before anything that could look for it (see
+// docs/design.md, "Puts without a message"). The daemon also hands back, here, blocks of the
+// lease whose objects were deleted, for puts to reuse while they are still in cache.
+//
+// Not thread-safe: the connection's Lease calls it under its mutex.
+#ifndef DEPOT_CLIENT_SRC_PUT_RING_H_
+#define DEPOT_CLIENT_SRC_PUT_RING_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "common/shared_mapping.h"
+#include "common/unique_fd.h"
+#include "depot/status.h"
+
+namespace depot::internal {
+
+class PutRing {
+ public:
+  // A block of the lease handed back by the daemon.
+  struct Block {
+    uint32_t segment;
+    uint64_t offset;
+    uint64_t size;
+  };
+
+  // Maps the ring from `fd`, which the hello reply said is `bytes` long. ProtocolError for another
+  // size or a smaller file.
+  static Result<PutRing> Map(const UniqueFd& fd, uint64_t bytes);
+
+  // Writes `body` as one record and publishes it, then fences (seq_cst) so that Polled reads the
+  // daemon's word after the publication. The record's position; nullopt when the ring has no room
+  // for it now.
+  std::optional<uint64_t> Append(std::span<const uint8_t> body);
+  // Marks the record at `position` (of a body of `length` bytes) held: the daemon will take it
+  // with a reference for this session. False when the daemon took it already.
+  bool Hold(uint64_t position, uint64_t length);
+  // Whether the daemon reads the rings on its timer; when not, a put rings the doorbell.
+  bool Polled() const;
+
+  // Appends the blocks handed back since the last call.
+  void TakeReturns(std::vector<Block>& out);
+  // Passes over the blocks handed back so far: they are of a lease given up.
+  void SkipReturns();
+
+ private:
+  explicit PutRing(SharedMapping map) : map_(std::move(map)) {}
+
+  SharedMapping map_;
+  uint64_t head_ = 0;     // bytes published
+  uint64_t returns_ = 0;  // returns taken
+};
+
+}  // namespace depot::internal
+
+#endif  // DEPOT_CLIENT_SRC_PUT_RING_H_

@@ -1,0 +1,85 @@
+#include "daemon/put_ring.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "daemon/shm_source.h"
+#include "proto/index_layout.h"
+#include "proto/put_ring_layout.h"
+
+namespace depot {
+
+using index::Load;
+using index::Store;
+
+Result<std::unique_ptr<PutRing>> PutRing::Create(const std::string& name) {
+  auto memory = SealedMemfd(name, put_ring::kRingFileBytes);
+  if (!memory.ok()) return memory.status();
+  auto map = SharedMapping::Map(memory->fd.get(), memory->size, true, "put ring");
+  if (!map.ok()) return map.status();
+  return std::unique_ptr<PutRing>(new PutRing(std::move(memory->fd), std::move(*map)));
+}
+
+bool PutRing::Pending() const {
+  return !broken_ && Load(map_.words() + put_ring::kHead, std::memory_order_acquire) != tail_;
+}
+
+Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>& take) {
+  if (broken_) return Status::OK();
+  uint64_t head = Load(map_.words() + put_ring::kHead, std::memory_order_acquire);
+  auto fail = [this](std::string why) {
+    broken_ = true;
+    return Status::ProtocolError("put ring: " + why);
+  };
+  if (head - tail_ > put_ring::kRecordBytes || head % 8 != 0) {
+    return fail(fmt::format("head at {} while the tail is at {}", head, tail_));
+  }
+  const auto* records = reinterpret_cast<const uint8_t*>(map_.words() + put_ring::kRecordsWord);
+  while (tail_ != head) {
+    uint64_t* word = map_.words() + put_ring::kRecordsWord + (tail_ % put_ring::kRecordBytes) / 8;
+    uint64_t header = std::atomic_ref<uint64_t>(*word).fetch_or(put_ring::kTaken);
+    uint64_t length = header & put_ring::kLengthMask;
+    if (length == 0 || put_ring::RecordSpan(length) > head - tail_) {
+      return fail(fmt::format("a record of {} bytes at {}, with {} bytes published", length,
+                              tail_, head - tail_));
+    }
+    // The body may wrap: copied in at most two parts, as atomics are not needed for bytes that
+    // the client may still scribble on (whatever it writes, the copy is checked as a message).
+    body_.resize(length);
+    uint64_t at = (tail_ + put_ring::kHeaderBytes) % put_ring::kRecordBytes;
+    uint64_t first = std::min(length, put_ring::kRecordBytes - at);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    std::memcpy(body_.data(), records + at, first);
+    std::memcpy(body_.data() + first, records, length - first);
+    tail_ += put_ring::RecordSpan(length);
+    Store(map_.words() + put_ring::kTail, tail_, std::memory_order_release);
+    if (Status st = take(body_, (header & put_ring::kHeld) != 0); !st.ok()) {
+      broken_ = true;
+      return st;
+    }
+  }
+  return Status::OK();
+}
+
+void PutRing::SetPolled(bool polled) {
+  Store(map_.words() + put_ring::kPolled, polled ? 1 : 0, std::memory_order_seq_cst);
+}
+
+bool PutRing::CanReturn() const {
+  uint64_t taken = Load(map_.words() + put_ring::kReturnTail, std::memory_order_acquire);
+  return taken <= returns_ && returns_ - taken < put_ring::kReturnSlots;
+}
+
+void PutRing::Return(const Location& block) {
+  uint64_t* entry = map_.words() + put_ring::kReturnsWord +
+                    (returns_ % put_ring::kReturnSlots) * put_ring::kReturnWords;
+  Store(entry, block.offset);
+  Store(entry + 1, block.size);
+  Store(entry + 2, block.segment);
+  Store(map_.words() + put_ring::kReturnHead, ++returns_, std::memory_order_release);
+}
+
+}  // namespace depot

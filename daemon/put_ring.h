@@ -1,0 +1,70 @@
+// PutRing is one session's put ring (proto/put_ring_layout.h): a sealed memfd that the daemon
+// maps and sends read-write to the session at hello. The client writes puts into it and sends no
+// message; the daemon takes them (Take) before it handles any request of that session, before a
+// get, delete, contains or stat of a missing object from anyone, on its polling timer, and when
+// the session closes (see PutRings). It also hands blocks of the session's lease back to it
+// through the ring (Return).
+//
+// The ring is the client's to write: the daemon copies each record before it reads it, and a
+// ring whose positions or lengths make no sense is the session's protocol error (it closes). The
+// memfd is sealed against shrinking, so no client can make the daemon's reads fault.
+//
+// Not thread-safe: the daemon's single loop owns it; the client writes the memory concurrently.
+#ifndef DEPOT_DAEMON_PUT_RING_H_
+#define DEPOT_DAEMON_PUT_RING_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/shared_mapping.h"
+#include "common/unique_fd.h"
+#include "daemon/location.h"
+#include "depot/status.h"
+
+namespace depot {
+
+class PutRing {
+ public:
+  // An empty ring in a memfd named `name`; the memfd's error when it cannot be made.
+  static Result<std::unique_ptr<PutRing>> Create(const std::string& name);
+
+  // Sent to the session: read-write.
+  int fd() const { return fd_.get(); }
+
+  // Hands each record the client had published when this was called to `take`, in order (a copy
+  // of its body: the client cannot change it while it is read, and whether the client holds the
+  // object already: kHeld), and moves the tail past it.
+  // Stops at the first error, `take`'s or the ring's own (a ProtocolError: the session must
+  // close); the ring is broken from then on and takes nothing more.
+  Status Take(const std::function<Status(std::span<const uint8_t>, bool held)>& take);
+  // Whether the client published records not taken yet.
+  bool Pending() const;
+
+  // Tells the client whether the daemon reads the ring on its timer (it rings the doorbell when
+  // not).
+  void SetPolled(bool polled);
+
+  // Whether a return can be written: the client has taken all but fewer than kReturnSlots of the
+  // earlier ones (as it says).
+  bool CanReturn() const;
+  // Writes a return of `block` (see CanReturn) for the client.
+  void Return(const Location& block);
+
+ private:
+  PutRing(UniqueFd fd, SharedMapping map) : fd_(std::move(fd)), map_(std::move(map)) {}
+
+  UniqueFd fd_;
+  SharedMapping map_;
+  uint64_t tail_ = 0;          // the daemon's own copy: the shared word is written, never read
+  uint64_t returns_ = 0;       // returns written
+  bool broken_ = false;
+  std::vector<uint8_t> body_;  // the record being taken
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_PUT_RING_H_

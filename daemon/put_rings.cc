@@ -1,0 +1,90 @@
+#include "daemon/put_rings.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace depot {
+
+Result<const PutRing*> PutRings::Join(SessionId session) {
+  auto ring = PutRing::Create("putring-" + std::to_string(::getpid()) + "-" +
+                              std::to_string(session));
+  if (!ring.ok()) return ring.status();
+  (*ring)->SetPolled(polling_);
+  const PutRing* out = ring->get();
+  rings_[session] = std::move(*ring);
+  return out;
+}
+
+PutRing* PutRings::Find(SessionId session) {
+  auto it = rings_.find(session);
+  return it == rings_.end() ? nullptr : it->second.get();
+}
+
+Status PutRings::Take(SessionId session) {
+  PutRing* ring = Find(session);
+  if (ring == nullptr || !ring->Pending()) return Status::OK();
+  return ring->Take([this, session](std::span<const uint8_t> body, bool held) {
+    return take_(session, body, held);
+  });
+}
+
+void PutRings::TakeAll() {
+  // By id, not by iterator: a put may answer a get, and a failed session may close meanwhile.
+  std::vector<SessionId> pending;
+  for (const auto& [session, ring] : rings_) {
+    if (ring->Pending()) pending.push_back(session);
+  }
+  for (SessionId session : pending) {
+    if (Status st = Take(session); !st.ok()) fail_(session, st);
+  }
+}
+
+void PutRings::Poll() {
+  idle_polls_ = 0;
+  if (polling_) return;
+  SetPolled(true);
+  Arm();
+}
+
+void PutRings::Arm() {
+  timer_.expires_after(kPollInterval);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) Tick();
+  });
+}
+
+bool PutRings::AnyPending() const {
+  for (const auto& [session, ring] : rings_) {
+    if (ring->Pending()) return true;
+  }
+  return false;
+}
+
+void PutRings::Tick() {
+  if (AnyPending()) {
+    TakeAll();
+    idle_polls_ = 0;
+    return Arm();
+  }
+  if (++idle_polls_ < kIdlePolls) return Arm();
+  // Stop, then look once more: a client that published before it saw the word fall reads the
+  // word after its publication (both sides fence), so either it rings or this look finds its put.
+  SetPolled(false);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (AnyPending()) {
+    SetPolled(true);
+    TakeAll();
+    idle_polls_ = 0;
+    Arm();
+  }
+}
+
+void PutRings::SetPolled(bool polled) {
+  polling_ = polled;
+  for (const auto& [session, ring] : rings_) ring->SetPolled(polled);
+}
+
+}  // namespace depot

@@ -1,0 +1,74 @@
+// PutRings is the sessions' put rings (PutRing) and when the daemon reads them (docs/design.md,
+// "Puts without a message"). A put written into a ring sends no message, so the daemon takes the
+// rings' records:
+//   - of one session, before it handles any request of that session (Take): its own later
+//     requests see its puts;
+//   - of every session, before a get, delete, contains or stat that names a missing object, and
+//     before a list (TakeAll): once a put returns, a request that starts later finds it;
+//   - of every session, on a timer every kPollInterval while puts come (Poll, the doorbell a
+//     client rings when the rings are not polled), so that puts reach the table, the index and
+//     the LRU soon even when nobody asks for them; after kIdlePolls polls that found nothing the
+//     timer stops, and the clients are told to ring again;
+//   - of a session that closes, before its references go.
+//
+// Not thread-safe: the daemon's single loop owns it.
+#ifndef DEPOT_DAEMON_PUT_RINGS_H_
+#define DEPOT_DAEMON_PUT_RINGS_H_
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "daemon/peer.h"
+#include "daemon/put_ring.h"
+
+namespace depot {
+
+class PutRings {
+ public:
+  static constexpr std::chrono::microseconds kPollInterval{1000};
+  static constexpr int kIdlePolls = 100;
+
+  // Takes one put of a session (a body copied out of its ring, not yet verified; whether the
+  // session holds it already).
+  using TakeFn = std::function<Status(SessionId, std::span<const uint8_t>, bool held)>;
+  // A session's ring is broken, or one of its puts was refused: the session must close.
+  using FailFn = std::function<void(SessionId, const Status&)>;
+
+  PutRings(boost::asio::io_context& io, TakeFn take, FailFn fail)
+      : timer_(io), take_(std::move(take)), fail_(std::move(fail)) {}
+
+  // Makes `session`'s ring (sent to it at hello); the memfd's error.
+  Result<const PutRing*> Join(SessionId session);
+  void Leave(SessionId session) { rings_.erase(session); }
+  PutRing* Find(SessionId session);
+
+  // Takes what `session`'s ring holds now; the error when it broke (the caller closes the session).
+  Status Take(SessionId session);
+  // Takes what every ring holds now; a session whose ring breaks goes to the FailFn.
+  void TakeAll();
+  // The doorbell: polls the rings from now on, until they stay empty for a while.
+  void Poll();
+
+ private:
+  void Arm();
+  void Tick();
+  bool AnyPending() const;
+  void SetPolled(bool polled);
+
+  boost::asio::steady_timer timer_;
+  TakeFn take_;
+  FailFn fail_;
+  std::map<SessionId, std::unique_ptr<PutRing>> rings_;
+  bool polling_ = false;
+  int idle_polls_ = 0;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_PUT_RINGS_H_
