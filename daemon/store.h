@@ -13,7 +13,8 @@
 //   StoreCounters  request latencies and object sizes, for metrics
 // The queries, which change nothing (list, stat, status, clients, metrics), are in
 // store_queries.cc; leases, puts in one message or through the put rings and the drain that makes
-// them visible (LeaseTable, PutRings) in store_puts.cc.
+// them visible (LeaseTable, PutRings) in store_puts.cc; a session's open, hello and close in
+// store_sessions.cc.
 // A request that breaks the protocol (anything before hello, a reply type) is not answered here:
 // Handle returns the error and the session closes.
 //

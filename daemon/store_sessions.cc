@@ -1,0 +1,136 @@
+// The Store's sessions from start to end (see store.h): a connection registered (Open), its hello
+// answered with what the session may use (the namespace's index, its reference slots and its put
+// ring, each sent as an fd), and its close, which stores what it put and drops what it held.
+// Kept apart from the requests a greeted session sends (store.cc).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/wall_clock.h"
+#include "daemon/replies.h"
+#include "daemon/store.h"
+#include "proto/index_layout.h"
+#include "proto/put_ring_layout.h"
+
+namespace depot {
+
+using proto::MsgType;
+namespace fb = flatbuffers;
+
+SessionId Store::Open(Peer* peer, PeerCredentials creds) {
+  SessionId id = next_session_++;
+  ++connections_;
+  SessionState& st = sessions_[id];
+  st.peer = peer;
+  st.creds = std::move(creds);
+  st.connected_ns = WallClockNs();
+  return id;
+}
+
+void Store::Close(SessionId session) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  waits_.DropSession(session);
+  Namespace* ns = it->second.ns;
+  if (ns == nullptr) {  // never greeted
+    sessions_.erase(it);
+    return;
+  }
+  // What it put before it went is stored, as if its messages had been read.
+  if (Status taken = rings_.Take(session); !taken.ok()) {
+    spdlog::warn("session {} closed with a broken put ring: {}", session, taken.message());
+  }
+  rings_.Leave(session);
+  if (ns->gets() != nullptr) ns->gets()->Leave(session);  // its slots keep nothing from now on
+  ns->table().DropSession(session);
+  owner_scopes_.Close(session, ns->table());
+  WatchPins();
+  events_.Emit(wire::EventKind::ClientDisconnected, nullptr, session, ns);
+  events_.Leave(session);
+  segments_.Leave(session);
+  quotas_.CreditBytes(it->second.creds.uid, session, leases_.End(session));
+  quotas_.ForgetSession(session);
+  sessions_.erase(session);
+  --ns->sessions;
+  namespaces_.MaybeDrop(ns);
+}
+
+Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
+  SessionState& st = sessions_.at(s);
+  if (req.version() != proto::kProtocolVersion) {
+    NoteProtocolError();
+    return Status::ProtocolError(
+        fmt::format("client speaks protocol version {}, this depotd speaks version {}",
+                    req.version(), proto::kProtocolVersion));
+  }
+  if (req.client_name() && req.client_name()->size() > proto::kMaxNameSize) {
+    return Status::InvalidArgument(fmt::format("a client name has at most {} bytes, not {}",
+                                               proto::kMaxNameSize, req.client_name()->size()));
+  }
+  if (std::string why = access_.Refusal(st.creds); !why.empty()) {
+    spdlog::warn("refused pid {}: {}", st.creds.pid, why);
+    return Status::PermissionDenied(why);
+  }
+  auto ns = namespaces_.For(st.creds.uid);
+  if (!ns.ok()) return Status::Unavailable(ns.status().message());
+  st.ns = *ns;
+  ++st.ns->sessions;
+  events_.Join(s, st.peer, st.creds, st.ns);
+  segments_.Join(s, st.ns);
+  if (req.client_name()) st.name = req.client_name()->str();
+  std::ifstream comm(fmt::format("/proc/{}/comm", st.creds.pid));
+  std::getline(comm, st.process);
+  events_.Emit(wire::EventKind::ClientConnected, nullptr, s, st.ns);
+  spdlog::info("client connected: session {} pid {} uid {} gid {}{}{}", s, st.creds.pid,
+               st.creds.uid, st.creds.gid, req.client_name() ? " name " : "",
+               req.client_name() ? req.client_name()->str() : "");
+  // The index and this session's slots: without them (no index, or no memory for the slots)
+  // every get goes through the daemon.
+  std::vector<UniqueFd> fds;
+  uint64_t sets = 0;
+  uint64_t arena = 0;
+  if (LockFreeGets* gets = st.ns->gets(); gets != nullptr) {
+    auto slots = gets->Join(s);
+    if (slots.ok()) {
+      fds.emplace_back(::fcntl(gets->index().read_only_fd(), F_DUPFD_CLOEXEC, 0));
+      fds.emplace_back(::fcntl((*slots)->fd(), F_DUPFD_CLOEXEC, 0));
+      sets = gets->index().sets();
+      arena = gets->index().arena_bytes();
+    }
+    if (!slots.ok() || !fds[0].valid() || !fds[1].valid()) {
+      spdlog::warn("session {}: gets go through the daemon: {}", s,
+                   slots.ok() ? "cannot pass the index" : slots.status().message());
+      gets->Leave(s);
+      fds.clear();
+      sets = arena = 0;
+    }
+  }
+  // The put ring: without it (no memory for it) puts go in messages.
+  uint64_t ring_bytes = 0;
+  if (auto ring = rings_.Join(s); ring.ok()) {
+    UniqueFd fd(::fcntl((*ring)->fd(), F_DUPFD_CLOEXEC, 0));
+    if (fd.valid()) {
+      fds.push_back(std::move(fd));
+      ring_bytes = put_ring::kRingFileBytes;
+    }
+  } else {
+    spdlog::warn("session {}: puts go in messages: {}", s, ring.status().message());
+  }
+  fb::FlatBufferBuilder fbb;
+  auto version = fbb.CreateString(options_.version);
+  auto pools = replies::DevicePools(fbb, namespaces_.DevicePools());
+  auto unavailable = fbb.CreateString(devices_.unavailable());
+  fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
+                                    options_.max_message_size, proto::kMaxInlineSize,
+                                    options_.hugepages, pools, unavailable, sets, arena,
+                                    sets > 0 ? index::kSlotCount : 0, /*leases=*/true,
+                                    ring_bytes));
+  Reply(s, id, MsgType::kHello, fbb, std::move(fds));
+  return Status::OK();
+}
+
+}  // namespace depot
