@@ -12,7 +12,7 @@ Result<const PutRing*> PutRings::Join(SessionId session) {
   auto ring = PutRing::Create("putring-" + std::to_string(::getpid()) + "-" +
                               std::to_string(session));
   if (!ring.ok()) return ring.status();
-  (*ring)->SetPolled(polling_);
+  (*ring)->SetPolled(polling_ && !urgent_);
   const PutRing* out = ring->get();
   rings_[session] = std::move(*ring);
   return out;
@@ -63,7 +63,17 @@ bool PutRings::AnyPending() const {
   return false;
 }
 
+void PutRings::GetWaits() {
+  if (urgent_) return;
+  urgent_ = true;
+  Publish();
+}
+
 void PutRings::Tick() {
+  if (bool urgent = waiting_(); urgent != urgent_) {
+    urgent_ = urgent;
+    Publish();
+  }
   if (AnyPending()) {
     TakeAll();
     idle_polls_ = 0;
@@ -84,7 +94,11 @@ void PutRings::Tick() {
 
 void PutRings::SetPolled(bool polled) {
   polling_ = polled;
-  for (const auto& [session, ring] : rings_) ring->SetPolled(polled);
+  Publish();
+}
+
+void PutRings::Publish() {
+  for (const auto& [session, ring] : rings_) ring->SetPolled(polling_ && !urgent_);
 }
 
 }  // namespace depot

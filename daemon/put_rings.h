@@ -10,6 +10,8 @@
 //     the LRU soon even when nobody asks for them; after kIdlePolls polls that found nothing the
 //     timer stops, and the clients are told to ring again;
 //   - of a session that closes, before its references go.
+// While a get waits for an object (WaitingFn), the rings are not shown as polled, so that every
+// put rings the doorbell and a waiting get is answered at once, not at the next poll.
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_PUT_RINGS_H_
@@ -40,8 +42,11 @@ class PutRings {
   // A session's ring is broken, or one of its puts was refused: the session must close.
   using FailFn = std::function<void(SessionId, const Status&)>;
 
-  PutRings(boost::asio::io_context& io, TakeFn take, FailFn fail)
-      : timer_(io), take_(std::move(take)), fail_(std::move(fail)) {}
+  // Whether some get waits for an object now.
+  using WaitingFn = std::function<bool()>;
+
+  PutRings(boost::asio::io_context& io, TakeFn take, FailFn fail, WaitingFn waiting)
+      : timer_(io), take_(std::move(take)), fail_(std::move(fail)), waiting_(std::move(waiting)) {}
 
   // Makes `session`'s ring (sent to it at hello); the memfd's error.
   Result<const PutRing*> Join(SessionId session);
@@ -54,18 +59,23 @@ class PutRings {
   void TakeAll();
   // The doorbell: polls the rings from now on, until they stay empty for a while.
   void Poll();
+  // A get was parked: puts ring the doorbell from now on (until a poll finds no get waiting).
+  void GetWaits();
 
  private:
   void Arm();
   void Tick();
   bool AnyPending() const;
   void SetPolled(bool polled);
+  void Publish();  // writes polling_ && !urgent_ into every ring
 
   boost::asio::steady_timer timer_;
   TakeFn take_;
   FailFn fail_;
+  WaitingFn waiting_;
   std::map<SessionId, std::unique_ptr<PutRing>> rings_;
   bool polling_ = false;
+  bool urgent_ = false;  // a get waits
   int idle_polls_ = 0;
 };
 

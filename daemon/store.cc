@@ -53,7 +53,8 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
           },
           [this](SessionId s, const Status& st) {
             if (auto it = sessions_.find(s); it != sessions_.end()) it->second.peer->Abort(st);
-          }) {
+          },
+          [this] { return waits_.size() > 0; }) {
   Guid seed = Guid::Random();
   std::seed_seq seq{seed.hi, seed.lo, static_cast<uint64_t>(::getpid())};
   guid_bits_.seed(seq);
@@ -319,6 +320,8 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
   if (Status parked = waits_.Park(w, timeout); !parked.ok()) {
     w.ReleaseAll();
     ReplyError(s, id, parked);
+  } else if (waits_.size() > 0) {
+    rings_.GetWaits();  // the put it waits for rings the doorbell
   }
 }
 
