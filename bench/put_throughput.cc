@@ -76,10 +76,13 @@ void PutThroughput(const Context& ctx) {
       "\n## 3. Put bandwidth\n\n"
       "Two depotd: a {} and a {}, with redis-server, all on CPU {}. {} rounds; in each, every "
       "method runs its samples in turn. GB/s = 10^9 bytes/s of object size over the median time. "
-      "memcpy copies the same source into a resident buffer (single thread): the limit. Put and "
-      "Create + write time create, the copy and seal (for > 64 KiB, Put makes the same calls); "
-      "\"create + seal, no copy\" is the same without the copy (prefaulted pool): what a put costs "
-      "beyond its memcpy. Each is followed by an untimed delete, Redis SET by an untimed DEL.{}",
+      "memcpy copies the same source into a resident buffer (single thread): the limit. Put is "
+      "Client::Put: up to 4 MiB a copy into the connection's lease (into the block its last "
+      "deleted object left, when it was of about that size) and a record in its put ring, with "
+      "no message while the daemon polls the rings; larger, a create, the copy and a seal. Create "
+      "+ write times create, the copy and seal; \"create + seal, no copy\" is the same without "
+      "the copy (prefaulted pool). Each is followed by an untimed delete, Redis SET by an untimed "
+      "DEL.{}",
       prefaulted.Describe(), on_demand.Describe(), kServerCpu, rounds,
       previous ? fmt::format(" \"Previous\" is Put against a third depotd, {}: the figures before "
                              "this tree's changes, measured in the same rounds.",

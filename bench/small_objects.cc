@@ -1,17 +1,23 @@
 // Section 4, small objects. (a) Put+get pairs per second of 1 KiB objects with 1, 2 and 4 client
 // processes (each its own connection), each process in a loop for a fixed time: depot Put (a copy
-// into the connection's lease and one message with no reply) then Get of that object (from the
-// shared index once the daemon has read the put, which the get waits up to 100 µs for, else a
-// round trip; the Object is dropped), against Redis SET then GET of a new key, and (with
-// --previous-depotd) depot against an earlier daemon, whose Put is one round trip. depotd and redis-server run on CPU 0; the client processes all run on one CPU,
+// into the connection's lease and a record in its put ring) then Get of that object (from the put
+// itself while the daemon has not taken it, held by a mark in its record; else from the shared
+// index, or a round trip; the Object is dropped), against Redis SET then GET of a new key, and
+// (with --previous-depotd) depot against an earlier daemon. depotd and redis-server run on CPU 0;
+// the client processes all run on one CPU,
 // each placement in turn. depot and Redis alternate run by run; objects and keys are removed
 // between runs, untimed.
+// (c) Handing a 1 KiB object to another process: one process puts it and sends its name over a
+// socketpair, the other gets it, reads it and answers; against the same with Redis SET and GET,
+// and the hand-off alone (the socketpair there and back, no store): once a put returns, a get
+// that starts later elsewhere finds it (a round trip that takes the put rings first).
 // (b) Getting 1,000 objects of 1 KiB: one multi-GUID Client::Get (one round trip) against
 // 1,000 single gets and one Redis MGET of 1,000 keys, in alternating rounds, this process on each
 // placement.
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <sys/socket.h>
 #include <vector>
 
 #include <fmt/format.h>
@@ -156,6 +162,132 @@ void PairsPerSecond(const Context& ctx, const DepotDaemon& daemon, const DepotDa
   t.Print();
 }
 
+// What (c) sends from the giver to the taker: a GUID, or a Redis key's number in `hi`.
+struct Name {
+  uint64_t hi = 0;
+  uint64_t lo = 0;
+  bool operator==(const Name&) const = default;
+};
+constexpr Name kEnd{~uint64_t{0}, ~uint64_t{0}};
+
+using Give = std::function<Name()>;
+using Take = std::function<void(Name)>;
+
+// The hand-offs per second of (c): `giver()` makes the giving process's function, which makes an
+// object and names it, `taker()` the taking process's, which gets it by that name; the two
+// processes pinned to `cpu`, for `duration`.
+double HandOffs(int cpu, double duration, const std::function<Give()>& giver,
+                const std::function<Take()>& taker) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) throw std::runtime_error("socketpair");
+  std::vector<Child> children;
+  children.push_back(Child::Spawn([&](Channel& ch) {
+    PinTo(cpu);
+    ::close(pair[1]);
+    Channel peer(pair[0]);
+    Give give = giver();
+    ch.Signal();
+    ch.Await();
+    auto t0 = Clock::now();
+    uint64_t n = 0;
+    double t = 0;
+    while ((t = Since(t0)) < duration) {
+      peer.Send(give());
+      peer.Await();
+      ++n;
+    }
+    peer.Send(kEnd);
+    ch.Send(RunResult{n, t});
+  }));
+  children.push_back(Child::Spawn([&](Channel& ch) {
+    PinTo(cpu);
+    ::close(pair[0]);
+    Channel peer(pair[1]);
+    Take take = taker();
+    ch.Signal();
+    ch.Await();
+    for (Name name; !((name = peer.Recv<Name>()) == kEnd);) {
+      take(name);
+      peer.Signal();
+    }
+    ch.Send(RunResult{0, 1});
+  }));
+  ::close(pair[0]);
+  ::close(pair[1]);
+  StartTogether(children);
+  auto r = children[0].channel().Recv<RunResult>();
+  children[1].channel().Recv<RunResult>();
+  JoinAll(children);
+  return static_cast<double>(r.pairs) / r.seconds;
+}
+
+void HandOff(const Context& ctx, const DepotDaemon& daemon) {
+  int rounds = 3;
+  double duration = ctx.quick ? 0.2 : 1.0;
+  Say(fmt::format(
+      "\n### (c) Handing a 1 KiB object to another process\n\nOne process puts an object and "
+      "sends its name over a socketpair; another gets it, reads its first byte and answers one "
+      "byte; then the next. Both processes on the CPU named, {} rounds of {:.1f} s, the methods "
+      "alternating. The floor is the socketpair hand-off alone. depot's get is a round trip "
+      "there, as depotd has not taken the put yet (it takes the put rings first, then answers).",
+      rounds, duration));
+  Redis redis = Redis::Connect(ctx.redis->socket());
+  Table t({"their CPU", "floor: hand-offs/s", "depot hand-offs/s", "Redis hand-offs/s",
+           "depot / Redis", "depot µs beyond the floor", "Redis µs beyond the floor"},
+          "lrrrrrr");
+  auto value = std::make_shared<std::vector<std::byte>>(kObjectSize, std::byte{7});
+  std::function<Give()> givers[3] = {
+      [&] {
+        auto c = std::make_shared<Client>(daemon.Connect("give"));
+        return Give([c, value] {
+          Guid g = Check(c->Put(*value), "put");
+          return Name{g.hi, g.lo};
+        });
+      },
+      [&] {
+        auto r = std::make_shared<Redis>(Redis::Connect(ctx.redis->socket()));
+        auto n = std::make_shared<uint64_t>(0);
+        return Give([r, value, n] {
+          r->Set(fmt::format("h:{}", *n), *value);
+          return Name{(*n)++, 0};
+        });
+      },
+      [] { return Give([] { return Name{1, 1}; }); }};
+  std::function<Take()> takers[3] = {
+      [&] {
+        auto c = std::make_shared<Client>(daemon.Connect("take"));
+        return Take([c](Name name) {
+          Object o = Check(c->Get(Guid{name.hi, name.lo}), "get");
+          KeepAlive(static_cast<size_t>(o.frame(0)[0]));
+        });
+      },
+      [&] {
+        auto r = std::make_shared<Redis>(Redis::Connect(ctx.redis->socket()));
+        return Take([r](Name name) {
+          Reply got = r->Get(fmt::format("h:{}", name.hi));
+          KeepAlive(got->len);
+        });
+      },
+      [] { return Take([](Name) {}); }};
+  for (int cpu : Placements()) {
+    std::vector<double> rates[3];
+    for (int r = 0; r < rounds; ++r) {
+      fmt::print(stderr, "  small objects: hand-offs on CPU {}, round {}\n", cpu, r + 1);
+      for (int k = 0; k < 3; ++k) {
+        int m = (k + r) % 3;  // 0: depot, 1: Redis, 2: the floor
+        rates[m].push_back(HandOffs(cpu, duration, givers[m], takers[m]));
+        if (m == 1) redis.FlushAll();
+      }
+    }
+    double d = Percentile(rates[0], 0.5), rd = Percentile(rates[1], 0.5),
+           f = Percentile(rates[2], 0.5);
+    t.Row({std::to_string(cpu), RateRange(rates[2]), RateRange(rates[0]), RateRange(rates[1]),
+           Ratio(d / rd), fmt::format("{:.1f}", 1e6 / d - 1e6 / f),
+           fmt::format("{:.1f}", 1e6 / rd - 1e6 / f)});
+  }
+  t.Print();
+}
+
 void MultiGet(const Context& ctx, const DepotDaemon& daemon) {
   constexpr int kCount = 1000;
   int rounds = ctx.quick ? 3 : 5;
@@ -226,9 +358,11 @@ void SmallObjects(const Context& ctx) {
                      {.capacity = (ctx.quick ? 256ull : 512ull) << 20, .prefault = true});
   Say(
       fmt::format("\n## 4. Small objects\n\ndepotd ({}) and redis-server, both on CPU {}. A "
-                  "depot Put of 1 KiB is a copy into the connection's lease and one message with "
-                  "no reply; the get that follows finds the object in the shared index once depotd has "
-                  "read the put (it waits up to 100 µs for that), else it is a round trip.",
+                  "depot Put of 1 KiB is a copy into the connection's lease and a record in its "
+                  "put ring (no message while depotd polls the rings); the get that follows is "
+                  "made from the put itself while depotd has not taken it (a mark in its record "
+                  "asks depotd for a reference on it), else it finds the object in the shared "
+                  "index, else it is a round trip.",
                   daemon.Describe(), kServerCpu));
   std::unique_ptr<DepotDaemon> previous;
   if (!ctx.previous_depotd.empty()) {
@@ -239,6 +373,7 @@ void SmallObjects(const Context& ctx) {
   }
   PairsPerSecond(ctx, daemon, previous.get());
   MultiGet(ctx, daemon);
+  HandOff(ctx, daemon);
 }
 
 }  // namespace depot::bench

@@ -42,7 +42,7 @@ class Lease {
   // The largest put that goes into a lease. Before the put ring and the blocks handed back, a
   // put of 1 MiB into a lease's fresh, cache-cold memory cost more than the two round trips it
   // saved (bench/results/2026-11-30-one-message-put.md); with them, see
-  // bench/results/2026-12-01-put-ring.md.
+  // bench/results/2026-11-30-put-ring.md.
   static constexpr uint64_t kLargestPut = uint64_t{4} << 20;
 
   // Uses `channel`, `segments` and `releases`, which must outlive it.
