@@ -6,11 +6,16 @@
 //
 // Input: a sequence of operations, each one control byte then its operands:
 //   control % 3          the session slot (a closed slot opens a fresh session on first use)
-//   (control / 3) % 8    0-3: a message, a Header then `length` body bytes
+//   (control / 3) % 9    0-3: a message, a Header then `length` body bytes
 //                        4: a valid hello from the slot's session
 //                        5: close the session
 //                        6: run ready timers; an odd next byte first sleeps 1 ms (3 per input)
 //                        7: the peer stops (or starts again) reading: Backlog() reports it full
+//                        8: a record written into the session's put ring, as a client would:
+//                           a flags byte (its low two bits the header's kHeld and kTaken; bit 2:
+//                           the head moves by the body's length alone, unaligned), a 16-bit
+//                           length L, then L body bytes; the store takes it with the session's
+//                           next message, a miss, a poll or a close
 //
 // DEPOT_FUZZ_TRACE=1 in the environment prints every message the store sends.
 //
@@ -35,7 +40,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/shared_mapping.h"
 #include "daemon/store.h"
+#include "proto/index_layout.h"
+#include "proto/put_ring_layout.h"
 #include "proto/wire.h"
 
 namespace depot::fuzz {
@@ -66,6 +74,14 @@ class FakePeer : public Peer {
     if (!proto::VerifyBody(h.type, body)) {
       Fail("sent a body that does not verify: " + proto::TypeName(h.type));
     }
+    // The hello reply's last fd is the session's put ring: kept, for operation 8.
+    if (h.type == proto::ReplyType(MsgType::kHello) &&
+        proto::Body<wire::HelloReply>(body)->put_ring_bytes() == put_ring::kRingFileBytes &&
+        !fds.empty()) {
+      auto map = SharedMapping::Map(fds.back().get(), put_ring::kRingFileBytes, true, "put ring");
+      if (!map.ok()) Fail("cannot map the put ring: " + map.status().ToString());
+      ring_ = std::move(*map);
+    }
     fds.clear();
     if (trace_) {
       std::string what = proto::TypeName(h.type);
@@ -82,11 +98,28 @@ class FakePeer : public Peer {
   }
   size_t Backlog() const override { return stalled_ ? size_t{1} << 20 : 0; }
 
+  // Writes one record into the put ring (operation 8); nothing before hello.
+  void WriteRecord(std::span<const uint8_t> body, uint8_t flags) {
+    if (!ring_.valid() || body.empty()) return;
+    uint64_t* words = ring_.words();
+    uint64_t head = index::Load(words + put_ring::kHead);
+    auto* records = reinterpret_cast<uint8_t*>(words + put_ring::kRecordsWord);
+    index::Store(words + put_ring::kRecordsWord + (head % put_ring::kRecordBytes) / 8,
+                 body.size() | uint64_t{flags & 3u} << 32);
+    uint64_t at = (head + put_ring::kHeaderBytes) % put_ring::kRecordBytes;
+    uint64_t first = std::min<uint64_t>(body.size(), put_ring::kRecordBytes - at);
+    std::memcpy(records + at, body.data(), first);
+    std::memcpy(records, body.data() + first, body.size() - first);
+    head += (flags & 4) ? body.size() : put_ring::RecordSpan(body.size());
+    index::Store(words + put_ring::kHead, head, std::memory_order_release);
+  }
+
   bool stalled_ = false;
   bool keep_last_ = false;
   bool trace_ = std::getenv("DEPOT_FUZZ_TRACE") != nullptr;  // print what the store sends
   uint16_t last_type_ = 0;
   std::vector<uint8_t> last_;
+  SharedMapping ring_;
 };
 
 std::vector<uint8_t> Hello() {
@@ -123,7 +156,7 @@ class Harness {
       uint8_t control = in[0];
       in = in.subspan(1);
       int slot = control % kSlots;
-      switch ((control / kSlots) % 8) {
+      switch ((control / kSlots) % 9) {
         case 4:
           Deliver(slot, Hello());
           break;
@@ -142,6 +175,16 @@ class Harness {
         case 7:
           peers_[slot].stalled_ = !peers_[slot].stalled_;
           break;
+        case 8: {
+          if (in.size() < 3) return;
+          uint8_t flags = in[0];
+          size_t length = in[1] | size_t{in[2]} << 8;
+          in = in.subspan(3);
+          std::span<const uint8_t> body = in.first(std::min(length, in.size()));
+          in = in.subspan(body.size());
+          if (sessions_[slot] != 0) peers_[slot].WriteRecord(body, flags);
+          break;
+        }
         default: {
           if (in.size() < sizeof(proto::Header)) return;
           proto::Header h;

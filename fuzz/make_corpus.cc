@@ -420,6 +420,14 @@ class Ops {
     return *this;
   }
   Ops& Stall(int slot) { return Op(slot, 7); }
+  // A record in the slot's put ring: `body` is a whole put message, whose body is written.
+  Ops& Ring(int slot, const Bytes& put, uint8_t flags = 0) {
+    Op(slot, 8);
+    size_t length = put.size() - sizeof(proto::Header);
+    out_.insert(out_.end(), {flags, static_cast<uint8_t>(length), static_cast<uint8_t>(length >> 8)});
+    out_.insert(out_.end(), put.begin() + sizeof(proto::Header), put.end());
+    return *this;
+  }
   const Bytes& bytes() const { return out_; }
 
  private:
@@ -605,6 +613,31 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
             .Msg(0, Put(45, {{(1 << 20), 64}}))
             .Msg(0, Empty(T(MsgType::kStatus)))
             .Msg(0, Guids(MsgType::kDelete, {40, 41, 42}))
+            .bytes());
+
+  // Puts without a message: the same lease, puts written into the put ring (one held, as a get of
+  // one's own put marks it), taken at the session's next message, by another session's miss, and
+  // at close; then a record that breaks the rules (a frame outside the lease: the session closes).
+  Write(dir, "ring",
+        Ops()
+            .Greet(0)
+            .Greet(1)
+            .Msg(0, Lease(1 << 20))
+            .Ring(0, Put(50, {{0, 1000}}))
+            .Ring(0, Put(51, {{1024, 64}}), 1)
+            .Msg(0, Empty(T(MsgType::kPutsWritten)))
+            .Ring(0, Put(52, {{4096, 100}}))
+            .Msg(1, Get({52}, 0))
+            .Msg(0, Guids(MsgType::kDelete, {50}))
+            .Ring(0, Put(53, {{0, 900}}))
+            .Poll(true)
+            .Ring(0, Put(54, {{(1 << 20) + 64, 64}}))
+            .Msg(0, Empty(T(MsgType::kPing)))
+            .Greet(2)
+            .Msg(2, Lease(4096))
+            .Ring(2, Put(55, {{0, 64}}))
+            .Close(2)
+            .Msg(1, Guids(MsgType::kDelete, {51, 52, 53, 55}))
             .bytes());
 
   // Requests the store refuses, each answered with an error while the session stays open.
