@@ -252,8 +252,12 @@ class Child {
     std::vector<uint64_t> sizes;
     for (int i = 0; i < frames; ++i) sizes.push_back(i > 0 && Pick(4) == 0 ? 0 : RandomSize());
     bool evictable = Pick(2) == 0;
+    // Half the puts name no GUID: they go through the lease and the put ring (the daemon may take
+    // them after Put returns), and are announced once Put returned the GUID they got.
+    bool unnamed = !abort && Pick(4) == 0;
+    bool put = unnamed || (!abort && Pick(3) == 0);
     Guid guid = Guid::Random();
-    Say('C', guid, evictable ? " 1" : " 0");
+    if (!unnamed) Say('C', guid, evictable ? " 1" : " 0");
 
     std::vector<std::vector<std::byte>> data;
     XXH3_state_t* st = XXH3_createState();
@@ -266,13 +270,19 @@ class Child {
     uint64_t hash = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     CreateOptions options;
-    options.guid = guid;
+    if (!unnamed) options.guid = guid;
     options.evictable = evictable;
     options.metadata = std::as_bytes(std::span(&hash, 1));
     Status result;
-    if (!abort && Pick(2) == 0) {
+    if (put) {
       std::vector<std::span<const std::byte>> spans(data.begin(), data.end());
-      result = client_->Put(spans, options).status();
+      auto got = client_->Put(spans, options);
+      result = got.status();
+      if (got.ok()) guid = *got;
+      if (unnamed && !got.ok()) {  // nothing was announced
+        got.status().IsStoreFull() ? void(++t_.store_full) : Unexpected("put", got.status());
+        return;
+      }
     } else {
       auto draft = client_->Create(sizes, options);
       result = draft.status();
