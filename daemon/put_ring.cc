@@ -64,8 +64,8 @@ Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>
   return Status::OK();
 }
 
-void PutRing::SetPolled(bool polled) {
-  Store(map_.words() + put_ring::kPolled, polled ? 1 : 0, std::memory_order_seq_cst);
+void PutRing::SetPolled(uint64_t word) {
+  Store(map_.words() + put_ring::kPolled, word, std::memory_order_seq_cst);
 }
 
 bool PutRing::CanReturn() const {

@@ -44,9 +44,8 @@ class PutRing {
   // Whether the client published records not taken yet.
   bool Pending() const;
 
-  // Tells the client whether the daemon reads the ring on its timer (it rings the doorbell when
-  // not).
-  void SetPolled(bool polled);
+  // Tells the client how to ring the doorbell: the kPolled word (proto/put_ring_layout.h).
+  void SetPolled(uint64_t word);
 
   // Whether a return can be written: the client has taken all but fewer than kReturnSlots of the
   // earlier ones (as it says).

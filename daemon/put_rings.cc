@@ -1,5 +1,7 @@
 #include "daemon/put_rings.h"
 
+#include "proto/put_ring_layout.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -12,7 +14,7 @@ Result<const PutRing*> PutRings::Join(SessionId session) {
   auto ring = PutRing::Create("putring-" + std::to_string(::getpid()) + "-" +
                               std::to_string(session));
   if (!ring.ok()) return ring.status();
-  (*ring)->SetPolled(polling_ && !urgent_);
+  (*ring)->SetPolled(Word());
   const PutRing* out = ring->get();
   rings_[session] = std::move(*ring);
   return out;
@@ -93,12 +95,19 @@ void PutRings::Tick() {
 }
 
 void PutRings::SetPolled(bool polled) {
+  if (polling_ && !polled) ++epoch_;
   polling_ = polled;
   Publish();
 }
 
+uint64_t PutRings::Word() const {
+  uint64_t state = urgent_ ? put_ring::kUrgent : polling_ ? put_ring::kPolling : put_ring::kIdle;
+  return epoch_ << 2 | state;
+}
+
 void PutRings::Publish() {
-  for (const auto& [session, ring] : rings_) ring->SetPolled(polling_ && !urgent_);
+  uint64_t word = Word();
+  for (const auto& [session, ring] : rings_) ring->SetPolled(word);
 }
 
 }  // namespace depot

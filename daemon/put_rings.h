@@ -67,7 +67,8 @@ class PutRings {
   void Tick();
   bool AnyPending() const;
   void SetPolled(bool polled);
-  void Publish();  // writes polling_ && !urgent_ into every ring
+  void Publish();  // writes Word() into every ring
+  uint64_t Word() const;
 
   boost::asio::steady_timer timer_;
   TakeFn take_;
@@ -76,6 +77,7 @@ class PutRings {
   std::map<SessionId, std::unique_ptr<PutRing>> rings_;
   bool polling_ = false;
   bool urgent_ = false;  // a get waits
+  uint64_t epoch_ = 0;   // times the polling stopped
   int idle_polls_ = 0;
 };
 

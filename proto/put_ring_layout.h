@@ -29,11 +29,21 @@ namespace depot::put_ring {
 enum Word : uint64_t {
   kHead = 0,        // client: bytes of records published
   kTail = 1,        // daemon: bytes of records taken
-  kPolled = 2,      // daemon: nonzero while it reads the rings on its timer; 0: ring the doorbell
+  kPolled = 2,      // daemon: how puts ring the doorbell (PolledState), with an epoch above it
   kReturnHead = 3,  // daemon: returns written
   kReturnTail = 4,  // client: returns taken
 };
 inline constexpr uint64_t kControlWords = 8;
+
+// The kPolled word is epoch << 2 | one of these. The epoch grows each time the daemon stops
+// polling, so that a client rings once per stop: its doorbell makes the daemon poll again, and the
+// puts it writes meanwhile are taken with the doorbell or at the next poll.
+enum PolledState : uint64_t {
+  kIdle = 0,    // not polled: ring the doorbell, once for this word's value
+  kPolling = 1,  // polled: no doorbell
+  kUrgent = 2,  // a get waits: ring the doorbell after every put
+};
+inline constexpr uint64_t kStateMask = 3;
 
 // A return: the block's offset, its size (a multiple of 64) and its segment. Returns are of the
 // lease the client holds: the client skips those written before its last lease's reply.

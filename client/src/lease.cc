@@ -94,7 +94,7 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
     r.put.frames = std::move(locations);
     r.put.metadata.assign(options.metadata.begin(), options.metadata.end());
     r.put.checksum = checksum;
-    if (ring_->Polled()) return Result<Guid>(guid);
+    if (!ring_->NeedsDoorbell()) return Result<Guid>(guid);
     flatbuffers::FlatBufferBuilder empty(16);
     empty.Finish(wire::CreateEmptyReply(empty));
     message = proto::Encode(static_cast<uint16_t>(proto::MsgType::kPutsWritten), 0, empty);

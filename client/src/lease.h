@@ -1,9 +1,9 @@
 // internal::Lease is this connection's lease of host memory from depotd, for puts in one message
 // or none (docs/design.md, "Puts in one message", "Puts without a message"): a range of a segment
 // of this process's uid, mapped read-write with its page tables filled, into which a put copies
-// its frames, and then writes its message into the put ring (when the daemon sent one and it has
-// room; a doorbell message only when the daemon does not poll the rings now) or sends it, with no
-// reply to wait for. A frame goes into a block of the lease that the daemon handed back (its
+// its frames, and then writes its message into the put ring (when the daemon sent one; a doorbell
+// message only when the ring's word asks for one, see PutRing::NeedsDoorbell) or sends it, with
+// no reply to wait for. A frame goes into a block of the lease that the daemon handed back (its
 // object was deleted; still in cache) when one is of about its size, else at the cursor. A put
 // that does not fit takes a new lease (one round trip), sized after the puts that come (at least
 // kMinLease, 16 puts of this size, at most kMaxLease, or what the daemon grants); a put larger

@@ -59,7 +59,13 @@ bool PutRing::Hold(uint64_t position, uint64_t length) {
                                                                      length | put_ring::kHeld);
 }
 
-bool PutRing::Polled() const { return Load(map_.words() + put_ring::kPolled) != 0; }
+bool PutRing::NeedsDoorbell() {
+  uint64_t word = Load(map_.words() + put_ring::kPolled);
+  uint64_t state = word & put_ring::kStateMask;
+  if (state == put_ring::kPolling || (state == put_ring::kIdle && word == rang_)) return false;
+  rang_ = word;
+  return true;
+}
 
 void PutRing::TakeReturns(std::vector<Block>& out) {
   uint64_t head = Load(map_.words() + put_ring::kReturnHead, std::memory_order_acquire);

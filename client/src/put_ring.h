@@ -39,8 +39,9 @@ class PutRing {
   // Marks the record at `position` (of a body of `length` bytes) held: the daemon will take it
   // with a reference for this session. False when the daemon took it already.
   bool Hold(uint64_t position, uint64_t length);
-  // Whether the daemon reads the rings on its timer; when not, a put rings the doorbell.
-  bool Polled() const;
+  // Whether the put just appended must ring the doorbell: the daemon does not poll the rings and
+  // this connection has not rung since it stopped, or a get waits (see PolledState).
+  bool NeedsDoorbell();
 
   // Appends the blocks handed back since the last call.
   void TakeReturns(std::vector<Block>& out);
@@ -53,6 +54,7 @@ class PutRing {
   SharedMapping map_;
   uint64_t head_ = 0;     // bytes published
   uint64_t returns_ = 0;  // returns taken
+  uint64_t rang_ = ~uint64_t{0};  // the kPolled word when this connection last rang
 };
 
 }  // namespace depot::internal
