@@ -20,9 +20,9 @@ namespace depot {
 
 class StoreCounters {
  public:
-  // Request types are proto::MsgType values below this (hello = 1 ... put, the last request
-  // type).
-  static constexpr size_t kRequestTypes = static_cast<size_t>(proto::MsgType::kPut) + 1;
+  // Request types are proto::MsgType values below this (hello = 1 ... puts-written, the last
+  // request type).
+  static constexpr size_t kRequestTypes = static_cast<size_t>(proto::MsgType::kPutsWritten) + 1;
 
   // Latency buckets: 1 us to 1 s, by fours, in nanoseconds.
   static constexpr std::array<uint64_t, 11> kLatencyBoundsNs = {

@@ -14,6 +14,7 @@
 
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
+#include "proto/fd_passing.h"
 #include "proto/wire.h"
 
 namespace depot::test {
@@ -37,6 +38,24 @@ class Raw {
     flatbuffers::FlatBufferBuilder fbb;
     fbb.Finish(wire::CreateHelloRequest(fbb, version, fbb.CreateString("raw")));
     Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kHello), 1, fbb));
+  }
+  // Says hello and reads the reply with the fds that ride with it (the index's and the slots'
+  // when there is an index, then the put ring's); `reply` gets the reply's body.
+  std::vector<UniqueFd> HelloWithFds(std::vector<uint8_t>& reply) {
+    Hello();
+    proto::Header h;
+    std::vector<UniqueFd> fds;
+    auto* b = reinterpret_cast<uint8_t*>(&h);
+    for (size_t got = 0; got < sizeof h;) {
+      ssize_t n = proto::RecvWithFds(fd_.get(), {b + got, sizeof h - got}, fds, 0);
+      REQUIRE(n > 0);
+      got += static_cast<size_t>(n);
+    }
+    REQUIRE(h.type == proto::ReplyType(proto::MsgType::kHello));
+    reply.resize(h.length);
+    REQUIRE(ReadExactly(reply.data(), reply.size()));
+    REQUIRE(proto::VerifyBody(h.type, reply));
+    return fds;
   }
   // Reads one message; false at end of stream.
   bool Read(proto::Header& h, std::vector<uint8_t>& body) {
