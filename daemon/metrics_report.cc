@@ -159,7 +159,7 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Family("depot_gets_waiting", "gauge", "Gets parked until their objects are sealed.");
   t.Sample("depot_gets_waiting", {}, uint64_t{s.gets_waiting});
   t.Family("depot_leased_bytes", "gauge",
-           "Bytes leased to clients for puts in one message and not used yet.");
+           "Bytes leased to clients for puts, with blocks handed back, not used yet.");
   t.Sample("depot_leased_bytes", {}, s.leased);
   t.Family("depot_namespaces", "gauge", "Namespaces that exist now.");
   t.Sample("depot_namespaces", {}, uint64_t{s.namespaces});

@@ -212,6 +212,17 @@ CreateOptions Named(std::string name, bool evictable) {
   return o;
 }
 
+StoreStatus StatusOf(Client& c) {
+  auto s = c.GetStatus();
+  REQUIRE(s.ok());
+  return *s;
+}
+
+bool Holds(const Object& o, const std::vector<std::byte>& bytes) {
+  return o.size() == bytes.size() &&
+         std::memcmp(o.frame(0).data(), bytes.data(), bytes.size()) == 0;
+}
+
 std::vector<std::byte> Pattern(size_t size, uint32_t seed) {
   std::vector<std::byte> v(size);
   uint32_t x = seed * 2654435761u + 1;

@@ -83,6 +83,12 @@ bool WaitFor(const std::function<bool()>& ready,
 // Bytes of a recognisable pattern derived from `seed`.
 std::vector<std::byte> Pattern(size_t size, uint32_t seed);
 
+// The daemon's status as `c` sees it; fails the test when it cannot be read.
+StoreStatus StatusOf(Client& c);
+
+// Whether `o` is one frame holding exactly `bytes`.
+bool Holds(const Object& o, const std::vector<std::byte>& bytes);
+
 // Runs depotctl against `d`; stdout and stderr both land in `out`.
 int Ctl(const Daemon& d, std::vector<std::string> args, std::string* out);
 

@@ -20,12 +20,6 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-StoreStatus StatusOf(Client& c) {
-  auto s = c.GetStatus();
-  REQUIRE(s.ok());
-  return *s;
-}
-
 }  // namespace
 
 TEST_CASE("a get waits for an object that is created later", "[lifecycle]") {

@@ -20,12 +20,6 @@ using namespace depot::test;
 
 namespace {
 
-StoreStatus StatusOf(Client& c) {
-  auto s = c.GetStatus();
-  REQUIRE(s.ok());
-  return *s;
-}
-
 // The requests the daemon has counted for this process's connection named `name`.
 uint64_t Requests(Client& c, const std::string& name) {
   auto clients = c.Clients();
@@ -74,6 +68,8 @@ TEST_CASE("a get of a sealed object not held yet costs no round trip", "[index]"
     REQUIRE(id.ok());
     ids.push_back(*id);
   }
+  // A request of the writer's: the daemon takes its put ring first, so every put is indexed.
+  REQUIRE(writer.GetStatus().ok());
   auto reader = Client::Connect({d.socket(), "reader"});
   REQUIRE(reader.ok());
   // The first get brings the segment's descriptor: a round trip.

@@ -21,17 +21,6 @@ namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
-StoreStatus StatusOf(Client& c) {
-  auto st = c.GetStatus();
-  REQUIRE(st.ok());
-  return *st;
-}
-
-bool Holds(const Object& o, const std::vector<std::byte>& bytes) {
-  return o.size() == bytes.size() &&
-         std::memcmp(o.frame(0).data(), bytes.data(), bytes.size()) == 0;
-}
-
 TEST_CASE("a put returns before the daemon reads it, and a get started later elsewhere finds it",
           "[put]") {
   Daemon d;

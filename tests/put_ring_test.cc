@@ -33,17 +33,6 @@ namespace {
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr int kProtocolErrorCode = static_cast<int>(Status::Code::kProtocolError);
 
-StoreStatus StatusOf(Client& c) {
-  auto st = c.GetStatus();
-  REQUIRE(st.ok());
-  return *st;
-}
-
-bool Holds(const Object& o, const std::vector<std::byte>& bytes) {
-  return o.size() == bytes.size() &&
-         std::memcmp(o.frame(0).data(), bytes.data(), bytes.size()) == 0;
-}
-
 FrameInfo PlaceOf(Client& c, const Guid& guid) {
   auto info = c.Stat(guid);
   REQUIRE(info.ok());

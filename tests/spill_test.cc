@@ -36,12 +36,6 @@ std::vector<std::string> SpillArgs(const std::string& dir, const std::string& ca
   return {"--capacity", capacity, "--segment-size", "1MiB", "--spill-dir", dir};
 }
 
-StoreStatus StatusOf(Client& c) {
-  auto s = c.GetStatus();
-  REQUIRE(s.ok());
-  return *s;
-}
-
 // Every object the daemon lists, by GUID.
 std::map<Guid, ObjectInfo> Listing(Client& c) {
   std::map<Guid, ObjectInfo> out;

@@ -576,8 +576,11 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
   drain(0);
   ::close(pipe_fds[0]);
 
-  // Check everything from here, in this thread: the children only counted.
+  // Check everything from here, in this thread: the children only counted. Once the daemon has
+  // closed every child's connection: until then their leases (and the blocks handed back to
+  // them) hold memory that a restore of a spilled object may need.
   Client client = daemon.Connect();
+  CHECK(WaitFor([&] { return StatusOf(client).clients == 1 && StatusOf(client).leased == 0; }));
   uint64_t checked = 0, missing = 0, wrong = 0;
   std::vector<std::string> missing_examples;
   for (const auto& [guid, r] : known) {
@@ -632,7 +635,7 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
   INFO("daemon RssAnon: " << rss_start / 1024 << " KiB at start, " << rss_end / 1024
                           << " KiB at the end");
   for (const auto& e : errors) INFO(e);
-  for (const auto& m : missing_examples) INFO("missing: " << m);
+  for (const auto& m : missing_examples) UNSCOPED_INFO("missing: " << m);
   // Printed always, for the record of a long run.
   WARN("soak: " << seconds << " s, " << clients << " clients, " << next_id << " children (" << kills
                 << " killed), " << totals.puts << " puts, " << totals.gets << " gets, "
