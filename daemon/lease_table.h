@@ -51,8 +51,8 @@ class LeaseTable {
   // size rounded up) is the lease's again, charged to it (the caller charges the quota).
   std::optional<Location> TakeBack(SessionId session, const Location& frame);
 
-  // Frees what is left of `session`'s lease (with the blocks it took back); returns its bytes still charged to the quota (for
-  // the caller to credit). 0 when it holds none.
+  // Frees what is left of `session`'s lease, with the blocks it took back; returns its bytes
+  // still charged to the quota (for the caller to credit). 0 when it holds none.
   uint64_t End(SessionId session);
 
   // The sessions holding a lease: the only ones whose puts may be in their sockets unread.

@@ -55,8 +55,8 @@ struct NamespaceHooks {
   // A segment (pool 0) or chunk was given back: clients must unmap it. Returns whether some
   // client may still map it; then its pool holds it until Namespace::Dropped.
   std::function<bool(const Namespace&, uint32_t pool, uint32_t id)> retired;
-  // A frame of an object in memory that was deleted (not evicted) is about to be freed: whether its creator's lease takes
-  // the block back (it then stays allocated) instead of its pool.
+  // A frame of an object in memory that was deleted (not evicted) is about to be freed: whether
+  // its creator's lease takes the block back (it then stays allocated) instead of its pool.
   std::function<bool(Namespace&, const StoredObject&, const Location&)> reclaim;
   // An object's memory was freed (its frames are already back in their pools, or taken back).
   std::function<void(const StoredObject&)> freed;

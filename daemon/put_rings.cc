@@ -1,12 +1,12 @@
 #include "daemon/put_rings.h"
 
-#include "proto/put_ring_layout.h"
-
 #include <unistd.h>
 
 #include <atomic>
 #include <string>
 #include <vector>
+
+#include "proto/put_ring_layout.h"
 
 namespace depot {
 

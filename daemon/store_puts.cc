@@ -1,8 +1,8 @@
 // The Store's puts in one message (docs/design.md, "Puts in one message"): leases of host memory
 // (OnLease), puts into them that need no reply (OnPut) or no message at all (OnRingPut, from the
-// put rings), blocks of deleted objects handed back to their lease (ReturnToLease), and the drain that keeps "once a put
-// returns, a get that starts later finds it" although the daemon may not have read the put yet
-// (DrainFirst). Kept apart from the create, seal and get requests (store.cc).
+// put rings), blocks of deleted objects handed back to their lease (ReturnToLease), and the drain
+// that keeps "once a put returns, a get that starts later finds it" although the daemon may not
+// have read the put yet (DrainFirst). Kept apart from the create, seal and get requests (store.cc).
 #include <fmt/format.h>
 
 #include <algorithm>

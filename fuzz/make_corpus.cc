@@ -424,7 +424,8 @@ class Ops {
   Ops& Ring(int slot, const Bytes& put, uint8_t flags = 0) {
     Op(slot, 8);
     size_t length = put.size() - sizeof(proto::Header);
-    out_.insert(out_.end(), {flags, static_cast<uint8_t>(length), static_cast<uint8_t>(length >> 8)});
+    out_.insert(out_.end(),
+                {flags, static_cast<uint8_t>(length), static_cast<uint8_t>(length >> 8)});
     out_.insert(out_.end(), put.begin() + sizeof(proto::Header), put.end());
     return *this;
   }

@@ -53,7 +53,8 @@ bool PutRing::Hold(uint64_t position, uint64_t length) {
   // Taken, and maybe its space written again by a later record: not this one's header any more.
   // (Only this connection's puts write records, under the same lock as this call.)
   if (Load(map_.words() + put_ring::kTail, std::memory_order_acquire) > position) return false;
-  uint64_t* header = map_.words() + put_ring::kRecordsWord + (position % put_ring::kRecordBytes) / 8;
+  uint64_t* header =
+      map_.words() + put_ring::kRecordsWord + (position % put_ring::kRecordBytes) / 8;
   uint64_t expected = length;
   return std::atomic_ref<uint64_t>(*header).compare_exchange_strong(expected,
                                                                      length | put_ring::kHeld);

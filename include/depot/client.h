@@ -192,9 +192,12 @@ class Client {
   // directory exists, else /tmp/depot-$UID/depot.sock.
   static std::string DefaultSocketPath();
 
-  // Copies `data` into a new sealed object of one frame and returns its GUID. Small objects
-  // travel inside the request (one round trip); larger ones are written straight into shared
-  // memory. StoreFull when it does not fit even after evicting evictable objects.
+  // Copies `data` into a new sealed object of one frame and returns its GUID. Up to 4 MiB (host
+  // frames, no proposed GUID) the bytes go into memory leased to the connection and the put into
+  // its put ring, mostly with no message; otherwise small objects travel inside the request (one
+  // round trip) and larger ones are written straight into shared memory. Either way a get that
+  // starts after Put returned finds the object. StoreFull when it does not fit even after
+  // evicting evictable objects.
   Result<Guid> Put(std::span<const std::byte> data, const CreateOptions& options = {});
   // The same, one frame per span.
   Result<Guid> Put(std::span<const std::span<const std::byte>> frames,
