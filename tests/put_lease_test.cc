@@ -122,33 +122,13 @@ Daemon StartForOthers(std::vector<std::string> args) {
 // A raw client: hello, then a lease of `size`, whose one frame it returns.
 wire::FrameLocation RawLease(Raw& r, uint64_t size) {
   r.Hello();
-  flatbuffers::FlatBufferBuilder fbb(64);
-  fbb.Finish(wire::CreateLeaseRequest(fbb, size));
-  r.Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kLease), 2, fbb));
-  proto::Header h;
-  std::vector<uint8_t> body;
-  while (r.Read(h, body) && h.request_id != 2) {
-  }
-  REQUIRE(proto::VerifyBody(h.type, body));
-  if (h.type == static_cast<uint16_t>(proto::MsgType::kError)) {
-    FAIL(proto::Body<wire::ErrorReply>(body)->message()->str());
-  }
-  REQUIRE(h.type == proto::ReplyType(proto::MsgType::kLease));
-  const auto* frames = proto::Body<wire::CreateReply>(body)->frames();
-  REQUIRE(frames != nullptr);
-  REQUIRE(frames->size() == 1);
-  return *frames->Get(0);
+  return r.Lease(size);
 }
 
 // A put message of `frames` named `guid`.
 std::vector<uint8_t> RawPut(const Guid& guid, const std::vector<wire::FrameLocation>& frames) {
   flatbuffers::FlatBufferBuilder fbb(256);
-  wire::Guid g = proto::ToWire(guid);
-  auto locations = fbb.CreateVectorOfStructs(frames);
-  wire::PutRequestBuilder b(fbb);
-  b.add_guid(&g);
-  b.add_frames(locations);
-  fbb.Finish(b.Finish());
+  BuildPut(fbb, guid, frames);
   return proto::Encode(static_cast<uint16_t>(proto::MsgType::kPut), 0, fbb);
 }
 

@@ -360,12 +360,7 @@ class RawRing {
 // The body of a put (no message header) of `frames` named `guid`.
 std::vector<uint8_t> PutBody(const Guid& guid, const std::vector<wire::FrameLocation>& frames) {
   flatbuffers::FlatBufferBuilder fbb(256);
-  wire::Guid g = proto::ToWire(guid);
-  auto locations = fbb.CreateVectorOfStructs(frames);
-  wire::PutRequestBuilder b(fbb);
-  b.add_guid(&g);
-  b.add_frames(locations);
-  fbb.Finish(b.Finish());
+  BuildPut(fbb, guid, frames);
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
 
@@ -373,23 +368,6 @@ std::vector<uint8_t> PutBody(const Guid& guid, const std::vector<wire::FrameLoca
 void FirstRecord(RawRing& ring, std::span<const uint8_t> body, uint64_t flags = 0) {
   ring.Write(0, body.size() | flags, body);
   ring.Publish(put_ring::RecordSpan(body.size()));
-}
-
-// Takes a lease of 4 MiB on a greeted raw connection; its one frame.
-wire::FrameLocation RawLease(Raw& r) {
-  flatbuffers::FlatBufferBuilder fbb(64);
-  fbb.Finish(wire::CreateLeaseRequest(fbb, 4 * kMiB));
-  r.Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kLease), 2, fbb));
-  proto::Header h;
-  std::vector<uint8_t> body;
-  while (r.Read(h, body) && h.request_id != 2) {
-  }
-  REQUIRE(h.type == proto::ReplyType(proto::MsgType::kLease));
-  REQUIRE(proto::VerifyBody(h.type, body));
-  const auto* frames = proto::Body<wire::CreateReply>(body)->frames();
-  REQUIRE(frames != nullptr);
-  REQUIRE(frames->size() == 1);
-  return *frames->Get(0);
 }
 
 // A message of `type` with an empty body (a ping, a doorbell).
@@ -496,17 +474,17 @@ TEST_CASE("hostile rings close their own connection and harm nobody", "[put][rin
             FirstRecord(ring, PutBody(Guid::Random(), {frame(0, 64, 1)}));
             break;
           case Scribble::kOutsideLease: {
-            wire::FrameLocation lease = RawLease(r);
+            wire::FrameLocation lease = r.Lease(4 * kMiB);
             FirstRecord(ring, PutBody(Guid::Random(), {frame(lease.offset() + lease.size() - 64,
                                                              128, lease.segment())}));
             break;
           }
           case Scribble::kVictimFrame:
-            RawLease(r);
+            r.Lease(4 * kMiB);
             FirstRecord(ring, PutBody(Guid::Random(), {frame(victim.offset, 64, victim.segment)}));
             break;
           case Scribble::kHeldAlicesGuid: {
-            wire::FrameLocation lease = RawLease(r);
+            wire::FrameLocation lease = r.Lease(4 * kMiB);
             FirstRecord(ring, PutBody(alice, {frame(lease.offset(), 64, lease.segment())}),
                         put_ring::kHeld);
             break;
@@ -559,7 +537,7 @@ TEST_CASE("scribbles on a ring's flags and return words break nothing", "[put][r
   int rc = RunAs(kMallory, kMallory, {}, [&] {
     Raw r(d.socket());
     RawRing ring(r);
-    wire::FrameLocation lease = RawLease(r);
+    wire::FrameLocation lease = r.Lease(4 * kMiB);
     // A held put, and one with the daemon's flag and bits nobody uses already set: both are puts.
     std::vector<uint8_t> first =
         PutBody(held, {wire::FrameLocation(lease.offset(), 64, lease.segment(), 0)});

@@ -58,6 +58,27 @@ class Raw {
     return fds;
   }
   // Reads one message; false at end of stream.
+  // Asks for a lease of `size` bytes (request id 2) and returns its range; fails the test on an
+  // error or another reply.
+  wire::FrameLocation Lease(uint64_t size) {
+    flatbuffers::FlatBufferBuilder fbb(64);
+    fbb.Finish(wire::CreateLeaseRequest(fbb, size));
+    Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kLease), 2, fbb));
+    proto::Header h;
+    std::vector<uint8_t> body;
+    while (Read(h, body) && h.request_id != 2) {
+    }
+    REQUIRE(proto::VerifyBody(h.type, body));
+    if (h.type == static_cast<uint16_t>(proto::MsgType::kError)) {
+      FAIL(proto::Body<wire::ErrorReply>(body)->message()->str());
+    }
+    REQUIRE(h.type == proto::ReplyType(proto::MsgType::kLease));
+    const auto* frames = proto::Body<wire::CreateReply>(body)->frames();
+    REQUIRE(frames != nullptr);
+    REQUIRE(frames->size() == 1);
+    return *frames->Get(0);
+  }
+
   bool Read(proto::Header& h, std::vector<uint8_t>& body) {
     if (!ReadExactly(&h, sizeof h)) return false;
     body.resize(h.length);
@@ -92,6 +113,17 @@ class Raw {
   }
   UniqueFd fd_;
 };
+
+// Builds, in `fbb`, a put of `frames` named `guid` (a message's body, or a put ring's record).
+inline void BuildPut(flatbuffers::FlatBufferBuilder& fbb, const Guid& guid,
+                     const std::vector<wire::FrameLocation>& frames) {
+  wire::Guid g = proto::ToWire(guid);
+  auto locations = fbb.CreateVectorOfStructs(frames);
+  wire::PutRequestBuilder b(fbb);
+  b.add_guid(&g);
+  b.add_frames(locations);
+  fbb.Finish(b.Finish());
+}
 
 }  // namespace depot::test
 
