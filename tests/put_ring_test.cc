@@ -490,12 +490,14 @@ TEST_CASE("hostile rings close their own connection and harm nobody", "[put][rin
             break;
           }
         }
+        // The daemon's poll may have taken the ring and closed the connection already: then the
+        // trigger finds it closed, and the error is read all the same.
         switch (trigger) {
           case Trigger::kPing:
-            r.Write(Empty(proto::MsgType::kPing, 5));
+            r.TryWrite(Empty(proto::MsgType::kPing, 5));
             break;
           case Trigger::kDoorbell:
-            r.Write(Empty(proto::MsgType::kPutsWritten, 0));
+            r.TryWrite(Empty(proto::MsgType::kPutsWritten, 0));
             break;
           case Trigger::kOthersMiss:
             written.Send("written");

@@ -31,6 +31,11 @@ class Raw {
     REQUIRE(::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
             static_cast<ssize_t>(bytes.size()));
   }
+  // Write for a connection the daemon may have closed already: whether every byte went.
+  bool TryWrite(std::span<const uint8_t> bytes) {
+    return ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
   void Write(const std::string& s) {
     Write({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
   }
