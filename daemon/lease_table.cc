@@ -17,7 +17,13 @@ uint64_t RoundUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 void LeaseTable::Grant(SessionId session, Namespace& ns, const Location& block, uint64_t charged) {
   Location rest = block;
   rest.size = RoundUp(block.size);
-  leases_[session] = Lease{&ns, rest, rest.offset, rest.offset + rest.size, charged, {}};
+  leases_[session] = Lease{.ns = &ns,
+                           .rest = rest,
+                           .start = rest.offset,
+                           .end = rest.offset + rest.size,
+                           .charged = charged,
+                           .returned = {},
+                           .used = std::chrono::steady_clock::now()};
   leased_ += rest.size;
 }
 
@@ -99,6 +105,7 @@ Result<std::vector<Location>> LeaseTable::Carve(
   // A lease used up stays (empty) until the session's next lease or its close, which credit what
   // its gaps and padding still hold of the quota.
   lease.charged -= std::min(lease.charged, bytes);
+  lease.used = std::chrono::steady_clock::now();
   return out;
 }
 
@@ -142,6 +149,14 @@ std::vector<SessionId> LeaseTable::Holders() const {
   std::vector<SessionId> out;
   out.reserve(leases_.size());
   for (const auto& [session, lease] : leases_) out.push_back(session);
+  return out;
+}
+
+std::vector<SessionId> LeaseTable::IdleSince(std::chrono::steady_clock::time_point since) const {
+  std::vector<SessionId> out;
+  for (const auto& [session, lease] : leases_) {
+    if (lease.used < since) out.push_back(session);
+  }
   return out;
 }
 

@@ -10,6 +10,9 @@
 // the daemon tells the client through its put ring, and a later put of about that size reuses
 // the block, still in cache, where a fresh part of the lease would be cold.
 //
+// Under memory pressure the daemon takes back leases left idle (IdleSince, then End), once their
+// clients agree through the put ring (PutRing::Revoke).
+//
 // It trusts nothing the client says: Carve checks every frame against the lease before it cuts
 // anything, and refuses the whole put otherwise.
 //
@@ -19,6 +22,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
@@ -57,6 +61,8 @@ class LeaseTable {
 
   // The sessions holding a lease: the only ones whose puts may be in their sockets unread.
   std::vector<SessionId> Holders() const;
+  // The sessions whose lease was granted, and last had a put cut from it, before `since`.
+  std::vector<SessionId> IdleSince(std::chrono::steady_clock::time_point since) const;
   bool empty() const { return leases_.empty(); }
   static constexpr size_t kMaxReturned = 8;
 
@@ -71,6 +77,7 @@ class LeaseTable {
     uint64_t end;      // where the lease ends
     uint64_t charged;  // bytes of quota the lease still holds
     std::vector<Location> returned;  // blocks taken back, each allocated (size rounded up)
+    std::chrono::steady_clock::time_point used;  // granted, or a put last cut from it
   };
 
   std::unordered_map<SessionId, Lease> leases_;

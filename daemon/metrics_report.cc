@@ -161,6 +161,9 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Family("depot_leased_bytes", "gauge",
            "Bytes leased to clients for puts, with blocks handed back, not used yet.");
   t.Sample("depot_leased_bytes", {}, s.leased);
+  t.Family("depot_leases_revoked_total", "counter",
+           "Idle leases taken back because memory ran short.");
+  t.Sample("depot_leases_revoked_total", {}, s.leases_revoked);
   t.Family("depot_namespaces", "gauge", "Namespaces that exist now.");
   t.Sample("depot_namespaces", {}, uint64_t{s.namespaces});
   if (s.user_quota_bytes != 0 || s.user_quota_objects != 0) {

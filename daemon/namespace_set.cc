@@ -161,8 +161,10 @@ Result<std::vector<Location>> NamespaceSet::Allocate(Namespace& ns, std::span<co
                                                      std::span<const uint32_t> pools, SessionId by,
                                                      uid_t uid) {
   // Spares are taken back once per try: a failed try may itself leave a new empty segment
-  // behind, and taking that back again would loop. Each eviction earns another try.
+  // behind, and taking that back again would loop. Idle leases are taken back once, before any
+  // object is evicted (their memory holds no object), and each eviction earns another try.
   bool take_spares = true;
+  bool leases_taken = false;
   while (true) {
     auto frames = ns.Allocate(sizes, pools, static_cast<uint32_t>(uid));
     if (frames.ok() || !frames.status().IsStoreFull()) return frames;
@@ -172,6 +174,11 @@ Result<std::vector<Location>> NamespaceSet::Allocate(Namespace& ns, std::span<co
       // refusal then says so.
       for (auto& [key, each] : namespaces_) each->ReleaseSpares();
       continue;
+    }
+    if (!leases_taken) {
+      leases_taken = true;
+      take_spares = hooks_.revoke_leases && hooks_.revoke_leases();
+      if (take_spares) continue;
     }
     if (!options_.eviction || !ns.table().EvictLru(by)) return frames;
     take_spares = true;

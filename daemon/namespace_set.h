@@ -58,6 +58,9 @@ struct NamespaceHooks {
   // A frame of an object in memory that was deleted (not evicted) is about to be freed: whether
   // its creator's lease takes the block back (it then stays allocated) instead of its pool.
   std::function<bool(Namespace&, const StoredObject&, const Location&)> reclaim;
+  // Memory is short: takes back the leases of host memory that clients left idle. Whether it
+  // freed any.
+  std::function<bool()> revoke_leases;
   // An object's memory was freed (its frames are already back in their pools, or taken back).
   std::function<void(const StoredObject&)> freed;
   // An object table transition (see ObjectTable::EventFn).
@@ -89,8 +92,9 @@ class NamespaceSet {
   void MaybeDrop(Namespace* ns);
 
   // Allocates every frame in `ns` for session `by` of user `uid` (in segments of that uid's
-  // own), taking back spare segments (every uid's, in every namespace) and then evicting `ns`'s
-  // least recently used evictable objects while that helps.
+  // own), taking back spare segments (every uid's, in every namespace), then idle leases
+  // (NamespaceHooks::revoke_leases), and then evicting `ns`'s least recently used evictable
+  // objects while that helps.
   Result<std::vector<Location>> Allocate(Namespace& ns, std::span<const uint64_t> sizes,
                                          std::span<const uint32_t> pools, SessionId by, uid_t uid);
 

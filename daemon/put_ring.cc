@@ -68,6 +68,23 @@ void PutRing::SetPolled(uint64_t word) {
   Store(map_.words() + put_ring::kPolled, word, std::memory_order_seq_cst);
 }
 
+void PutRing::LeaseGranted() {
+  Store(map_.words() + put_ring::kLease, put_ring::kLeaseIdle, std::memory_order_release);
+}
+
+bool PutRing::Revoke() {
+  if (broken_ || tail_ == 0) return false;
+  std::atomic_ref<uint64_t> word(map_.words()[put_ring::kLease]);
+  uint64_t idle = put_ring::kLeaseIdle;
+  if (!word.compare_exchange_strong(idle, put_ring::kLeaseRevoked)) return false;
+  // The client publishes a put's record before it makes the word idle again (release), and this
+  // compare and swap read that: a record still pending here was published before it.
+  if (!Pending()) return true;
+  uint64_t revoked = put_ring::kLeaseRevoked;
+  word.compare_exchange_strong(revoked, put_ring::kLeaseIdle);  // the client may see either
+  return false;
+}
+
 bool PutRing::CanReturn() const {
   uint64_t taken = Load(map_.words() + put_ring::kReturnTail, std::memory_order_acquire);
   return taken <= returns_ && returns_ - taken < put_ring::kReturnSlots;

@@ -47,6 +47,15 @@ class PutRing {
   // Tells the client how to ring the doorbell: the kPolled word (proto/put_ring_layout.h).
   void SetPolled(uint64_t word);
 
+  // A lease was granted to the session: the client may write into it (kLease, kLeaseIdle).
+  void LeaseGranted();
+  // Takes the session's lease from its client, when the client is not writing into it and has
+  // published no record that the daemon has not taken (a record may name frames in the lease):
+  // kLease from kLeaseIdle to kLeaseRevoked. False, and nothing changed, otherwise, and for a
+  // session that never wrote into its ring (an older client's puts are messages, which the
+  // daemon may not have read yet).
+  bool Revoke();
+
   // Whether a return can be written: the client has taken all but fewer than kReturnSlots of the
   // earlier ones (as it says).
   bool CanReturn() const;

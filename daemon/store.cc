@@ -28,6 +28,7 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
                                         uint32_t id) { return OnSegmentRetired(ns, pool, id); },
                       .reclaim = [this](Namespace&, const StoredObject& o,
                                         const Location& f) { return ReturnToLease(o, f); },
+                      .revoke_leases = [this] { return RevokeIdleLeases(); },
                       .freed =
                           [this](const StoredObject& o) {
                             quotas_.Credit(o.creator_uid, o.creator, o.size());

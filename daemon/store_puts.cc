@@ -4,6 +4,7 @@
 // that keeps "once a put returns, a get that starts later finds it" although the daemon may not
 // have read the put yet (DrainFirst). Kept apart from the create, seal and get requests (store.cc).
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 
@@ -50,6 +51,7 @@ void Store::OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req) {
   if (!frames.ok()) return ReplyError(s, id, frames.status());
   quotas_.ChargeBytes(uid, s, size);
   leases_.Grant(s, *st.ns, frames->front(), size);
+  if (PutRing* ring = rings_.Find(s)) ring->LeaseGranted();
   std::vector<uint64_t> keys;
   std::vector<UniqueFd> fds;
   if (Status c = segments_.Collect(s, *frames, true, keys, fds); !c.ok()) {
@@ -142,6 +144,22 @@ bool Store::ReturnToLease(const StoredObject& o, const Location& frame) {
   quotas_.ChargeBytes(o.creator_uid, o.creator, block->size);
   ring->Return(*block);
   return true;
+}
+
+bool Store::RevokeIdleLeases() {
+  bool any = false;
+  for (SessionId s : leases_.IdleSince(std::chrono::steady_clock::now() - kLeaseIdle)) {
+    PutRing* ring = rings_.Find(s);
+    if (ring == nullptr || !ring->Revoke()) continue;
+    const SessionState& st = sessions_.at(s);
+    uint64_t leased = leases_.leased();
+    quotas_.CreditBytes(st.creds.uid, s, leases_.End(s));
+    spdlog::debug("lease of session {} (pid {}) taken back: {} bytes idle", s, st.creds.pid,
+                  leased - leases_.leased());
+    ++leases_revoked_;
+    any = true;
+  }
+  return any;
 }
 
 bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint8_t> body) {

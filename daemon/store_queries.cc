@@ -133,6 +133,7 @@ StoreStatus Store::Snapshot() const {
   // Leases are allocated blocks, but no object's: `used` counts objects, `leased` the rest.
   st.leased = leases_.leased();
   st.used -= std::min(st.used, st.leased);
+  st.leases_revoked = leases_revoked_;
   st.requests = requests_;
   st.errors.assign(errors_.begin(), errors_.begin() + static_cast<size_t>(wire::Code::MAX) + 1);
   st.devices_unavailable = devices_.unavailable();

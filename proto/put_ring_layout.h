@@ -32,6 +32,7 @@ enum Word : uint64_t {
   kPolled = 2,      // daemon: how puts ring the doorbell (PolledState), with an epoch above it
   kReturnHead = 3,  // daemon: returns written
   kReturnTail = 4,  // client: returns taken
+  kLease = 5,       // both: whether the client writes into its lease now (LeaseState)
 };
 inline constexpr uint64_t kControlWords = 8;
 
@@ -44,6 +45,17 @@ enum PolledState : uint64_t {
   kUrgent = 2,  // a get waits: ring the doorbell after every put
 };
 inline constexpr uint64_t kStateMask = 3;
+
+// The kLease word. The client moves it from kLeaseIdle to kLeaseWriting (compare and swap) before
+// it places a put in its lease, and back to kLeaseIdle once the put's record is published. When
+// memory runs short the daemon takes back a lease left idle, moving the word from kLeaseIdle to
+// kLeaseRevoked (compare and swap): the client's next put finds it so and takes a new lease. The
+// daemon writes kLeaseIdle when it grants a lease.
+enum LeaseState : uint64_t {
+  kLeaseIdle = 0,
+  kLeaseWriting = 1,
+  kLeaseRevoked = 2,
+};
 
 // A return: the block's offset, its size (a multiple of 64) and its segment. Returns are of the
 // lease the client holds: the client skips those written before its last lease's reply.

@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "proto/wire.h"
@@ -212,6 +215,88 @@ TEST_CASE("a process killed with a lease gives it back", "[put]") {
   CHECK(st.leased == 0);
   CHECK(st.used == 1024);  // the object it put stays
   CHECK(st.objects_sealed == 1);
+}
+
+// Set in a child by SIGUSR1: stop putting.
+volatile sig_atomic_t stop_putting = 0;
+
+TEST_CASE("memory running short takes back idle leases before it evicts, not a lease in use",
+          "[put]") {
+  // Leases of 4 MiB (a sixteenth of the capacity).
+  Daemon d({"--capacity", "64MiB", "--segment-size", "16MiB"});
+  constexpr int kIdle = 4;
+  Channel ready;
+  std::vector<std::unique_ptr<Channel>> go;
+  std::vector<pid_t> idle;
+  for (int i = 0; i < kIdle; ++i) {
+    Channel& mine = *go.emplace_back(std::make_unique<Channel>());
+    idle.push_back(Spawn([&, i] {
+      Client c = d.Connect();
+      auto first = c.Put(Pattern(1000, i));
+      if (!first.ok()) return 1;
+      ready.Send("idle");
+      if (mine.Receive() != "go") return 2;
+      // Its lease was taken back: this put takes a new one, or creates, and both objects hold.
+      auto second = c.Put(Pattern(1000, 100 + i));
+      if (!second.ok()) return 3;
+      auto a = c.Get(*first);
+      auto b = c.Get(*second);
+      if (!a.ok() || !b.ok()) return 4;
+      return Holds(*a, Pattern(1000, i)) && Holds(*b, Pattern(1000, 100 + i)) ? 0 : 5;
+    }));
+  }
+  // One more puts, gets and deletes every few milliseconds until told to stop.
+  pid_t busy = Spawn([&] {
+    ::signal(SIGUSR1, [](int) { stop_putting = 1; });
+    Client c = d.Connect();
+    ready.Send("busy");
+    for (uint32_t n = 0; !stop_putting; ++n) {
+      auto id = c.Put(Pattern(1000, 1000 + n));
+      if (!id.ok()) return 1;
+      {
+        auto got = c.Get(*id);
+        if (!got.ok() || !Holds(*got, Pattern(1000, 1000 + n))) return 2;
+      }
+      if (!c.Delete(*id).ok()) return 3;
+      ::usleep(2000);
+    }
+    return 0;
+  });
+  for (int i = 0; i <= kIdle; ++i) REQUIRE(!ready.Receive().empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // past the daemon's kLeaseIdle
+  Client c = d.Connect();
+  CHECK(StatusOf(c).leased >= (kIdle + 1) * (4 * kMiB - 1024));
+  // Objects of 2 MiB by create (a GUID proposed), until the pool is full. Without the idle leases
+  // taken back, 20 MiB of the 64 stay leased and nothing would be evicted (nothing may be).
+  std::vector<Guid> mine;
+  while (true) {
+    CreateOptions o;
+    o.guid = Guid::Random();
+    auto id = c.Put(Pattern(2 * kMiB, static_cast<uint32_t>(mine.size())), o);
+    if (!id.ok()) {
+      CHECK(id.status().IsStoreFull());
+      break;
+    }
+    mine.push_back(*id);
+    REQUIRE(mine.size() < 32);
+  }
+  StoreStatus st = StatusOf(c);
+  CHECK(st.leases_revoked == kIdle);  // the busy one's lease stays
+  CHECK(st.leased <= 4 * kMiB);
+  CHECK(st.evictions == 0);
+  CHECK(mine.size() >= 24);
+  INFO(mine.size() << " objects of 2 MiB fit");
+  // Room for the idle ones' next puts; they put, and find their objects whole.
+  for (int i = 0; i < 4; ++i) REQUIRE(c.Delete(mine[static_cast<size_t>(i)]).ok());
+  for (auto& g : go) g->Send("go");
+  for (pid_t pid : idle) CHECK(Wait(pid) == 0);
+  ::kill(busy, SIGUSR1);
+  CHECK(Wait(busy) == 0);
+  for (size_t i = 4; i < mine.size(); ++i) {
+    auto got = c.Get(mine[i]);
+    REQUIRE(got.ok());
+    CHECK(Holds(*got, Pattern(2 * kMiB, static_cast<uint32_t>(i))));
+  }
 }
 
 TEST_CASE("with per-user namespaces each user puts into a lease of its own", "[put][hostile]") {

@@ -117,9 +117,11 @@ int Status(depot::Client& c, bool json) {
       "host pool     {} used of {} ({} free), largest free block {}, fragmentation {:.0f}%\n",
       FormatBytes(s->used), FormatBytes(s->capacity), FormatBytes(s->capacity - s->used),
       FormatBytes(s->largest_free), 100 * s->fragmentation());
-  if (s->leased > 0) {
-    fmt::print("leased        {} to clients for puts in one message, not used yet\n",
-               FormatBytes(s->leased));
+  if (s->leased > 0 || s->leases_revoked > 0) {
+    fmt::print("leased        {} to clients for puts, not used yet{}\n", FormatBytes(s->leased),
+               s->leases_revoked == 0
+                   ? ""
+                   : fmt::format("; {} idle leases taken back for room", s->leases_revoked));
   }
   fmt::print("segments      {} holding {}{}{}\n", s->segments, FormatBytes(s->reserved),
              s->prefault ? " (prefaulted)"

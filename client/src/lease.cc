@@ -36,10 +36,19 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
   // Larger puts go to blocks of their own: see kLargestPut.
   if (need == 0 || need > std::min(kLargestPut, largest_ / 4)) return std::nullopt;
   std::lock_guard lk(mu_);
+  // The lease is written only between Begin and End (see PutRing::BeginWrite), never while asking
+  // for a new one.
+  struct Ending {
+    Lease* lease;
+    ~Ending() { lease->End(); }
+  } ending{this};
   std::vector<uint64_t> offsets;
-  if (!Place(sizes, offsets) &&
-      (!Renew(std::clamp(16 * need, kMinLease, kMaxLease), need) || !Place(sizes, offsets))) {
-    return std::nullopt;
+  if (!Begin() || !Place(sizes, offsets)) {
+    End();
+    if (!Renew(std::clamp(16 * need, kMinLease, kMaxLease), need) || !Begin() ||
+        !Place(sizes, offsets)) {
+      return std::nullopt;
+    }
   }
   flatbuffers::FlatBufferBuilder fbb(256 + options.metadata.size() + 32 * frames.size());
   std::vector<wire::FrameLocation> locations;
@@ -119,8 +128,31 @@ std::optional<Lease::OwnPut> Lease::HoldOwn(const Guid& guid) {
   return std::nullopt;
 }
 
-bool Lease::Place(std::span<const uint64_t> sizes, std::vector<uint64_t>& offsets) {
+bool Lease::Begin() {
   if (base_ == nullptr) return false;
+  if (ring_ && !ring_->BeginWrite()) {
+    Forget();  // the daemon took it back: memory ran short while it was idle
+    return false;
+  }
+  writing_ = true;
+  return true;
+}
+
+void Lease::End() {
+  if (writing_ && ring_) ring_->EndWrite();
+  writing_ = false;
+}
+
+void Lease::Forget() {
+  base_ = nullptr;
+  size_ = cursor_ = 0;
+  returned_.clear();  // the daemon frees them with the lease's rest
+  if (ring_) ring_->SkipReturns();
+  if (auto dropped = segments_.DropUses(uses_); !dropped.empty()) channel_.Send(dropped);
+  uses_.clear();
+}
+
+bool Lease::Place(std::span<const uint64_t> sizes, std::vector<uint64_t>& offsets) {
   if (ring_) {
     size_t before = returned_.size();
     ring_->TakeReturns(returned_);
@@ -179,13 +211,9 @@ bool Lease::Renew(uint64_t want, uint64_t need) {
   flatbuffers::FlatBufferBuilder fbb(64);
   fbb.Finish(wire::CreateLeaseRequest(fbb, want, need));
   auto reply = channel_.Call(proto::MsgType::kLease, fbb, releases_.Take());
-  // The old lease's rest went back to the daemon as it granted the new one (or refused it).
-  base_ = nullptr;
-  size_ = cursor_ = 0;
-  returned_.clear();  // the daemon freed them with the old lease's rest
-  if (ring_) ring_->SkipReturns();
-  if (auto dropped = segments_.DropUses(uses_); !dropped.empty()) channel_.Send(dropped);
-  uses_.clear();
+  // The old lease's rest went back to the daemon as it granted the new one (or refused it), and
+  // every return written before this reply was of the old one.
+  Forget();
   if (!reply.ok()) {
     refused_until_ = std::chrono::steady_clock::now() + kRetryAfter;
     return false;

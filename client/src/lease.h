@@ -10,7 +10,8 @@
 // than kLargestPut or a quarter of the largest lease, one that proposes a GUID or has frames on a
 // GPU, or one made while the daemon does not know leases (an older daemon) or refuses them (a
 // quota, a full store: asked again after kRetryAfter), takes the create path instead, and Put
-// says so.
+// says so. A lease left idle may be taken back by the daemon when memory runs short (a put then
+// finds PutRing::BeginWrite false, forgets it and takes a new one).
 //
 // Thread-safe: one mutex, held from the cursor's move to the message's send, since the daemon
 // takes the puts of a lease in the order they were written.
@@ -79,6 +80,12 @@ class Lease {
   std::optional<OwnPut> HoldOwn(const Guid& guid);
 
  private:
+  // Marks the lease written (PutRing::BeginWrite); false when there is none, or when the daemon
+  // took it back (then forgotten). End marks it idle again, once Begin said true.
+  bool Begin();
+  void End();
+  // Forgets the lease: the daemon ended it, or ends it now.
+  void Forget();
   // Takes a new lease of about `want` bytes, and at least `need` (the old one's rest goes back to
   // the daemon). False when the daemon refused.
   bool Renew(uint64_t want, uint64_t need);
@@ -97,6 +104,7 @@ class Lease {
   uint64_t offset_ = 0;  // of the lease in its segment
   uint64_t size_ = 0;
   uint64_t cursor_ = 0;         // bytes of the lease used
+  bool writing_ = false;        // between Begin and End
   std::optional<PutRing> ring_;
   std::vector<PutRing::Block> returned_;  // blocks of this lease handed back, not used yet
   std::vector<uint64_t> uses_;  // the segment use the mapping holds

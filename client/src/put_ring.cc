@@ -81,6 +81,16 @@ void PutRing::TakeReturns(std::vector<Block>& out) {
   Store(map_.words() + put_ring::kReturnTail, returns_, std::memory_order_release);
 }
 
+bool PutRing::BeginWrite() {
+  uint64_t idle = put_ring::kLeaseIdle;
+  return std::atomic_ref<uint64_t>(map_.words()[put_ring::kLease])
+      .compare_exchange_strong(idle, put_ring::kLeaseWriting);
+}
+
+void PutRing::EndWrite() {
+  Store(map_.words() + put_ring::kLease, put_ring::kLeaseIdle, std::memory_order_release);
+}
+
 void PutRing::SkipReturns() {
   returns_ = Load(map_.words() + put_ring::kReturnHead, std::memory_order_acquire);
   Store(map_.words() + put_ring::kReturnTail, returns_, std::memory_order_release);

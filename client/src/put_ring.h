@@ -43,6 +43,13 @@ class PutRing {
   // this connection has not rung since it stopped, or a get waits (see PolledState).
   bool NeedsDoorbell();
 
+  // Before a put places its frames in the lease: marks the lease written (kLease). False when
+  // the daemon took the lease back (memory ran short while it was idle): the lease is gone,
+  // and a new one must be asked for.
+  bool BeginWrite();
+  // After the put's record is published (or the put gave up): the lease is idle again.
+  void EndWrite();
+
   // Appends the blocks handed back since the last call.
   void TakeReturns(std::vector<Block>& out);
   // Passes over the blocks handed back so far: they are of a lease given up.

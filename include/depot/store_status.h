@@ -71,7 +71,9 @@
   X(spill_failures, uint64_t, "spill", "failures", "spills that failed: a full disk, an I/O error") \
   X(objects_lost, uint64_t, "spill", "lost", "objects whose spill file could not be read back") \
   X(leased, uint64_t, "host_pool", "leased",                                                      \
-    "bytes leased to clients for puts, with blocks handed back, not used yet")
+    "bytes leased to clients for puts, with blocks handed back, not used yet")                   \
+  X(leases_revoked, uint64_t, "host_pool", "leases_revoked",                                      \
+    "idle leases taken back because memory ran short, since start")
 
 namespace depot {
 
