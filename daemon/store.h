@@ -141,7 +141,8 @@ class Store {
   // cut from it, and the client hears of it through its put ring (see LeaseTable::TakeBack).
   bool ReturnToLease(const StoredObject& o, const Location& frame);
   // The revoke_leases hook, when memory is short: takes back every lease left idle for
-  // kLeaseIdle whose client is not writing into it (PutRing::Revoke). Whether it took any.
+  // options_.lease_idle whose client is not writing into it (PutRing::Revoke). Whether it took
+  // any.
   bool RevokeIdleLeases();
   // Before a get, delete, contains or stat that names an object not in the table: reads and
   // handles what every other session holding a lease has sent already (its puts may have
@@ -194,9 +195,6 @@ class Store {
   PutRings rings_;
   // The largest lease asked for; a lease is also at most half a shared segment.
   static constexpr uint64_t kMaxLease = uint64_t{64} << 20;
-  // How long a lease must have gone without a put before memory pressure takes it back: a client
-  // that puts keeps its lease, and its puts their warm memory.
-  static constexpr std::chrono::seconds kLeaseIdle{1};
   uint64_t leases_revoked_ = 0;
   // A request put off by a drain (DrainFirst), with its own copy of the body.
   struct Deferred {

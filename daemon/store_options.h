@@ -34,6 +34,9 @@ struct StoreOptions {
   // Bytes of replies queued for a connection before its requests are no longer read.
   uint64_t max_pending_bytes = 0;
   std::chrono::milliseconds handshake_timeout{0};
+  // How long a lease must go without a put before memory running short takes it back: a client
+  // that puts keeps its lease, and its puts their warm memory.
+  std::chrono::milliseconds lease_idle{1000};
 };
 
 // The store's options for a daemon configured as `o`, serving `socket_path` (segment names derive

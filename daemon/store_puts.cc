@@ -148,7 +148,7 @@ bool Store::ReturnToLease(const StoredObject& o, const Location& frame) {
 
 bool Store::RevokeIdleLeases() {
   bool any = false;
-  for (SessionId s : leases_.IdleSince(std::chrono::steady_clock::now() - kLeaseIdle)) {
+  for (SessionId s : leases_.IdleSince(std::chrono::steady_clock::now() - options_.lease_idle)) {
     PutRing* ring = rings_.Find(s);
     if (ring == nullptr || !ring->Revoke()) continue;
     const SessionState& st = sessions_.at(s);

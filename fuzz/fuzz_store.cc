@@ -15,7 +15,10 @@
 //                           a flags byte (its low two bits the header's kHeld and kTaken; bit 2:
 //                           the head moves by the body's length alone, unaligned), a 16-bit
 //                           length L, then L body bytes; the store takes it with the session's
-//                           next message, a miss, a poll or a close
+//                           next message, a miss, a poll or a close. With bit 3 of the flags, no
+//                           record: the ring's lease word is set to the flags' high four bits
+//                           (idle, writing, revoked or garbage), and leases are taken back from
+//                           sessions whose word is idle whenever an allocation finds no room
 //
 // DEPOT_FUZZ_TRACE=1 in the environment prints every message the store sends.
 //
@@ -100,8 +103,10 @@ class FakePeer : public Peer {
 
   // Writes one record into the put ring (operation 8); nothing before hello.
   void WriteRecord(std::span<const uint8_t> body, uint8_t flags) {
-    if (!ring_.valid() || body.empty()) return;
+    if (!ring_.valid()) return;
     uint64_t* words = ring_.words();
+    if (flags & 8) return index::Store(words + put_ring::kLease, flags >> 4);
+    if (body.empty()) return;
     uint64_t head = index::Load(words + put_ring::kHead);
     auto* records = reinterpret_cast<uint8_t*>(words + put_ring::kRecordsWord);
     index::Store(words + put_ring::kRecordsWord + (head % put_ring::kRecordBytes) / 8,
@@ -141,6 +146,7 @@ class Harness {
     o.namespaces.host.capacity = 2u << 20;
     o.namespaces.host.segment_size = 256u << 10;
     o.namespaces.host.name_prefix = fmt::format("depot-fuzz-{}-", ::getpid());
+    o.lease_idle = std::chrono::milliseconds(0);  // any lease may be taken back, not after 1 s
     o.version = "fuzz";
     o.max_message_size = kMaxMessage;
     o.max_frames = 8;

@@ -429,6 +429,12 @@ class Ops {
     out_.insert(out_.end(), put.begin() + sizeof(proto::Header), put.end());
     return *this;
   }
+  // The slot's ring's lease word set to `value` (see fuzz_store.cc).
+  Ops& LeaseWord(int slot, uint8_t value) {
+    Op(slot, 8);
+    out_.insert(out_.end(), {static_cast<uint8_t>(8 | value << 4), 0, 0});
+    return *this;
+  }
   const Bytes& bytes() const { return out_; }
 
  private:
@@ -640,6 +646,26 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
             .Close(2)
             .Msg(1, Guids(MsgType::kDelete, {51, 52, 53, 55}))
             .bytes());
+
+  // Idle leases taken back: two sessions put through their rings, one of them then holds its
+  // lease word at writing; a third fills the pool, which takes back the idle lease only. The put
+  // written afterwards into the lease taken back breaks the rules (its session closes).
+  Ops revoked;
+  revoked.Greet(0).Greet(1).Greet(2);
+  for (int slot : {0, 2}) {  // leases of half a segment, one after the other
+    uint64_t at = slot == 0 ? 0 : 128 << 10;
+    revoked.Msg(slot, Lease(1 << 20))
+        .Ring(slot, Put(static_cast<uint64_t>(60 + slot), {{at, 1000}}))
+        .Msg(slot, Empty(T(MsgType::kPing)));
+  }
+  revoked.LeaseWord(2, 1);
+  for (uint64_t id = 70; id < 90; ++id) revoked.Msg(1, Create(Args({100 << 10}, id)));
+  revoked.Msg(1, Empty(T(MsgType::kStatus)))
+      .Ring(0, Put(63, {{1024, 64}}))
+      .Msg(0, Empty(T(MsgType::kPing)))
+      .Ring(2, Put(64, {{(128 << 10) + 1024, 64}}))
+      .Msg(2, Empty(T(MsgType::kPing)));
+  Write(dir, "ring-revoked", revoked.bytes());
 
   // Requests the store refuses, each answered with an error while the session stays open.
   Write(dir, "refused",
