@@ -1,22 +1,17 @@
 #include "daemon/lease_table.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 
+#include "proto/object_rules.h"
+
 namespace depot {
-namespace {
-
-// The alignment of host blocks (SegmentedPoolOptions::alignment): frames start on it, and each
-// takes its size rounded up to it.
-constexpr uint64_t kAlign = 64;
-uint64_t RoundUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
-
-}  // namespace
 
 void LeaseTable::Grant(SessionId session, Namespace& ns, const Location& block, uint64_t charged) {
   Location rest = block;
-  rest.size = RoundUp(block.size);
+  rest.size = proto::RoundUpToBlock(block.size);
   leases_[session] = Lease{.ns = &ns,
                            .rest = rest,
                            .start = rest.offset,
@@ -32,8 +27,10 @@ Result<std::vector<Location>> LeaseTable::Carve(
   auto it = leases_.find(session);
   if (it == leases_.end()) return Status::ProtocolError("put without a lease");
   Lease& lease = it->second;
-  // Every check first: a refused put cuts nothing. `from[i]`: the returned block frame i starts,
+  // Every check first: a refused put cuts nothing. Frames from the cursor must lie inside the
+  // unconsumed part [cursor, rest_end), in order; `from[i]`: the returned block frame i starts,
   // or -1 for the cursor.
+  const uint64_t rest_end = lease.rest.offset + lease.rest.size;
   uint64_t cursor = lease.rest.offset;
   uint64_t bytes = 0;
   std::vector<int> from(frames.size(), -1);
@@ -52,17 +49,21 @@ Result<std::vector<Location>> LeaseTable::Carve(
       }
     }
     if (from[i] >= 0) continue;
+    // (The size is checked before it is rounded: a size near 2^64 would round to 0.)
     if (f->pool() != 0 || f->segment() != lease.rest.segment || f->offset() < cursor ||
-        f->offset() % kAlign != 0 || f->offset() > lease.end ||
-        RoundUp(f->size()) > lease.end - f->offset() || f->size() > lease.end) {
+        f->offset() % proto::kBlockAlign != 0 || f->offset() >= rest_end ||
+        f->size() > rest_end - f->offset() ||
+        proto::RoundUpToBlock(f->size()) > rest_end - f->offset()) {
       return Status::ProtocolError(fmt::format(
           "put of a frame of {} bytes at {} in segment {} outside its lease ({} to {} in segment "
           "{}, the part before {} used, {} blocks returned)",
-          f->size(), f->offset(), f->segment(), lease.rest.offset, lease.end, lease.rest.segment,
-          cursor, lease.returned.size()));
+          f->size(), f->offset(), f->segment(), lease.start, lease.end, lease.rest.segment, cursor,
+          lease.returned.size()));
     }
-    cursor = f->offset() + RoundUp(f->size());
+    cursor = f->offset() + proto::RoundUpToBlock(f->size());
   }
+  // Then the cuts, which the checks above make valid: a cut that fails all the same is a broken
+  // invariant, reported as an error for this session (whose connection closes), never assumed.
   std::vector<Location> out;
   out.reserve(frames.size());
   Namespace& ns = *lease.ns;
@@ -72,27 +73,33 @@ Result<std::vector<Location>> LeaseTable::Carve(
       out.push_back(Location{});
       continue;
     }
-    uint64_t block = RoundUp(f->size());
+    uint64_t block = proto::RoundUpToBlock(f->size());
     Location frame;
     if (from[i] >= 0) {
       frame = lease.returned[static_cast<size_t>(from[i])];
       leased_ -= frame.size;
       if (block < frame.size) {  // a smaller object: the rest of the block goes back
-        Location rest = *ns.Split(frame, block);
-        ns.Free({&rest, 1});
+        auto rest = ns.Split(frame, block);
+        if (!rest.ok()) return Broken(rest.status());
+        ns.Free({&*rest, 1});
       }
     } else {
       if (f->offset() > lease.rest.offset) {  // a gap the client skipped goes back now
         Location gap = lease.rest;
-        lease.rest = *ns.Split(gap, f->offset() - lease.rest.offset);
+        auto rest = ns.Split(gap, f->offset() - lease.rest.offset);
+        if (!rest.ok()) return Broken(rest.status());
+        lease.rest = *rest;
         leased_ -= gap.size;
         ns.Free({&gap, 1});
       }
       frame = lease.rest;
       if (block < lease.rest.size) {
-        lease.rest = *ns.Split(frame, block);
-      } else {
-        lease.rest.size = 0;  // the frame takes the rest
+        auto rest = ns.Split(frame, block);
+        if (!rest.ok()) return Broken(rest.status());
+        lease.rest = *rest;
+      } else {  // the frame takes the rest: the cursor is at the lease's end
+        lease.rest.offset += lease.rest.size;
+        lease.rest.size = 0;
       }
       leased_ -= block;
     }
@@ -109,12 +116,17 @@ Result<std::vector<Location>> LeaseTable::Carve(
   return out;
 }
 
+Status LeaseTable::Broken(const Status& why) {
+  spdlog::error("lease table: a cut its checks allowed failed: {}", why.message());
+  return Status::ProtocolError("depotd could not cut a put from its lease: " + why.message());
+}
+
 std::optional<Location> LeaseTable::TakeBack(SessionId session, const Location& frame) {
   auto it = leases_.find(session);
   if (it == leases_.end() || frame.size == 0) return std::nullopt;
   Lease& lease = it->second;
   Location block = frame;
-  block.size = RoundUp(frame.size);
+  block.size = proto::RoundUpToBlock(frame.size);
   uint64_t held = 0;
   for (const Location& r : lease.returned) held += r.size;
   if (block.pool != 0 || block.segment != lease.rest.segment || block.offset < lease.start ||

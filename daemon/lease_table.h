@@ -80,6 +80,9 @@ class LeaseTable {
     std::chrono::steady_clock::time_point used;  // granted, or a put last cut from it
   };
 
+  // A cut that Carve's checks allowed failed: logged, and the put refused.
+  static Status Broken(const Status& why);
+
   std::unordered_map<SessionId, Lease> leases_;
   uint64_t leased_ = 0;
 };

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <atomic>
 #include <string>
 #include <vector>
@@ -28,9 +31,16 @@ PutRing* PutRings::Find(SessionId session) {
 Status PutRings::Take(SessionId session) {
   PutRing* ring = Find(session);
   if (ring == nullptr || !ring->Pending()) return Status::OK();
-  return ring->Take([this, session](std::span<const uint8_t> body, bool held) {
-    return take_(session, body, held);
-  });
+  // Also on the timer, outside any request: an exception here ends this session, not the loop.
+  try {
+    return ring->Take([this, session](std::span<const uint8_t> body, bool held) {
+      return take_(session, body, held);
+    });
+  } catch (const std::exception& e) {
+    spdlog::error("session {}: taking its put ring failed ({})", session, e.what());
+    return Status::ProtocolError(
+        fmt::format("depotd failed while taking the put ring ({})", e.what()));
+  }
 }
 
 void PutRings::TakeAll() {

@@ -8,19 +8,11 @@ namespace depot {
 
 Status CheckCreate(const wire::CreateRequest& req, const RequestLimits& limits) {
   size_t nframes = req.frame_sizes() ? req.frame_sizes()->size() : 0;
-  size_t metadata_size = req.metadata() ? req.metadata()->size() : 0;
-  size_t name_size = req.name() ? req.name()->size() : 0;
   auto invalid = [](std::string msg) { return Status::InvalidArgument(std::move(msg)); };
-  if (nframes == 0 || nframes > limits.max_frames) {
-    return invalid(fmt::format("an object has 1 to {} frames, not {}", limits.max_frames, nframes));
-  }
-  if (metadata_size > limits.max_metadata) {
-    return invalid(fmt::format("metadata of {} bytes exceeds the limit of {} bytes", metadata_size,
-                               limits.max_metadata));
-  }
-  if (name_size > proto::kMaxNameSize) {
-    return invalid(fmt::format("name of {} bytes exceeds the limit of {} bytes", name_size,
-                               proto::kMaxNameSize));
+  if (Status shape = proto::CheckObjectShape(nframes, req.metadata() ? req.metadata()->size() : 0,
+                                             req.name() ? req.name()->size() : 0, limits.object);
+      !shape.ok()) {
+    return shape;
   }
   bool device_frames = false;
   if (req.frame_pools()) {

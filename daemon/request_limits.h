@@ -1,5 +1,6 @@
 // What a request may ask for, checked before anything is allocated or looked up: the limits a
-// create must keep (frames, metadata, name, sizes, pools, inline data) and the number of GUIDs
+// create must keep (frames, metadata and name as proto::CheckObjectShape, which puts keep too;
+// sizes, pools, inline data) and the number of GUIDs
 // one request may name. Each refusal is a Status a person can act on.
 #ifndef DEPOT_DAEMON_REQUEST_LIMITS_H_
 #define DEPOT_DAEMON_REQUEST_LIMITS_H_
@@ -8,13 +9,13 @@
 #include <string>
 
 #include "depot/status.h"
+#include "proto/object_rules.h"
 #include "proto/wire.h"
 
 namespace depot {
 
 struct RequestLimits {
-  uint32_t max_frames = proto::kMaxFrames;
-  uint32_t max_metadata = proto::kMaxMetadataSize;
+  proto::ObjectLimits object;  // frames, metadata, name: the same rules as every put
   uint64_t host_capacity = 0;  // no host frame may be larger
   size_t device_pools = 0;     // pools 1..device_pools exist
   std::string devices_unavailable;  // why there are none, when there are none

@@ -101,7 +101,18 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
     ReplyError(s, h.request_id,
                Status::Unavailable("depotd ran out of memory while answering this request"));
     return Status::OK();
+  } catch (const std::exception& e) {
+    // A bug that some input reached: this session closes, every other goes on.
+    return Failed(s, proto::TypeName(h.type), e);
   }
+}
+
+Status Store::Failed(SessionId s, std::string_view what, const std::exception& e) {
+  NoteProtocolError();
+  spdlog::error("session {}: handling {} failed ({}); its connection closes", s, what, e.what());
+  return Status::ProtocolError(
+      fmt::format("depotd failed while handling {} ({}); the connection is closed", what,
+                  e.what()));
 }
 
 Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
@@ -201,7 +212,7 @@ void Store::ReplyError(SessionId session, uint64_t request_id, const Status& sta
 
 void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body) {
   const wire::CreateRequest& req = *proto::Body<wire::CreateRequest>(body);
-  RequestLimits limits{options_.max_frames, options_.max_metadata,
+  RequestLimits limits{{options_.max_frames, options_.max_metadata},
                        namespaces_.host_budget().capacity, devices_.size(), devices_.unavailable()};
   if (Status invalid = CheckCreate(req, limits); !invalid.ok()) return ReplyError(s, id, invalid);
   SessionState& st = sessions_.at(s);
@@ -257,8 +268,14 @@ void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body) {
   n.creator = s;
   n.creator_pid = st.creds.pid;
   n.creator_uid = st.creds.uid;
-  // The GUID was checked above and nothing ran since: Create cannot fail here.
-  const StoredObject* obj = *ns.table().Create(std::move(n));
+  // The GUID was checked above and nothing ran since: Create fails only on a broken invariant,
+  // which fails this request alone.
+  auto created = ns.table().Create(std::move(n));
+  if (!created.ok()) {
+    ns.Free(*frames);
+    return ReplyError(s, id, created.status());
+  }
+  const StoredObject* obj = *created;
   if (req.owner_scoped()) owner_scopes_.Add(s, guid, ns.table());
   quotas_.Charge(st.creds.uid, s, total);
   counters_.ObserveObject(total);

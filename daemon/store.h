@@ -32,6 +32,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -120,6 +121,9 @@ class Store {
   // request may make the daemon queue an unbounded reply (nor one its client would refuse).
   Status CheckReplySize(size_t size) const;
 
+  // An exception escaped the handling of `what` for session `s`: logged, and the ProtocolError
+  // that closes that session (and no other).
+  Status Failed(SessionId s, std::string_view what, const std::exception& e);
   // Handle, once the session is known and greeted (or greeting): one request to its handler.
   Status Dispatch(SessionId s, SessionState& st, const proto::Header& h,
                   std::span<const uint8_t> body);
@@ -193,8 +197,6 @@ class Store {
   bool pins_armed_ = false;
   LeaseTable leases_;
   PutRings rings_;
-  // The largest lease asked for; a lease is also at most half a shared segment.
-  static constexpr uint64_t kMaxLease = uint64_t{64} << 20;
   uint64_t leases_revoked_ = 0;
   // A request put off by a drain (DrainFirst), with its own copy of the body.
   struct Deferred {

@@ -10,6 +10,7 @@
 
 #include "daemon/replies.h"
 #include "daemon/store.h"
+#include "proto/object_rules.h"
 
 namespace depot {
 
@@ -17,6 +18,10 @@ using proto::FromWire;
 using proto::MsgType;
 using proto::ToWire;
 namespace fb = flatbuffers;
+
+namespace {
+constexpr uint64_t kMinLeaseGrant = uint64_t{64} << 10;
+}  // namespace
 
 void Store::OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req) {
   SessionState& st = sessions_.at(s);
@@ -28,17 +33,19 @@ void Store::OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req) {
   if (quotas_.user_quota().objects != 0 || quotas_.client_quota().objects != 0) {
     return ReplyError(s, id, Status::Unavailable("no leases while a quota limits objects"));
   }
-  if (req.size() == 0 || req.size() > kMaxLease) {
+  if (req.size() == 0 || req.size() > proto::kMaxLease) {
     return ReplyError(
         s, id,
         Status::InvalidArgument(fmt::format("a lease of {} bytes: leases are 1 byte to {} bytes",
-                                            req.size(), kMaxLease)));
+                                            req.size(), proto::kMaxLease)));
   }
   // From the shared segments, which are kept warm, never a segment of large objects; and at most
   // a sixteenth of the capacity, so that leases held by idle clients cannot fill a small pool.
   uint64_t most =
       std::min(options_.namespaces.host.segment_size / 2, namespaces_.host_budget().capacity / 16);
-  uint64_t size = (std::min(req.size(), most) + 63) & ~63ull;
+  // And at least kMinLeaseGrant where the pool allows: a lease costs the daemon a record and
+  // every miss a look at its ring, so many tiny ones must cost their user memory and quota.
+  uint64_t size = proto::RoundUpToBlock(std::min(std::max(req.size(), kMinLeaseGrant), most));
   if (size < req.at_least()) {
     return ReplyError(
         s, id,
@@ -82,17 +89,12 @@ Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
   if (table.Find(guid) != nullptr) {
     return refuse(fmt::format("put of object {}, which exists already", guid.ToString()));
   }
-  if (!req.frames() || req.frames()->size() == 0 || req.frames()->size() > options_.max_frames) {
-    return refuse(fmt::format("put of {} frames: an object has 1 to {}",
-                              req.frames() ? req.frames()->size() : 0, options_.max_frames));
-  }
-  if (req.metadata() && req.metadata()->size() > options_.max_metadata) {
-    return refuse(fmt::format("put with {} bytes of metadata, more than the limit of {}",
-                              req.metadata()->size(), options_.max_metadata));
-  }
-  if (req.name() && req.name()->size() > proto::kMaxNameSize) {
-    return refuse(fmt::format("put with a name of {} bytes, more than the limit of {}",
-                              req.name()->size(), proto::kMaxNameSize));
+  // The same rules as a create's, which the library checked before it wrote the put.
+  if (Status shape = proto::CheckObjectShape(
+          req.frames() ? req.frames()->size() : 0, req.metadata() ? req.metadata()->size() : 0,
+          req.name() ? req.name()->size() : 0, {options_.max_frames, options_.max_metadata});
+      !shape.ok()) {
+    return refuse("put refused: " + shape.message());
   }
   NewObject n;
   n.guid = guid;
@@ -100,13 +102,20 @@ Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
   if (req.name()) n.name = req.name()->str();
   auto frames = leases_.Carve(s, *req.frames());
   if (!frames.ok()) return refuse(frames.status().message());
-  n.frames = std::move(*frames);
+  n.frames = *frames;
   n.evictable = req.evictable();
   n.creator = s;
   n.creator_pid = st.creds.pid;
   n.creator_uid = st.creds.uid;
   // The same two steps as a create and its seal, so that whatever watches them sees puts too.
-  const StoredObject* obj = *table.Create(std::move(n));  // the GUID was checked above
+  auto created = table.Create(std::move(n));
+  if (!created.ok()) {  // the GUID was checked above: a broken invariant, which ends this session
+    std::vector<Location> cut;
+    std::ranges::copy_if(*frames, std::back_inserter(cut), [](const Location& l) { return l.size; });
+    st.ns->Free(cut);
+    return refuse(created.status().message());
+  }
+  const StoredObject* obj = *created;
   if (req.owner_scoped()) owner_scopes_.Add(s, guid, table);
   quotas_.CountObject(st.creds.uid, s);
   counters_.ObserveObject(obj->size());
@@ -205,7 +214,16 @@ bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint
   deferred_.clear();
   for (Deferred& d : deferred) {
     auto it = sessions_.find(d.session);
-    if (it != sessions_.end()) Dispatch(d.session, it->second, d.header, d.body);
+    if (it == sessions_.end()) continue;
+    // Its own session's error, never this one's: a request that breaks the protocol, or fails
+    // with an exception, closes the session that sent it.
+    Status st;
+    try {
+      st = Dispatch(d.session, it->second, d.header, d.body);
+    } catch (const std::exception& e) {
+      st = Failed(d.session, proto::TypeName(d.header.type), e);
+    }
+    if (!st.ok()) it->second.peer->Abort(st);
   }
   drained_ = false;
   return false;

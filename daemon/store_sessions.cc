@@ -128,7 +128,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
                                     options_.max_message_size, proto::kMaxInlineSize,
                                     options_.hugepages, pools, unavailable, sets, arena,
                                     sets > 0 ? index::kSlotCount : 0, /*leases=*/true,
-                                    ring_bytes));
+                                    ring_bytes, options_.max_frames, options_.max_metadata));
   Reply(s, id, MsgType::kHello, fbb, std::move(fds));
   return Status::OK();
 }

@@ -60,7 +60,10 @@ Daemon::Daemon(std::string socket, std::vector<std::string> args, std::vector<st
 void Daemon::Launch(std::vector<std::string> args, std::vector<std::string> wrapper,
                     std::string binary) {
   std::vector<std::string> argv = wrapper;
-  argv.push_back(binary.empty() ? DEPOTD_PATH : binary);
+  // DEPOT_TEST_DEPOTD runs the tests against another depotd (an older build, to see a new test
+  // fail on the code before its fix).
+  const char* other = std::getenv("DEPOT_TEST_DEPOTD");
+  argv.push_back(!binary.empty() ? binary : other != nullptr ? other : DEPOTD_PATH);
   argv.push_back("--socket");
   argv.push_back(socket_);
   argv.insert(argv.end(), args.begin(), args.end());

@@ -62,6 +62,32 @@ inline Guid PutAs(const Daemon& d, uid_t uid, size_t size, uint32_t seed) {
   return out;
 }
 
+// 0 when `uid`'s one object (in the namespace its process sees) holds `bytes`, else why not.
+inline int OwnObjectHolds(const Daemon& d, uid_t uid, const std::vector<std::byte>& bytes) {
+  Client c = d.Connect();
+  auto page = c.List();
+  if (!page.ok()) return 1;
+  std::vector<Guid> own;
+  for (const ObjectInfo& o : page->objects) {
+    if (o.creator_uid == uid) own.push_back(o.guid);
+  }
+  if (own.size() != 1) return 2;
+  auto got = c.Get(own[0], kNoWait);
+  return got.ok() && Holds(*got, bytes) ? 0 : 3;
+}
+
+// Deletes every object `uid` created (in the namespace its process sees); how many.
+inline int DeleteOwnObjects(const Daemon& d, uid_t uid) {
+  Client c = d.Connect();
+  auto page = c.List();
+  if (!page.ok()) return -1;
+  int deleted = 0;
+  for (const ObjectInfo& o : page->objects) {
+    if (o.creator_uid == uid && c.Delete(o.guid).ok()) ++deleted;
+  }
+  return deleted;
+}
+
 }  // namespace depot::test
 
 #endif  // DEPOT_TESTS_OTHER_USERS_H_

@@ -376,5 +376,81 @@ TEST_CASE("hostile puts are refused, close their connection and harm nobody", "[
   CHECK(WaitFor([&] { return StatusOf(root).leased == 0; }));
 }
 
+// Where Mallory's second put lies, after a first put whose one frame took her whole lease.
+enum class AfterWholeLease {
+  kPastStart,   // 64 bytes in: once a split of a gap that does not exist, and depotd aborted
+  kSameOffset,  // the first frame's own offset: once a second object on the same block
+};
+
+TEST_CASE("a put after one that took its whole lease is refused and harms nobody",
+          "[put][hostile]") {
+  NeedRoot();
+  std::string mode = GENERATE("shared", "per_user");
+  auto second = GENERATE(AfterWholeLease::kPastStart, AfterWholeLease::kSameOffset);
+  INFO(mode << " namespaces, second put " << static_cast<int>(second));
+  // keep_warm 0: a segment that falls empty is given back at once, so that a block shared by two
+  // objects shows as soon as one of them goes.
+  Daemon d = StartForOthers({"--namespaces", mode, "--keep-warm", "0"});
+  std::vector<std::byte> bytes = Pattern(5000, 7);
+  REQUIRE(RunAs(kAlice, kAlice, {}, [&] { return d.Connect().Put(bytes).ok() ? 0 : 1; }) == 0);
+
+  int code = RunAs(kMallory, kMallory, {}, [&] {
+    Raw r(d.socket());
+    wire::FrameLocation lease = RawLease(r, 4 * kMiB);
+    r.Write(RawPut(Guid::Random(), {lease}));  // the whole lease: accepted
+    uint64_t offset = lease.offset() + (second == AfterWholeLease::kPastStart ? 64 : 0);
+    r.Write(RawPut(Guid::Random(), {wire::FrameLocation(offset, 64, lease.segment(), 0)}));
+    return static_cast<int>(r.ReadFinalError().code());
+  });
+  CHECK(code == static_cast<int>(Status::Code::kProtocolError));
+  // The daemon lives; Mallory's first object is hers alone, on its own block: the accounts add
+  // up, and deleting it (her segment then given back) frees what it held; Alice's object is whole
+  // before and after.
+  Client root = d.Connect();
+  StoreStatus st = StatusOf(root);
+  CHECK(st.leased == 0);
+  CHECK(st.objects_sealed == 2);
+  CHECK(st.used >= 4 * kMiB);
+  CHECK(st.used < 5 * kMiB);
+  CHECK(RunAs(kAlice, kAlice, {}, [&] { return OwnObjectHolds(d, kAlice, bytes); }) == 0);
+  CHECK(RunAs(kMallory, kMallory, {}, [&] { return DeleteOwnObjects(d, kMallory); }) == 1);
+  CHECK(WaitFor([&] { return StatusOf(root).used < 64 * 1024; }));
+  CHECK(RunAs(kAlice, kAlice, {}, [&] { return OwnObjectHolds(d, kAlice, bytes); }) == 0);
+  auto id = root.Put(Pattern(3000, 9));
+  REQUIRE(id.ok());
+  auto back = root.Get(*id, kNoWait);
+  REQUIRE(back.ok());
+  CHECK(Holds(*back, Pattern(3000, 9)));
+}
+
+TEST_CASE("a put over the metadata limit is refused before it is written, and no GUID returns",
+          "[put]") {
+  Daemon d;
+  Client c = d.Connect();
+  // Just over the limit (which the daemon would refuse in its ring, closing the connection), and
+  // far over it (more than the ring holds).
+  for (size_t size : {size_t{16 << 10} + 1, size_t{64 << 10}, size_t{70 << 10}}) {
+    INFO(size << " bytes of metadata");
+    std::vector<std::byte> metadata(size, std::byte{1});
+    CreateOptions options;
+    options.metadata = metadata;
+    auto put = c.Put(Pattern(1000, 1), options);
+    REQUIRE(!put.ok());
+    CHECK(put.status().IsInvalidArgument());
+    CHECK(put.status().message().find("max_metadata") != std::string::npos);
+    // The same error on the create path.
+    auto draft = c.Create(std::vector<uint64_t>{1000}, options);
+    REQUIRE(!draft.ok());
+    CHECK(draft.status().message() == put.status().message());
+  }
+  // The connection works, and nothing was stored.
+  auto id = c.Put(Pattern(1000, 2));
+  REQUIRE(id.ok());
+  auto got = c.Get(*id, kNoWait);
+  REQUIRE(got.ok());
+  CHECK(Holds(*got, Pattern(1000, 2)));
+  CHECK(StatusOf(c).objects_sealed == 1);
+}
+
 }  // namespace
 }  // namespace depot::test

@@ -397,10 +397,11 @@ bool Pongs(Raw& r, uint64_t request_id) {
   return false;
 }
 
-// A daemon Alice and Mallory may use.
-Daemon StartForOthers() {
-  return StartOpen(
-      {"--allow-users", fmt::format("{},{}", kAlice, kMallory), "--segment-size", "8MiB"});
+// A daemon Alice and Mallory may use, with `args` besides.
+Daemon StartForOthers(std::vector<std::string> args = {}) {
+  args.insert(args.end(),
+              {"--allow-users", fmt::format("{},{}", kAlice, kMallory), "--segment-size", "8MiB"});
+  return StartOpen(std::move(args));
 }
 
 // What Mallory writes into its ring.
@@ -528,6 +529,42 @@ TEST_CASE("hostile rings close their own connection and harm nobody", "[put][rin
     StoreStatus st = StatusOf(root);
     return st.clients == 1 && st.objects_sealed == 2 && st.objects_deleted == 0;
   }));
+}
+
+TEST_CASE("ring records past a put that took the whole lease close their connection only",
+          "[put][ring][hostile]") {
+  NeedRoot();
+  std::string mode = GENERATE("shared", "per_user");
+  uint64_t past = GENERATE(0, 64);  // the second frame's offset past the lease's start
+  INFO(mode << " namespaces, second frame at +" << past);
+  Daemon d = StartForOthers({"--namespaces", mode, "--keep-warm", "0"});
+  std::vector<std::byte> bytes = Pattern(5000, 7);
+  REQUIRE(RunAs(kAlice, kAlice, {}, [&] { return d.Connect().Put(bytes).ok() ? 0 : 1; }) == 0);
+  int code = RunAs(kMallory, kMallory, {}, [&] {
+    Raw r(d.socket());
+    RawRing ring(r);
+    wire::FrameLocation lease = r.Lease(4 * kMiB);
+    std::vector<uint8_t> first = PutBody(Guid::Random(), {lease});
+    std::vector<uint8_t> second = PutBody(
+        Guid::Random(), {wire::FrameLocation(lease.offset() + past, 64, lease.segment(), 0)});
+    ring.Write(0, first.size(), first);
+    uint64_t at = put_ring::RecordSpan(first.size());
+    ring.Write(at, second.size(), second);
+    ring.Publish(at + put_ring::RecordSpan(second.size()));
+    r.TryWrite(Empty(proto::MsgType::kPutsWritten, 0));
+    return static_cast<int>(r.ReadFinalError().code());
+  });
+  CHECK(code == kProtocolErrorCode);
+  // The daemon lives, Mallory's one object is alone on its block, and Alice's is whole before
+  // and after Mallory's is deleted (and her segment given back).
+  Client root = d.Connect();
+  StoreStatus st = StatusOf(root);
+  CHECK(st.leased == 0);
+  CHECK(st.used < 5 * kMiB);
+  CHECK(RunAs(kAlice, kAlice, {}, [&] { return OwnObjectHolds(d, kAlice, bytes); }) == 0);
+  CHECK(RunAs(kMallory, kMallory, {}, [&] { return DeleteOwnObjects(d, kMallory); }) == 1);
+  CHECK(WaitFor([&] { return StatusOf(root).used < 64 * 1024; }));
+  CHECK(RunAs(kAlice, kAlice, {}, [&] { return OwnObjectHolds(d, kAlice, bytes); }) == 0);
 }
 
 TEST_CASE("scribbles on a ring's flags and return words break nothing", "[put][ring][hostile]") {

@@ -164,6 +164,13 @@ Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
     sizes.push_back(f.size());
     total += f.size();
   }
+  // Every rule the daemon keeps, before anything is written: a put it would refuse in its ring
+  // must not return a GUID.
+  if (Status shape = proto::CheckObjectShape(frames.size(), options.metadata.size(),
+                                             options.name.size(), conn_->object_limits());
+      !shape.ok()) {
+    return shape;
+  }
   if (auto put = conn_->PutInLease(frames, options)) return std::move(*put);
   if (total <= proto::kMaxInlineSize && !frames.empty() && options.places.empty()) {
     // Create, fill and seal in one round trip.

@@ -45,6 +45,8 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   const auto* hello = proto::Body<wire::HelloReply>(reply->body);
   conn->segments_.set_hugepages(hello->hugepages());
   conn->lease_.set_offered(hello->leases());
+  if (hello->max_frames() != 0) conn->object_limits_.max_frames = hello->max_frames();
+  if (hello->max_metadata() != 0) conn->object_limits_.max_metadata = hello->max_metadata();
   conn->pools_.Set(DevicePoolsFromWire(hello->device_pools()),
                    hello->devices_unavailable() ? hello->devices_unavailable()->str() : "");
   // The fds: the index's and the slots' when it has an index, then the put ring's when it has one.

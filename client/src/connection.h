@@ -33,6 +33,7 @@
 #include "depot/client.h"
 #include "depot/object.h"
 #include "depot/status.h"
+#include "proto/object_rules.h"
 
 namespace depot::internal {
 
@@ -58,6 +59,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     return Call(proto::MsgType::kCreate, fbb);
   }
+
+  // The limits on an object's shape the daemon enforces (from hello): every put and create is
+  // checked against them before anything is written or sent.
+  const proto::ObjectLimits& object_limits() const { return object_limits_; }
 
   // A put with one message into this connection's lease; nullopt when it must take the create
   // path (see Lease).
@@ -144,6 +149,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // upwards: the flusher stops before anything it uses goes, and the segments are unmapped
   // before the socket closes.
   Pools pools_;
+  proto::ObjectLimits object_limits_;
   CudaMapper cuda_{pools_};
   Channel channel_;
   SegmentMap segments_{pools_, cuda_};

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "client/src/checksum.h"
+#include "proto/object_rules.h"
 #include "proto/put_ring_layout.h"
 
 namespace depot::internal {
@@ -15,11 +16,6 @@ namespace {
 static_assert(put_ring::kRecordBytes >= 2 * (proto::kMaxMetadataSize + proto::kMaxNameSize +
                                              proto::kMaxFrames * sizeof(wire::FrameLocation) +
                                              1024));
-
-// Frames start at the daemon's block alignment on the host (and take their size rounded up to
-// it), since each becomes a block of its own.
-constexpr uint64_t kAlign = 64;
-uint64_t RoundUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
 }  // namespace
 
@@ -32,7 +28,7 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
   std::vector<uint64_t> sizes;
   sizes.reserve(frames.size());
   uint64_t need = 0;
-  for (auto f : frames) need += sizes.emplace_back(RoundUp(f.size()));
+  for (auto f : frames) need += sizes.emplace_back(proto::RoundUpToBlock(f.size()));
   // Larger puts go to blocks of their own: see kLargestPut.
   if (need == 0 || need > std::min(kLargestPut, largest_ / 4)) return std::nullopt;
   std::lock_guard lk(mu_);
@@ -158,7 +154,7 @@ bool Lease::Place(std::span<const uint64_t> sizes, std::vector<uint64_t>& offset
     ring_->TakeReturns(returned_);
     // Only whole blocks inside this lease: anything else is not this lease's to write.
     auto foreign = [this](const PutRing::Block& r) {
-      return r.segment != segment_ || r.size == 0 || r.size % kAlign != 0 || r.offset < offset_ ||
+      return r.segment != segment_ || r.size == 0 || r.size % proto::kBlockAlign != 0 || r.offset < offset_ ||
              r.offset - offset_ > size_ || r.size > size_ - (r.offset - offset_);
     };
     returned_.erase(std::remove_if(returned_.begin() + static_cast<ptrdiff_t>(before),

@@ -32,13 +32,14 @@
 #include "client/src/release_batcher.h"
 #include "client/src/segment_map.h"
 #include "depot/client.h"
+#include "proto/object_rules.h"
 
 namespace depot::internal {
 
 class Lease {
  public:
   static constexpr uint64_t kMinLease = uint64_t{4} << 20;
-  static constexpr uint64_t kMaxLease = uint64_t{64} << 20;
+  static constexpr uint64_t kMaxLease = proto::kMaxLease;  // the most a client may ask for
   static constexpr std::chrono::seconds kRetryAfter{1};
   // The largest put that goes into a lease. Before the put ring and the blocks handed back, a
   // put of 1 MiB into a lease's fresh, cache-cold memory cost more than the two round trips it
