@@ -850,6 +850,27 @@ void WriteIndexCorpus(const std::filesystem::path& dir) {
         IndexInput(0).bytes({0, 2, ~uint64_t{0}, 6, 0x8000000000000000ull, 2, 2}));
 }
 
+// fuzz_lease: operations of fuzz/lease_driver.h. Control bytes: operation * 2 + client slot.
+// A frame's pick byte: anchor (0 start, 1 cursor, 2 end, 3 last frame) | size << 3 (1: 1 byte,
+// 2: 64, 3: 100, 5: to the lease's end, 6: the whole lease) | 0x40 unaligned | 0x80 next segment.
+void WriteLeaseCorpus(const std::filesystem::path& dir) {
+  constexpr uint8_t kLease = 0, kPut = 2, kRingPut = 4, kDelete = 6, kPressure = 8, kClose = 10,
+                    kCheck = 12;
+  constexpr uint8_t kWhole = 6 << 3, k64 = 2 << 3, k100 = 3 << 3, kToEnd = 5 << 3;
+  Write(dir, "whole-lease-then-past-start",
+        {kLease, 5, kPut, 0, kWhole, 0, kPut, 0, k64, 1, kCheck});
+  Write(dir, "whole-lease-then-same-offset",
+        {kLease, 5, kPut, 0, kWhole, 0, kPut, 0, k64, 0, kCheck, kDelete, 0, kCheck});
+  Write(dir, "ring-whole-lease-then-past-start",
+        {kLease, 5, kRingPut, 0, kWhole, 0, 0, kRingPut, 0, k64, 1, 1, kCheck});
+  Write(dir, "puts-at-the-cursor-deleted-under-pressure",
+        {kLease, 3, kRingPut, 1, k100 | 1, 0, k64 | 1, 0, 1, kPut, 0, k100 | 1, 0, kCheck,
+         kDelete, 0, kDelete, 1, kPressure, kCheck, kRingPut, 0, kToEnd | 1, 0, 1, kClose, kCheck});
+  Write(dir, "two-clients-gaps-and-strays",
+        {kLease, 4, kLease + 1, 4, kPut, 0, k64, 4, kPut + 1, 0, k100 | 0x40, 2,
+         kRingPut + 1, 0, k64 | 0x80, 0, 1, kPut, 2, k64 | 1, 0, k64 | 1, 0xff, kCheck});
+}
+
 }  // namespace
 }  // namespace depot::fuzz
 
@@ -863,5 +884,6 @@ int main(int argc, char** argv) {
   depot::fuzz::WriteStoreCorpus(root / "fuzz_store");
   depot::fuzz::WriteClientCorpus(root / "fuzz_client");
   depot::fuzz::WriteIndexCorpus(root / "fuzz_index");
+  depot::fuzz::WriteLeaseCorpus(root / "fuzz_lease");
   return 0;
 }

@@ -1,0 +1,334 @@
+#include "fuzz/lease_driver.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include "proto/index_layout.h"
+#include "proto/object_rules.h"
+#include "proto/put_ring_layout.h"
+#include "proto/wire.h"
+
+namespace depot::fuzz {
+
+using proto::MsgType;
+
+// A session's far end: keeps the last message and its session's put ring, and whether the store
+// aborted the session (a ring it refused).
+class LeaseDriver::Peer : public depot::Peer {
+ public:
+  void Send(std::vector<uint8_t> message, std::vector<UniqueFd> fds) override {
+    proto::Header h;
+    std::memcpy(&h, message.data(), sizeof h);
+    type = h.type;
+    body.assign(message.begin() + sizeof h, message.end());
+    if (h.type == proto::ReplyType(MsgType::kHello) &&
+        proto::Body<wire::HelloReply>(body)->put_ring_bytes() == put_ring::kRingFileBytes &&
+        !fds.empty()) {
+      auto map = SharedMapping::Map(fds.back().get(), put_ring::kRingFileBytes, true, "put ring");
+      if (map.ok()) ring = std::move(*map);
+    }
+  }
+  size_t Backlog() const override { return 0; }
+  void Abort(const Status&) override { aborted = true; }
+
+  // Writes a put-ring record as the client library does, and publishes it.
+  void WriteRecord(std::span<const uint8_t> record) {
+    if (!ring.valid()) return;
+    uint64_t* words = ring.words();
+    uint64_t head = index::Load(words + put_ring::kHead);
+    auto* records = reinterpret_cast<uint8_t*>(words + put_ring::kRecordsWord);
+    index::Store(words + put_ring::kRecordsWord + (head % put_ring::kRecordBytes) / 8,
+                 record.size());
+    uint64_t at = (head + put_ring::kHeaderBytes) % put_ring::kRecordBytes;
+    uint64_t first = std::min<uint64_t>(record.size(), put_ring::kRecordBytes - at);
+    std::memcpy(records + at, record.data(), first);
+    std::memcpy(records, record.data() + first, record.size() - first);
+    index::Store(words + put_ring::kHead, head + put_ring::RecordSpan(record.size()),
+                 std::memory_order_release);
+  }
+
+  template <typename T>
+  const T* Reply(MsgType asked) const {
+    return type == proto::ReplyType(asked) ? proto::Body<T>(body) : nullptr;
+  }
+
+  uint16_t type = 0;
+  std::vector<uint8_t> body;
+  SharedMapping ring;
+  bool aborted = false;
+};
+
+namespace {
+
+constexpr uint64_t kCapacity = 2u << 20;
+
+}  // namespace
+
+LeaseDriver::LeaseDriver() {
+  StoreOptions o = StoreOptionsFrom(DefaultOptions(8ull << 30, 8ull << 30), "/fuzz/depot.sock",
+                                    nullptr, "the fuzzer has no GPUs");
+  o.namespaces.host.capacity = kCapacity;
+  o.namespaces.host.segment_size = 256u << 10;
+  o.namespaces.host.keep_warm = 0;  // segments that fall empty go back at once
+  o.namespaces.host.name_prefix = fmt::format("depot-fuzzlease-{}-", ::getpid());
+  o.lease_idle = std::chrono::milliseconds(0);  // any idle lease may be taken back
+  o.version = "fuzz";
+  o.max_frames = 4;
+  auto store = Store::Create(io_, o);
+  if (store.ok()) store_ = std::move(*store);
+}
+
+LeaseDriver::~LeaseDriver() {
+  for (int slot = 0; slot <= kAdmin; ++slot) CloseSlot(slot);
+}
+
+uint64_t LeaseDriver::Open(int slot) {
+  if (sessions_[slot] != 0) return sessions_[slot];
+  peers_[slot] = std::make_unique<Peer>();
+  PeerCredentials creds;
+  creds.pid = ::getpid();
+  creds.uid = ::getuid();
+  creds.gid = ::getgid();
+  sessions_[slot] = store_->Open(peers_[slot].get(), creds);
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateHelloRequestDirect(fbb, proto::kProtocolVersion, "lease driver"));
+  Deliver(slot, static_cast<uint16_t>(MsgType::kHello), fbb);
+  return sessions_[slot];
+}
+
+void LeaseDriver::CloseSlot(int slot) {
+  if (sessions_[slot] == 0) return;
+  store_->Close(sessions_[slot]);
+  sessions_[slot] = 0;
+  if (slot < kClients) leases_[slot] = Lease{};
+}
+
+void LeaseDriver::Deliver(int slot, uint16_t type, flatbuffers::FlatBufferBuilder& fbb) {
+  uint64_t s = Open(slot);
+  std::vector<uint8_t> m = proto::Encode(type, request_++, fbb);
+  proto::Header h;
+  std::memcpy(&h, m.data(), sizeof h);
+  std::vector<uint8_t> body(m.begin() + sizeof h, m.end());
+  if (!proto::VerifyBody(h.type, body)) return;  // the driver builds every message itself
+  if (!store_->Handle(s, h, body).ok()) {
+    ++sessions_refused_;
+    CloseSlot(slot);
+  }
+  CloseAborted();
+}
+
+void LeaseDriver::CloseAborted() {
+  for (int slot = 0; slot <= kAdmin; ++slot) {
+    if (sessions_[slot] != 0 && peers_[slot]->aborted) {
+      ++sessions_refused_;
+      CloseSlot(slot);
+    }
+  }
+}
+
+void LeaseDriver::TakeLease(int slot, uint8_t size_pick) {
+  constexpr uint64_t kSizes[] = {64, 3000, 4096, 64u << 10, 256u << 10, 1u << 20};
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateLeaseRequest(fbb, kSizes[size_pick % std::size(kSizes)]));
+  Deliver(slot, static_cast<uint16_t>(MsgType::kLease), fbb);
+  Lease& lease = leases_[slot];
+  lease = Lease{};
+  if (sessions_[slot] == 0) return;
+  const auto* reply = peers_[slot]->Reply<wire::CreateReply>(MsgType::kLease);
+  if (reply == nullptr || reply->frames() == nullptr || reply->frames()->size() != 1) return;
+  const wire::FrameLocation* f = reply->frames()->Get(0);
+  lease = Lease{.held = true,
+                .start = f->offset(),
+                .end = f->offset() + f->size(),
+                .cursor = f->offset(),
+                .last = f->offset(),
+                .segment = f->segment()};
+}
+
+wire::FrameLocation LeaseDriver::FrameAt(const Lease& lease, uint8_t pick,
+                                         uint8_t offset) const {
+  // Bits 0-2: the anchor; bits 3-5: the size; bit 6: 8 bytes off the alignment; bit 7: the next
+  // segment. The offset byte is a signed count of blocks from the anchor.
+  const uint64_t anchors[] = {lease.start, lease.cursor, lease.end, lease.last,
+                              lease.start + (lease.end - lease.start) / 2, 0, 0, lease.cursor};
+  uint64_t at = anchors[pick & 7] + static_cast<uint64_t>(static_cast<int8_t>(offset)) *
+                                        proto::kBlockAlign;
+  if (pick & 0x40) at += 8;
+  uint64_t to_end = lease.end - std::min(at, lease.end);
+  const uint64_t sizes[] = {0, 1, 64, 100, 4096, to_end, lease.end - lease.start, to_end + 64};
+  uint32_t segment = lease.segment + ((pick & 0x80) ? 1 : 0);
+  return wire::FrameLocation(at, sizes[(pick >> 3) & 7], segment, 0);
+}
+
+bool LeaseDriver::Put(int slot, std::span<const uint8_t>& in, bool ring) {
+  if (in.empty()) return false;
+  size_t count = 1 + in[0] % 3;
+  in = in.subspan(1);
+  if (in.size() < 2 * count + (ring ? 1 : 0)) return false;
+  Open(slot);
+  Lease& lease = leases_[slot];
+  std::vector<wire::FrameLocation> frames;
+  for (size_t i = 0; i < count; ++i) frames.push_back(FrameAt(lease, in[2 * i], in[2 * i + 1]));
+  in = in.subspan(2 * count);
+  bool doorbell = ring && (in[0] & 1);
+  if (ring) in = in.subspan(1);
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::Guid g = proto::ToWire(Guid::Random());
+  auto locations = fbb.CreateVectorOfStructs(frames);
+  wire::PutRequestBuilder b(fbb);
+  b.add_guid(&g);
+  b.add_frames(locations);
+  fbb.Finish(b.Finish());
+  if (ring) {
+    peers_[slot]->WriteRecord(fbb.GetBufferSpan());
+    if (doorbell) {
+      flatbuffers::FlatBufferBuilder empty;
+      empty.Finish(wire::CreateEmptyReply(empty));
+      Deliver(slot, static_cast<uint16_t>(MsgType::kPutsWritten), empty);
+    }
+  } else {
+    Deliver(slot, static_cast<uint16_t>(MsgType::kPut), fbb);
+  }
+  // Where the client would put its next frame, were this put taken.
+  for (const wire::FrameLocation& f : frames) {
+    lease.last = f.offset();
+    lease.cursor = std::max(lease.cursor, f.offset() + proto::RoundUpToBlock(f.size()));
+  }
+  return true;
+}
+
+std::vector<wire::Guid> LeaseDriver::List(std::vector<wire::FrameLocation>* frames) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateListRequest(fbb, nullptr, proto::kMaxListLimit));
+  Deliver(kAdmin, static_cast<uint16_t>(MsgType::kList), fbb);
+  std::vector<wire::Guid> guids;
+  const auto* list = peers_[kAdmin]->Reply<wire::ListReply>(MsgType::kList);
+  if (list == nullptr || list->objects() == nullptr) return guids;
+  for (const wire::ObjectInfo* o : *list->objects()) {
+    guids.push_back(*o->guid());
+    if (frames != nullptr && o->frames() != nullptr) {
+      for (const wire::FrameLocation* f : *o->frames()) frames->push_back(*f);
+    }
+  }
+  return guids;
+}
+
+void LeaseDriver::Delete(uint8_t pick) {
+  std::vector<wire::Guid> guids = List(nullptr);
+  if (guids.empty()) return;
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<wire::Guid> one{guids[pick % guids.size()]};
+  fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(one)));
+  Deliver(kAdmin, static_cast<uint16_t>(MsgType::kDelete), fbb);
+}
+
+void LeaseDriver::Pressure() {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<uint64_t> sizes{kCapacity - (256u << 10)};
+  fbb.Finish(wire::CreateCreateRequest(fbb, fbb.CreateVector(sizes)));
+  Deliver(kAdmin, static_cast<uint16_t>(MsgType::kCreate), fbb);
+  const auto* reply = peers_[kAdmin]->Reply<wire::CreateReply>(MsgType::kCreate);
+  if (reply == nullptr || reply->guid() == nullptr) return;
+  fbb.Clear();
+  fbb.Finish(wire::CreateGuidRequest(fbb, reply->guid()));
+  Deliver(kAdmin, static_cast<uint16_t>(MsgType::kAbort), fbb);
+}
+
+std::string LeaseDriver::Check() {
+  std::vector<wire::FrameLocation> frames;
+  uint64_t objects = List(&frames).size();
+  most_objects_ = std::max(most_objects_, objects);
+  // No two live blocks share a byte: by segment, then offset.
+  std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> blocks;
+  uint64_t bytes = 0;
+  for (const wire::FrameLocation& f : frames) {
+    if (f.size() == 0) continue;
+    blocks.emplace_back(f.segment(), f.offset(), proto::RoundUpToBlock(f.size()));
+    bytes += proto::RoundUpToBlock(f.size());
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    auto [segment, offset, size] = blocks[i - 1];
+    if (std::get<0>(blocks[i]) == segment && std::get<1>(blocks[i]) < offset + size) {
+      return fmt::format("two objects share bytes: segment {}, blocks at {} ({} bytes) and {}",
+                         segment, offset, size, std::get<1>(blocks[i]));
+    }
+  }
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  Deliver(kAdmin, static_cast<uint16_t>(MsgType::kStatus), fbb);
+  const auto* st = peers_[kAdmin]->Reply<wire::StatusReply>(MsgType::kStatus);
+  if (st == nullptr) return "no status came";
+  if (st->used() != bytes || st->leased() > kCapacity) {
+    return fmt::format("{} objects hold {} bytes, but status says {} used and {} leased", objects,
+                       bytes, st->used(), st->leased());
+  }
+  return "";
+}
+
+std::string LeaseDriver::Run(std::span<const uint8_t> in) {
+  if (!store_) return "the store could not be made";
+  while (!in.empty()) {
+    uint8_t control = in[0];
+    in = in.subspan(1);
+    int slot = control % kClients;
+    switch ((control / kClients) % 7) {
+      case 0:
+        if (in.empty()) return "";
+        TakeLease(slot, in[0]);
+        in = in.subspan(1);
+        break;
+      case 1:
+      case 2:
+        if (!Put(slot, in, (control / kClients) % 7 == 2)) return "";
+        break;
+      case 3:
+        if (in.empty()) return "";
+        Delete(in[0]);
+        in = in.subspan(1);
+        break;
+      case 4:
+        Pressure();
+        break;
+      case 5:
+        CloseSlot(slot);
+        break;
+      default:
+        io_.poll();
+        io_.restart();
+        CloseAborted();
+        if (std::string broken = Check(); !broken.empty()) return broken;
+    }
+  }
+  return "";
+}
+
+std::string LeaseDriver::Finish() {
+  if (!store_) return "the store could not be made";
+  for (int slot = 0; slot < kClients; ++slot) CloseSlot(slot);
+  if (std::string broken = Check(); !broken.empty()) return broken;
+  for (int round = 0; round < 100; ++round) {
+    std::vector<wire::Guid> left = List(nullptr);
+    if (left.empty()) break;
+    left.resize(std::min<size_t>(left.size(), proto::kMaxGuidsPerRequest));
+    flatbuffers::FlatBufferBuilder fbb;
+    fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(left)));
+    Deliver(kAdmin, static_cast<uint16_t>(MsgType::kDelete), fbb);
+  }
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  Deliver(kAdmin, static_cast<uint16_t>(MsgType::kStatus), fbb);
+  const auto* st = peers_[kAdmin]->Reply<wire::StatusReply>(MsgType::kStatus);
+  if (st == nullptr) return "no status came";
+  if (st->used() != 0 || st->leased() != 0) {
+    return fmt::format("after every session closed and every object was deleted: {} bytes used, "
+                       "{} leased", st->used(), st->leased());
+  }
+  return "";
+}
+
+}  // namespace depot::fuzz
