@@ -37,13 +37,26 @@ bool ObjectIndex::Insert(const StoredObject& o) {
   auto frames = o.frames();
   auto metadata = o.metadata();
   if (frames.empty() || frames.size() > 0xffff) return false;
-  uint64_t set = index::SetOf(o.guid, sets_);
-  uint64_t n = set * index::kWays;
-  while (n < (set + 1) * index::kWays && used_[n]) ++n;
-  if (n == (set + 1) * index::kWays) return false;
   uint64_t bytes = index::RecordBytes(frames.size(), metadata.size());
+  Use& use = uses_[o.creator_uid];  // (dropped again below when nothing of its is placed)
+  uint64_t uids = uses_.size();
+  auto leave_out = [&] {
+    if (use.entries == 0) uses_.erase(o.creator_uid);
+    return false;
+  };
+  if (use.entries + 1 > EntryShare(uids) || use.bytes + bytes > ByteShare(uids)) {
+    ++refused_over_share_;
+    return leave_out();
+  }
+  auto way = FreeWay(index::SetOf(o.guid, sets_), uids);
+  if (!way) return leave_out();
+  uint64_t n = *way;
   auto record = arena_.Allocate(bytes);
-  if (!record) return false;
+  if (!record) {
+    TakeBackBytes(uids);
+    record = arena_.Allocate(bytes);
+  }
+  if (!record) return leave_out();
 
   // The record first: no entry names it yet, and the entry's release store below publishes it.
   uint64_t* r = arena() + *record / 8;
@@ -72,8 +85,39 @@ bool ObjectIndex::Insert(const StoredObject& o) {
         index::Shape(frames.size(), o.has_checksum ? index::kHasChecksum : 0, metadata.size()));
   Store(&e[index::kSeq], seq + 2, std::memory_order_release);
   used_[n] = true;
-  placed_[o.id] = {n * index::kEntryWords, *record, bytes};
+  placed_[o.id] = {n * index::kEntryWords, *record, bytes, o.creator_uid};
+  ++use.entries;
+  use.bytes += bytes;
   return true;
+}
+
+std::optional<uint64_t> ObjectIndex::FreeWay(uint64_t set, uint64_t uids) {
+  for (uint64_t n = set * index::kWays; n < (set + 1) * index::kWays; ++n) {
+    if (!used_[n]) return n;
+  }
+  for (uint64_t n = set * index::kWays; n < (set + 1) * index::kWays; ++n) {
+    auto it = placed_.find(Load(entry(n * index::kEntryWords) + index::kId));
+    if (it != placed_.end() && uses_[it->second.uid].entries > EntryShare(uids)) {
+      ++taken_back_;
+      Remove(it->first);
+      return n;
+    }
+  }
+  return std::nullopt;
+}
+
+void ObjectIndex::TakeBackBytes(uint64_t uids) {
+  uint64_t share = ByteShare(uids);
+  std::vector<ObjectId> over;
+  for (const auto& [id, p] : placed_) {
+    if (uses_[p.uid].bytes > share) over.push_back(id);
+  }
+  for (ObjectId id : over) {
+    auto it = placed_.find(id);
+    if (it == placed_.end() || uses_[it->second.uid].bytes <= share) continue;
+    ++taken_back_;
+    Remove(id);
+  }
 }
 
 void ObjectIndex::Remove(ObjectId id) {
@@ -92,6 +136,11 @@ void ObjectIndex::Remove(ObjectId id) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   arena_.Free(it->second.record, it->second.record_bytes);
   used_[it->second.entry / index::kEntryWords] = false;
+  auto use = uses_.find(it->second.uid);
+  if (use != uses_.end()) {
+    use->second.bytes -= it->second.record_bytes;
+    if (--use->second.entries == 0) uses_.erase(use);
+  }
   placed_.erase(it);
 }
 

@@ -4,6 +4,13 @@
 // table, bounded by its geometry: an object that does not fit (its set full, the arena full, too
 // many frames) is simply not indexed, and a client that misses asks the daemon.
 //
+// The index is shared by every user of the namespace, so no user may fill it for the others: the
+// entries and the arena are shared out between the uids whose objects are indexed, each entitled
+// to an equal part (all of it while it is alone). An object whose creator would pass its part is
+// not indexed; one that finds its set or the arena full while another uid holds more than its
+// part takes that uid's entries or records back (their objects stay, only their gets take a
+// round trip again) rather than being left out.
+//
 // Insert publishes an entry (seqlock: odd while written); Remove withdraws one and then issues a
 // seq_cst fence, so that a reference slot read after Remove is one published before the client
 // re-checked the entry (see ReferenceSlots and docs/design.md).
@@ -12,8 +19,10 @@
 #ifndef DEPOT_DAEMON_OBJECT_INDEX_H_
 #define DEPOT_DAEMON_OBJECT_INDEX_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -46,13 +55,30 @@ class ObjectIndex {
   uint64_t arena_bytes() const { return arena_.size(); }
   uint64_t size() const { return map_.size(); }
   size_t indexed() const { return placed_.size(); }
+  // Objects not indexed because their creator had its part of the index already, and entries
+  // taken back from a uid over its part.
+  uint64_t refused_over_share() const { return refused_over_share_; }
+  uint64_t taken_back() const { return taken_back_; }
 
  private:
   struct Placed {
     uint64_t entry;   // word offset of its entry
     uint64_t record;  // byte offset of its record in the arena
     uint64_t record_bytes;
+    uint32_t uid;     // its creator's
   };
+  struct Use {
+    uint64_t entries = 0;
+    uint64_t bytes = 0;
+  };
+  // A uid's part of the entries and of the arena while `uids` uids have objects indexed.
+  uint64_t EntryShare(uint64_t uids) const { return used_.size() / std::max<uint64_t>(uids, 1); }
+  uint64_t ByteShare(uint64_t uids) const { return arena_.size() / std::max<uint64_t>(uids, 1); }
+  // A free way of `set`, taking back an entry of a uid over its part if none is free; nullopt
+  // when every entry there is within its uid's part.
+  std::optional<uint64_t> FreeWay(uint64_t set, uint64_t uids);
+  // Withdraws records of uids over their part of the arena until each is within it.
+  void TakeBackBytes(uint64_t uids);
 
   ObjectIndex(UniqueFd fd, UniqueFd read_only_fd, SharedMapping map, uint64_t sets);
   uint64_t* entry(uint64_t word) { return map_.words() + word; }
@@ -65,6 +91,9 @@ class ObjectIndex {
   Allocator arena_;
   std::vector<bool> used_;  // by entry number
   std::unordered_map<ObjectId, Placed> placed_;
+  std::unordered_map<uint32_t, Use> uses_;  // by uid, of those with objects indexed
+  uint64_t refused_over_share_ = 0;
+  uint64_t taken_back_ = 0;
 };
 
 }  // namespace depot

@@ -277,6 +277,45 @@ TEST_CASE("garbage another user writes into its own slots harms nobody", "[index
   CHECK(alice == 0);
 }
 
+TEST_CASE("a user whose metadata fills the index leaves the other users their part of it",
+          "[index][hostile]") {
+  NeedRoot();
+  // 4096 entries: an arena of 256 KiB, which 16 objects of 16 KiB of metadata fill.
+  Daemon d = StartOpen({"--allow-users", std::to_string(kAlice) + "," + std::to_string(kMallory),
+                        "--segment-size", "8MiB", "--index-entries", "4096"});
+  int filled = RunAs(kMallory, kMallory, {}, [&] {
+    Client m = d.Connect();
+    std::vector<std::byte> metadata(16 << 10, std::byte{7});
+    CreateOptions heavy;
+    heavy.metadata = metadata;
+    for (int i = 0; i < 40; ++i) {
+      if (!m.Put(Pattern(1, static_cast<uint32_t>(i)), heavy).ok()) return 1;
+    }
+    return m.GetStatus().ok() ? 0 : 2;  // its puts are taken, and indexed where they fit
+  });
+  REQUIRE(filled == 0);
+  // Alice's objects are indexed all the same: another connection of hers gets them with no round
+  // trip, once the first get brought the segment of her lease.
+  int alice = RunAs(kAlice, kAlice, {}, [&] {
+    Client writer = d.Connect();
+    std::vector<Guid> ids;
+    for (uint32_t i = 0; i < 4; ++i) {
+      auto id = writer.Put(Pattern(100, i));
+      if (!id.ok()) return 1;
+      ids.push_back(*id);
+    }
+    if (!writer.GetStatus().ok()) return 2;
+    auto reader = Client::Connect({d.socket(), "reader"});
+    if (!reader.ok() || !reader->Get(ids[0]).ok()) return 3;
+    for (uint32_t i = 1; i < 4; ++i) {
+      auto obj = reader->Get(ids[i]);
+      if (!obj.ok() || !Same(*obj, Pattern(100, i))) return 4;
+    }
+    return reader->index_gets() == 3 ? 0 : 5;
+  });
+  CHECK(alice == 0);
+}
+
 TEST_CASE("each per-user namespace has an index of its own", "[index][hostile]") {
   NeedRoot();
   Daemon d = StartOpen({"--allow-users", std::to_string(kAlice) + "," + std::to_string(kBob),
