@@ -75,7 +75,8 @@ bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
                    : Verify<GetRequest>(body) && Aligned(Root<GetRequest>(body)->guids());
     case MsgType::kRelease:
       return !reply && Verify<ReleaseRequest>(body) &&
-             Aligned(Root<ReleaseRequest>(body)->handles());
+             Aligned(Root<ReleaseRequest>(body)->handles()) &&
+             Aligned(Root<ReleaseRequest>(body)->guids());
     case MsgType::kDelete:
     case MsgType::kContains:
       return reply ? Verify<GuidsReply>(body)

@@ -223,6 +223,49 @@ TEST_CASE("VerifyBody rejects unknown types and replies that do not exist", "[wi
   CHECK_FALSE(VerifyBody(ReplyType(MsgType::kSegmentsRetired), retired));
 }
 
+// A release naming two GUIDs whose vector is moved to an offset 4 bytes off the 8 its elements
+// need: the FlatBuffers verifier checks only the length word's alignment.
+std::vector<uint8_t> ReleaseWithMisalignedGuids() {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<wire::Guid> guids = {wire::Guid(1, 2), wire::Guid(3, 4)};
+  fbb.Finish(wire::CreateReleaseRequestDirect(fbb, nullptr, &guids));
+  std::vector<uint8_t> body(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  auto u32 = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, body.data() + at, 4);
+    return v;
+  };
+  uint32_t table = u32(0);
+  uint32_t vtable = table - u32(table);  // the soffset, as unsigned: the vtable lies before it
+  uint16_t field;
+  std::memcpy(&field, body.data() + vtable + 4 + 2 * 1, 2);  // field 1: guids
+  REQUIRE(field != 0);
+  size_t slot = table + field;
+  size_t at = (body.size() + 7) & ~size_t{7};  // the length 8-aligned: the elements 4 off
+  body.resize(at + 4 + sizeof(wire::Guid) * guids.size() + 4, 0);
+  uint32_t n = 2;
+  std::memcpy(body.data() + at, &n, 4);
+  std::memcpy(body.data() + at + 4, guids.data(), sizeof(wire::Guid) * guids.size());
+  uint32_t rel = static_cast<uint32_t>(at - slot);
+  std::memcpy(body.data() + slot, &rel, 4);
+  return body;
+}
+
+TEST_CASE("VerifyBody rejects a release whose GUIDs lie misaligned", "[wire]") {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<wire::Guid> guids = {wire::Guid(1, 2), wire::Guid(3, 4)};
+  fbb.Finish(wire::CreateReleaseRequestDirect(fbb, nullptr, &guids));
+  std::vector<uint8_t> good(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  REQUIRE(VerifyBody(Type(MsgType::kRelease), good));
+  std::vector<uint8_t> bad = ReleaseWithMisalignedGuids();
+  // The same body as far as FlatBuffers' own verifier is concerned...
+  flatbuffers::Verifier v(bad.data(), bad.size());
+  REQUIRE(v.VerifyBuffer<wire::ReleaseRequest>(nullptr));
+  REQUIRE(flatbuffers::GetRoot<wire::ReleaseRequest>(bad.data())->guids()->size() == 2);
+  // ...which depot refuses, as it refuses misaligned handles.
+  CHECK_FALSE(VerifyBody(Type(MsgType::kRelease), bad));
+}
+
 TEST_CASE("EncodeError round-trips code and message", "[wire]") {
   for (const std::string& text :
        {std::string(), std::string("object 5f0c does not exist"), std::string(5000, 'm')}) {
