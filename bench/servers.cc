@@ -77,6 +77,7 @@ DepotDaemon::DepotDaemon(const std::string& dir, const std::string& name, Daemon
                                    "warn"};
   if (config.prefault) argv.push_back("--prefault");
   if (!config.spill_dir.empty()) argv.insert(argv.end(), {"--spill-dir", config.spill_dir});
+  argv.insert(argv.end(), config.args.begin(), config.args.end());
   std::string log = fmt::format("{}/{}.log", dir, name);
   pid_ = LaunchServer(argv, log);
   AwaitServer(pid_, "depotd", log, [&] { return Client::Connect({socket_, "probe"}).ok(); });

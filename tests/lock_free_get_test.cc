@@ -280,16 +280,20 @@ TEST_CASE("garbage another user writes into its own slots harms nobody", "[index
 TEST_CASE("a user whose metadata fills the index leaves the other users their part of it",
           "[index][hostile]") {
   NeedRoot();
-  // 4096 entries: an arena of 256 KiB, which 16 objects of 16 KiB of metadata fill.
+  // 4096 entries: an arena of 256 KiB, which 16 objects of 16 KiB of metadata nearly fill.
   Daemon d = StartOpen({"--allow-users", std::to_string(kAlice) + "," + std::to_string(kMallory),
                         "--segment-size", "8MiB", "--index-entries", "4096"});
   int filled = RunAs(kMallory, kMallory, {}, [&] {
     Client m = d.Connect();
+    // Records of 16 KiB of metadata, then of 1 KiB and of none for the crumbs between them.
     std::vector<std::byte> metadata(16 << 10, std::byte{7});
-    CreateOptions heavy;
-    heavy.metadata = metadata;
-    for (int i = 0; i < 40; ++i) {
-      if (!m.Put(Pattern(1, static_cast<uint32_t>(i)), heavy).ok()) return 1;
+    uint32_t seed = 0;
+    for (auto [count, size] : {std::pair{40, 16 << 10}, {40, 1 << 10}, {400, 0}}) {
+      CreateOptions options;
+      options.metadata = std::span(metadata).first(static_cast<size_t>(size));
+      for (int i = 0; i < count; ++i) {
+        if (!m.Put(Pattern(1, seed++), options).ok()) return 1;
+      }
     }
     return m.GetStatus().ok() ? 0 : 2;  // its puts are taken, and indexed where they fit
   });
