@@ -107,8 +107,8 @@ int PutAndGetAs(const Daemon& d, uid_t uid, uint32_t seed) {
 TEST_CASE("gets waiting are bounded in GUIDs per connection and per user; the daemon stays small",
           "[limits]") {
   NeedRoot();
-  Daemon d = StartOpen({"--allow-users", fmt::format("{},{}", kAlice, kMallory),
-                        "--max-pending-guids", "16384", "--max-pending-guids-per-user", "65536"});
+  // The default limits: 16,384 GUIDs a connection, 65,536 a user.
+  Daemon d = StartOpen({"--allow-users", fmt::format("{},{}", kAlice, kMallory)});
   REQUIRE(PutAndGetAs(d, kAlice, 1) == 0);
   uint64_t before = ResidentOf(d.pid());
   REQUIRE(before > 0);
