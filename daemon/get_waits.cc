@@ -17,12 +17,31 @@ Status GetWaits::Park(GetWait& w, int64_t timeout_ms) {
     answer_(w);
     return Status::OK();
   }
-  size_t& parked = per_session_[w.session];
-  if (parked >= max_per_session_) {
+  Parked& parked = per_session_[w.session];
+  if (parked.gets >= limits_.gets_per_session) {
     return Status::QuotaExceeded(fmt::format(
-        "this connection already has {} gets waiting, its limit (max_pending)", parked));
+        "this connection already has {} gets waiting, its limit (max_pending)", parked.gets));
   }
-  ++parked;
+  // Every GUID the get names is held while it waits, found or not.
+  uint64_t n = w.guids.size();
+  if (parked.guids + n > limits_.guids_per_session) {
+    return Status::QuotaExceeded(fmt::format(
+        "this connection's gets waiting name {} GUIDs, and this get {} more: over its limit of {} "
+        "(max_pending_guids)",
+        parked.guids, n, limits_.guids_per_session));
+  }
+  auto user = per_user_.find(w.uid);
+  uint64_t by_user = user == per_user_.end() ? 0 : user->second;
+  if (by_user + n > limits_.guids_per_user) {
+    return Status::QuotaExceeded(fmt::format(
+        "the gets waiting of user {} name {} GUIDs, and this get {} more: over the limit of {} "
+        "(max_pending_guids_per_user)",
+        w.uid, by_user, n, limits_.guids_per_user));
+  }
+  ++parked.gets;
+  parked.guids += n;
+  per_user_[w.uid] += n;
+  guids_ += n;
   uint64_t wait_id = next_id_++;
   for (size_t i = 0; i < w.guids.size(); ++i) {
     if (w.acquired[i] == nullptr && w.errors[i].ok()) waiting_on_.emplace(w.guids[i], wait_id);
@@ -100,7 +119,14 @@ std::optional<GetWait> GetWaits::Take(uint64_t wait_id) {
   if (it == waits_.end()) return std::nullopt;
   GetWait w = std::move(it->second);
   waits_.erase(it);
-  if (auto s = per_session_.find(w.session); s != per_session_.end()) --s->second;
+  if (auto s = per_session_.find(w.session); s != per_session_.end()) {
+    --s->second.gets;
+    s->second.guids -= w.guids.size();
+  }
+  if (auto u = per_user_.find(w.uid); u != per_user_.end() && (u->second -= w.guids.size()) == 0) {
+    per_user_.erase(u);
+  }
+  guids_ -= w.guids.size();
   for (const Guid& g : w.guids) {
     auto [b, e] = waiting_on_.equal_range(g);
     for (auto x = b; x != e;) x = (x->second == wait_id) ? waiting_on_.erase(x) : std::next(x);

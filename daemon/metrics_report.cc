@@ -190,6 +190,46 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Sample("depot_build_info", {{"version", s.daemon_version}}, uint64_t{1});
 }
 
+// What users hold that the per-user limits bound, by user, and the limits: a user near its
+// limit is about to be refused (QuotaExceeded naming the limit).
+void Limits(PrometheusText& t, const MetricsSnapshot& m) {
+  const StoreStatus& s = m.status;
+  t.Family("depot_pending_guids", "gauge", "GUIDs the gets waiting name.");
+  t.Sample("depot_pending_guids", {}, s.pending_guids);
+  t.Family("depot_parked_create_bytes", "gauge",
+           "Bytes of create requests waiting for objects to be written to disk.");
+  t.Sample("depot_parked_create_bytes", {}, s.parked_create_bytes);
+  struct PerUser {
+    const char* name;
+    const char* help;
+    uint64_t UserLoad::*value;
+  };
+  const PerUser kPerUser[] = {
+      {"depot_user_pending_guids", "GUIDs the gets waiting of each user name.",
+       &UserLoad::pending_guids},
+      {"depot_user_parked_create_bytes",
+       "Bytes of each user's creates waiting for objects to be written to disk.",
+       &UserLoad::parked_create_bytes},
+  };
+  for (const PerUser& p : kPerUser) {
+    t.Family(p.name, "gauge", p.help);
+    for (const UserLoad& u : m.users) {
+      t.Sample(p.name, {{"uid", fmt::format("{}", u.uid)}}, u.*p.value);
+    }
+  }
+  t.Family("depot_user_sessions", "gauge", "Connections each user has open.");
+  for (const UserLoad& u : m.users) {
+    t.Sample("depot_user_sessions", {{"uid", fmt::format("{}", u.uid)}}, uint64_t{u.sessions});
+  }
+  t.Family("depot_limit", "gauge",
+           "The configured limits on what one connection or one user may hold, by key.");
+  t.Sample("depot_limit", {{"key", "max_pending_guids"}}, uint64_t{s.max_pending_guids});
+  t.Sample("depot_limit", {{"key", "max_pending_guids_per_user"}},
+           uint64_t{s.max_pending_guids_per_user});
+  t.Sample("depot_limit", {{"key", "max_parked_bytes_per_user"}}, s.max_parked_bytes_per_user);
+  t.Sample("depot_limit", {{"key", "max_sessions_per_user"}}, uint64_t{s.max_sessions_per_user});
+}
+
 }  // namespace
 
 std::string RenderMetrics(const MetricsSnapshot& m) {
@@ -199,6 +239,7 @@ std::string RenderMetrics(const MetricsSnapshot& m) {
   Spills(t, m);
   Requests(t, m);
   Daemon(t, m);
+  Limits(t, m);
   return t.text();
 }
 

@@ -9,6 +9,9 @@
 #ifndef DEPOT_DAEMON_METRICS_REPORT_H_
 #define DEPOT_DAEMON_METRICS_REPORT_H_
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -19,12 +22,21 @@
 
 namespace depot {
 
+// What one user's connections hold now, against the per-user limits.
+struct UserLoad {
+  uid_t uid = 0;
+  uint32_t sessions = 0;             // greeted connections (max_sessions_per_user)
+  uint64_t pending_guids = 0;        // GUIDs its gets waiting name (max_pending_guids_per_user)
+  uint64_t parked_create_bytes = 0;  // creates waiting for disk (max_parked_bytes_per_user)
+};
+
 // What the metrics are made of, all of it read on the daemon's loop.
 struct MetricsSnapshot {
   const StoreStatus& status;  // daemon, clients, gets waiting, errors, users and quotas
   std::span<const PoolReport> pools;
   const ObjectCounts& objects;
   const StoreCounters& counters;
+  std::span<const UserLoad> users;  // every user with a connection, a get or a create waiting
 };
 
 // The exposition text (text/plain; version=0.0.4). Also reads the daemon's resident memory from

@@ -109,6 +109,7 @@ class NamespaceSet {
   void Persist();
   // The disk behind the host pools: MakeRoom for creates, Acquire for gets.
   SpillStore& spill() { return spill_; }
+  const SpillStore& spill() const { return spill_; }
 
   const PoolBudget& host_budget() const { return host_budget_; }
   size_t size() const { return namespaces_.size(); }

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "daemon/metrics_server.h"
+#include "daemon/option_values.h"
 #include "depot/units.h"
 #include "proto/wire.h"
 
@@ -31,95 +32,7 @@ struct Key {
   Getter get;
 };
 
-// `max` fits in T, so the parsed size does too once it is checked against it.
-template <typename T>
-std::string SetSize(T& out, const std::string& v, uint64_t physical, uint64_t min, uint64_t max) {
-  auto parsed = ParseSize(v, physical);
-  if (!parsed) return "expected a size such as 512MiB, 8GiB or 25%";
-  if (*parsed < min || *parsed > max) {
-    return fmt::format("must be between {} and {}", FormatBytes(min), FormatBytes(max));
-  }
-  out = static_cast<T>(*parsed);
-  return "";
-}
-
-std::string SetBool(bool& out, const std::string& v) {
-  std::string s = v;
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (s == "on" || s == "true" || s == "yes" || s == "1") {
-    out = true;
-  } else if (s == "off" || s == "false" || s == "no" || s == "0") {
-    out = false;
-  } else {
-    return "expected on or off";
-  }
-  return "";
-}
-
-std::string SetUint(uint32_t& out, const std::string& v, uint32_t min, uint32_t max, int base = 10) {
-  uint32_t n = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n, base);
-  if (ec != std::errc() || end != v.data() + v.size() || n < min || n > max) {
-    return base == 8 ? fmt::format("expected an octal mode such as 0660")
-                     : fmt::format("expected a whole number from {} to {}", min, max);
-  }
-  out = n;
-  return "";
-}
-
-std::string Trim(std::string_view s) {
-  size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string_view::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r");
-  return std::string(s.substr(b, e - b + 1));
-}
-
-std::string OnOff(bool b) { return b ? "on" : "off"; }
-
-// A size limit, where 0 means none.
-std::string SetLimit(uint64_t& out, const std::string& v, uint64_t physical) {
-  if (v == "0") {
-    out = 0;
-    return "";
-  }
-  return SetSize(out, v, physical, 1, uint64_t{1} << 50);
-}
-
-std::string SetCount(uint64_t& out, const std::string& v) {
-  uint64_t n = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc() || end != v.data() + v.size()) return "expected a whole number (0: no limit)";
-  out = n;
-  return "";
-}
-
-// A list of users (or groups) separated by commas, each a name or a number. `lookup` finds the
-// number for a name (getpwnam / getgrnam).
-template <typename Id, typename Lookup>
-std::string SetIds(std::vector<Id>& out, const std::string& v, const char* what, Lookup lookup) {
-  out.clear();
-  size_t start = 0;
-  while (start <= v.size()) {
-    size_t comma = std::min(v.find(',', start), v.size());
-    std::string item = Trim(std::string_view(v).substr(start, comma - start));
-    start = comma + 1;
-    if (item.empty()) continue;
-    Id id{};
-    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
-    if (ec != std::errc() || end != item.data() + item.size()) {
-      std::optional<Id> found = lookup(item.c_str());
-      if (!found) return fmt::format("no {} named `{}` on this system", what, item);
-      id = *found;
-    }
-    out.push_back(id);
-  }
-  return "";
-}
-
-template <typename Id>
-std::string JoinIds(const std::vector<Id>& ids) {
-  return fmt::format("{}", fmt::join(ids, ","));
-}
+using namespace option_values;  // NOLINT: the setters the key table is written with
 
 const std::vector<Key>& Keys() {
   using O = DaemonOptions;
@@ -268,11 +181,32 @@ const std::vector<Key>& Keys() {
       {{"max_pending", "1024", "gets one connection may have waiting, and replies queued before its requests are left unread"},
        [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_pending, v, 1, 1 << 20); },
        [](const O& o) { return std::to_string(o.max_pending); }},
-      {{"max_pending_bytes", "64MiB", "bytes of replies queued for one connection before its requests are left unread"},
+      {{"max_pending_bytes", "64MiB", "bytes of replies queued for one connection before its requests are left unread, and of its creates waiting for disk"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.max_pending_bytes, v, phys, 1 << 20, uint64_t{1} << 40);
        },
        [](const O& o) { return std::to_string(o.max_pending_bytes); }},
+      {{"max_pending_guids", "16384", "GUIDs the gets one connection has waiting may name (each costs the daemon about 128 bytes)"},
+       // At least one get's worth, so that a get naming the most GUIDs may always wait.
+       [](O& o, const std::string& v, uint64_t) {
+         return SetUint(o.max_pending_guids, v, proto::kMaxGuidsPerRequest, 1 << 24);
+       },
+       [](const O& o) { return std::to_string(o.max_pending_guids); }},
+      {{"max_pending_guids_per_user", "65536", "GUIDs the gets all connections of one user have waiting may name"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetUint(o.max_pending_guids_per_user, v, proto::kMaxGuidsPerRequest, 1 << 26);
+       },
+       [](const O& o) { return std::to_string(o.max_pending_guids_per_user); }},
+      {{"max_parked_bytes_per_user", "256MiB", "bytes of creates all connections of one user may have waiting for objects to go to disk"},
+       [](O& o, const std::string& v, uint64_t phys) {
+         return SetSize(o.max_parked_bytes_per_user, v, phys, 1 << 20, uint64_t{1} << 40);
+       },
+       [](const O& o) { return std::to_string(o.max_parked_bytes_per_user); }},
+      {{"max_sessions_per_user", "1024", "connections one user may have open (the daemon's own user has no limit)"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetUint(o.max_sessions_per_user, v, 1, 1 << 16);
+       },
+       [](const O& o) { return std::to_string(o.max_sessions_per_user); }},
       {{"handshake_timeout_ms", "10000", "a connection that does not say hello this soon is closed"},
        [](O& o, const std::string& v, uint64_t) {
          return SetUint(o.handshake_timeout_ms, v, 1, 3600 * 1000);

@@ -64,7 +64,8 @@ SpillStore::SpillStore(boost::asio::io_context& io, SpillOptions options, Hooks 
       hooks_(std::move(hooks)),
       threads_(kIoThreads),
       sequence_(static_cast<uint64_t>(WallClockNs())),
-      census_timer_(io) {}
+      census_timer_(io),
+      parked_({options_.max_parked, options_.max_parked_bytes, options_.max_parked_bytes_per_user}) {}
 
 SpillStore::~SpillStore() { threads_.join(); }
 
@@ -176,29 +177,25 @@ Status SpillStore::MakeRoom(Namespace& ns, uint64_t bytes, std::function<void()>
                          options_.dir));
 }
 
-Status SpillStore::MakeRoomFor(Namespace& ns, SessionId session, std::span<const uint64_t> sizes,
+Status SpillStore::MakeRoomFor(Namespace& ns, SessionId session, uid_t uid,
+                               uint64_t request_bytes, std::span<const uint64_t> sizes,
                                std::span<const uint32_t> pools, const Status& full,
                                std::function<void()> then) {
   if (!enabled() || std::any_of(pools.begin(), pools.end(), [](uint32_t p) { return p != 0; })) {
     return full;
   }
-  // Each parked create holds a copy of its request: bounded per connection, as parked gets are.
-  if (auto it = parked_.find(session); it != parked_.end() && it->second >= options_.max_parked) {
-    return Status::QuotaExceeded(fmt::format(
-        "this connection already has {} creates waiting for objects to be written to disk, its "
-        "limit (max_pending)",
-        it->second));
+  // Each parked create holds a copy of its request: bounded per connection and per user.
+  if (Status admitted = parked_.Admit(session, uid, request_bytes); !admitted.ok()) {
+    return admitted;
   }
   uint64_t total = 0;
   for (uint64_t size : sizes) total += size;
-  Status room = MakeRoom(ns, total, [this, session, then = std::move(then)] {
-    if (auto it = parked_.find(session); it != parked_.end() && --it->second == 0) {
-      parked_.erase(it);
-    }
+  Status room = MakeRoom(ns, total, [this, session, uid, request_bytes, then = std::move(then)] {
+    parked_.Release(session, uid, request_bytes);
     then();
   });
-  if (room.ok()) ++parked_[session];
   if (room.ok()) return room;
+  parked_.Release(session, uid, request_bytes);
   return Status::StoreFull(
       fmt::format("the host pool is full ({}), and {}", full.message(), room.message()));
 }

@@ -33,6 +33,7 @@
 
 #include "common/unique_fd.h"
 #include "daemon/namespace.h"
+#include "daemon/parked_creates.h"
 #include "daemon/spill_file.h"
 #include "daemon/spill_manifest.h"
 #include "daemon/spill_recovery.h"
@@ -43,7 +44,11 @@ namespace depot {
 struct SpillOptions {
   std::string dir;       // empty: no spilling
   std::string capacity;  // bytes of files at most, or a % of the file system's size
-  uint32_t max_parked = 1024;  // creates one connection may have waiting for room (max_pending)
+  // Creates waiting for room: per connection (max_pending), their copied requests' bytes per
+  // connection (max_pending_bytes) and per user (max_parked_bytes_per_user).
+  uint32_t max_parked = 1024;
+  uint64_t max_parked_bytes = uint64_t{64} << 20;
+  uint64_t max_parked_bytes_per_user = uint64_t{256} << 20;
 };
 
 class SpillStore {
@@ -87,10 +92,11 @@ class SpillStore {
   // for its bytes when every frame is on the host (device frames are not spilled). OK when the
   // create is to be asked again (`then`); else StoreFull naming the host pool and the spill
   // directory, or `full` itself when spilling cannot help.
-  // A connection (`session`) may have max_parked creates waiting: past that, QuotaExceeded.
-  Status MakeRoomFor(Namespace& ns, SessionId session, std::span<const uint64_t> sizes,
-                     std::span<const uint32_t> pools, const Status& full,
-                     std::function<void()> then);
+  // `then` holds a copy of the request (`request_bytes`) of a connection (`session`) of `uid`:
+  // past the limits of ParkedCreates, QuotaExceeded naming the limit.
+  Status MakeRoomFor(Namespace& ns, SessionId session, uid_t uid, uint64_t request_bytes,
+                     std::span<const uint64_t> sizes, std::span<const uint32_t> pools,
+                     const Status& full, std::function<void()> then);
   // Spills ahead of need when the host pool is over 90% used, down to 80%.
   void SpillAhead(Namespace& ns, uint64_t used, uint64_t capacity);
 
@@ -113,6 +119,7 @@ class SpillStore {
   void PersistAll(std::span<Namespace* const> namespaces);
 
   void Report(StoreStatus& status) const;
+  const ParkedCreates& parked() const { return parked_; }
 
   // The number of sealed objects changed: the census is rewritten within a second.
   void NoteChange();
@@ -162,7 +169,7 @@ class SpillStore {
   bool census_due_ = false;
   std::map<const Namespace*, Place> places_;
   std::map<std::pair<const Namespace*, ObjectId>, std::shared_ptr<Job>> jobs_;
-  std::unordered_map<SessionId, uint32_t> parked_;  // creates waiting for room, by connection
+  ParkedCreates parked_;  // creates waiting for room
   // Counters since start, for status.
   uint64_t spills_ = 0, spilled_bytes_ = 0, spill_ns_ = 0;
   uint64_t restores_ = 0, restored_bytes_ = 0, restore_ns_ = 0;

@@ -43,7 +43,7 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
                       },
                   }),
       quotas_(options_.user_quota, options_.client_quota),
-      waits_(io, options_.max_pending, [this](GetWait& w) { AnswerGet(w); }),
+      waits_(io, options_.get_waits, [this](GetWait& w) { AnswerGet(w); }),
       segments_([](Namespace& ns, uint32_t pool, uint32_t id) { ns.Dropped(pool, id); }),
       started_(std::chrono::steady_clock::now()),
       pins_timer_(io),
@@ -239,7 +239,7 @@ void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body) {
   if (!frames.ok() && frames.status().IsStoreFull()) {
     // Asked again once objects are written out to disk (a copy: the request's buffer goes).
     Status room = namespaces_.spill().MakeRoomFor(
-        ns, s, sizes, pools, frames.status(),
+        ns, s, st.creds.uid, body.size(), sizes, pools, frames.status(),
         [this, s, id, copy = std::vector<uint8_t>(body.begin(), body.end())] {
           if (sessions_.contains(s)) OnCreate(s, id, copy);
         });
@@ -318,6 +318,7 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
   ObjectTable& table = sessions_.at(s).ns->table();
   GetWait w;
   w.session = s;
+  w.uid = sessions_.at(s).creds.uid;
   w.request_id = id;
   w.table = &table;
   w.guids.reserve(n);

@@ -27,6 +27,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -128,6 +129,8 @@ class Store {
   Status Dispatch(SessionId s, SessionState& st, const proto::Header& h,
                   std::span<const uint8_t> body);
   Status OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req);
+  // The greeted sessions of each user (max_sessions_per_user).
+  std::map<uid_t, uint32_t> SessionsByUser() const;
   void OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body);
   void OnSealOrAbort(SessionId s, uint64_t id, bool seal, const wire::GuidRequest& req);
   void OnGet(SessionId s, uint64_t id, const wire::GetRequest& req);

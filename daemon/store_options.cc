@@ -17,8 +17,11 @@ StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_
   so.namespaces.per_user = o.per_user_namespaces;
   so.namespaces.eviction = o.eviction;
   so.namespaces.index_entries = o.index_entries;
-  so.namespaces.spill = {
-      .dir = o.spill_dir, .capacity = o.spill_capacity, .max_parked = o.max_pending};
+  so.namespaces.spill = {.dir = o.spill_dir,
+                         .capacity = o.spill_capacity,
+                         .max_parked = o.max_pending,
+                         .max_parked_bytes = o.max_pending_bytes,
+                         .max_parked_bytes_per_user = o.max_parked_bytes_per_user};
   so.devices = {.backend = backend,
                 .unavailable = std::move(devices_unavailable),
                 .all = o.all_devices,
@@ -36,6 +39,10 @@ StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_
   so.hugepages = o.hugepages;
   so.max_pending = o.max_pending;
   so.max_pending_bytes = o.max_pending_bytes;
+  so.get_waits = {.gets_per_session = o.max_pending,
+                  .guids_per_session = o.max_pending_guids,
+                  .guids_per_user = o.max_pending_guids_per_user};
+  so.max_sessions_per_user = o.max_sessions_per_user;
   so.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
   return so;
 }

@@ -10,6 +10,7 @@
 
 #include "daemon/access_policy.h"
 #include "daemon/device_set.h"
+#include "daemon/get_waits.h"
 #include "daemon/namespace_set.h"
 #include "daemon/options.h"
 #include "daemon/quota_ledger.h"
@@ -33,6 +34,9 @@ struct StoreOptions {
   uint32_t max_pending = 0;
   // Bytes of replies queued for a connection before its requests are no longer read.
   uint64_t max_pending_bytes = 0;
+  GetWaitLimits get_waits;  // gets and GUIDs parked, per connection and per user
+  // Connections one user may have open (the daemon's own user: any number).
+  uint32_t max_sessions_per_user = 0;
   std::chrono::milliseconds handshake_timeout{0};
   // How long a lease must go without a put before memory running short takes it back: a client
   // that puts keeps its lease, and its puts their warm memory.

@@ -130,6 +130,23 @@ StoreStatus Store::Snapshot() const {
   st.clients = static_cast<uint32_t>(sessions_.size());
   st.connections = connections_;
   st.gets_waiting = static_cast<uint32_t>(waits_.size());
+  // The busiest user against each per-user limit; the metrics have every user's.
+  st.pending_guids = waits_.guids();
+  for (const auto& [uid, n] : waits_.guids_by_user()) {
+    st.pending_guids_top_user = std::max(st.pending_guids_top_user, n);
+  }
+  st.max_pending_guids = options_.get_waits.guids_per_session;
+  st.max_pending_guids_per_user = options_.get_waits.guids_per_user;
+  const ParkedCreates& parked = namespaces_.spill().parked();
+  st.parked_create_bytes = parked.bytes();
+  for (const auto& [uid, n] : parked.bytes_by_user()) {
+    st.parked_create_bytes_top_user = std::max(st.parked_create_bytes_top_user, n);
+  }
+  st.max_parked_bytes_per_user = options_.namespaces.spill.max_parked_bytes_per_user;
+  for (const auto& [uid, n] : SessionsByUser()) {
+    st.sessions_top_user = std::max(st.sessions_top_user, n);
+  }
+  st.max_sessions_per_user = options_.max_sessions_per_user;
   // Leases are allocated blocks, but no object's: `used` counts objects, `leased` the rest.
   st.leased = leases_.leased();
   st.used -= std::min(st.used, st.leased);
@@ -152,7 +169,18 @@ std::string Store::Metrics() const {
   StoreStatus status = Snapshot();
   std::vector<PoolReport> pools = namespaces_.PoolReports();
   ObjectCounts objects = namespaces_.Counts();
-  return RenderMetrics({status, pools, objects, counters_});
+  std::map<uid_t, UserLoad> by_user;
+  for (const auto& [uid, n] : SessionsByUser()) by_user[uid].sessions = n;
+  for (const auto& [uid, n] : waits_.guids_by_user()) by_user[uid].pending_guids = n;
+  for (const auto& [uid, n] : namespaces_.spill().parked().bytes_by_user()) {
+    by_user[uid].parked_create_bytes = n;
+  }
+  std::vector<UserLoad> loads;
+  for (auto& [uid, load] : by_user) {
+    load.uid = uid;
+    loads.push_back(load);
+  }
+  return RenderMetrics({status, pools, objects, counters_, loads});
 }
 
 void Store::OnMetrics(SessionId s, uint64_t id) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -59,6 +60,14 @@ void Store::Close(SessionId session) {
   namespaces_.MaybeDrop(ns);
 }
 
+std::map<uid_t, uint32_t> Store::SessionsByUser() const {
+  std::map<uid_t, uint32_t> open;
+  for (const auto& [sid, st] : sessions_) {
+    if (st.ns != nullptr) ++open[st.creds.uid];  // greeted: unanswered ones end at handshake
+  }
+  return open;
+}
+
 Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   SessionState& st = sessions_.at(s);
   if (req.version() != proto::kProtocolVersion) {
@@ -74,6 +83,18 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   if (std::string why = access_.Refusal(st.creds); !why.empty()) {
     spdlog::warn("refused pid {}: {}", st.creds.pid, why);
     return Status::PermissionDenied(why);
+  }
+  // One user's connections are bounded, so that it cannot take every connection the daemon
+  // serves (max_clients) or the memory each holds; the daemon's own user (its administrator,
+  // running depotctl) is not, so that it can always look.
+  if (uint32_t open = SessionsByUser()[st.creds.uid];
+      st.creds.uid != options_.access.daemon_uid && open >= options_.max_sessions_per_user) {
+    spdlog::warn("refused pid {} uid {}: {} connections open, the limit", st.creds.pid,
+                 st.creds.uid, open);
+    return Status::QuotaExceeded(
+        fmt::format("user {} already has {} connections open to depotd, its limit "
+                    "(max_sessions_per_user)",
+                    st.creds.uid, open));
   }
   auto ns = namespaces_.For(st.creds.uid);
   if (!ns.ok()) return Status::Unavailable(ns.status().message());

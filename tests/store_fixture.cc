@@ -72,6 +72,10 @@ StoreOptions MakeOptions(const StoreSetup& setup) {
   o.user_quota = setup.user_quota;
   o.client_quota = setup.client_quota;
   o.max_pending = setup.max_pending;
+  o.get_waits = {.gets_per_session = setup.max_pending,
+                 .guids_per_session = setup.max_pending_guids,
+                 .guids_per_user = setup.max_pending_guids_per_user};
+  o.max_sessions_per_user = setup.max_sessions_per_user;
   return o;
 }
 

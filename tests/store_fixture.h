@@ -71,6 +71,9 @@ struct StoreSetup {
   Quota user_quota{};
   Quota client_quota{};
   uint32_t max_pending = 1024;
+  uint32_t max_pending_guids = 16384;
+  uint32_t max_pending_guids_per_user = 65536;
+  uint32_t max_sessions_per_user = 1024;
   uint32_t max_frames = 8;
   uint32_t max_metadata = 1024;
   uint32_t max_message_size = proto::kMaxMessageSize;

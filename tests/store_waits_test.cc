@@ -133,6 +133,50 @@ TEST_CASE("store: max_pending waiting gets per connection", "[store]") {
   CHECK(h.StatusOf(c).gets_waiting == 3);
 }
 
+TEST_CASE("store: waiting gets are bounded in GUIDs per connection and per user", "[store]") {
+  constexpr uid_t kOther = 5001;
+  StoreHarness h(
+      {.max_pending_guids = 3, .max_pending_guids_per_user = 5, .allow_users = {kOther}});
+  Client& a = h.Hello();
+  Client& b = h.Hello();  // the same user
+  Client& other = h.Hello(kOther);
+  uint64_t first = h.SendGet(a, {G(1), G(2)}, -1);
+  Message m = h.Get(a, {G(3), G(4)}, -1);
+  CHECK(m.code() == "QuotaExceeded");
+  CHECK_THAT(m.message(), Contains("name 2 GUIDs") && Contains("(max_pending_guids)"));
+  h.SendGet(a, {G(3)}, -1);  // up to the limit
+  h.SendGet(b, {G(5), G(6)}, -1);
+  m = h.Get(b, {G(7)}, -1);  // b has room, its user has not
+  CHECK(m.code() == "QuotaExceeded");
+  CHECK_THAT(m.message(), Contains("name 5 GUIDs") && Contains("(max_pending_guids_per_user)"));
+  h.SendGet(other, {G(7), G(8)}, -1);  // another user has its own
+  CHECK(h.StatusOf(a).gets_waiting == 4);
+  // An answered get gives its GUIDs back.
+  h.Put(other, 100, false, G(1));
+  h.Put(other, 100, false, G(2));
+  REQUIRE(StoreHarness::Reply(a, first));
+  h.SendGet(a, {G(9), G(10)}, -1);
+  m = h.Get(b, {G(11)}, -1);
+  CHECK(m.code() == "QuotaExceeded");
+  CHECK_THAT(m.message(), Contains("(max_pending_guids_per_user)"));
+}
+
+TEST_CASE("store: a user's connections are bounded, not the daemon's own user's", "[store]") {
+  constexpr uid_t kOther = 5001;
+  StoreHarness h({.max_sessions_per_user = 2, .allow_users = {kOther}});
+  h.Hello(kOther);
+  Client& second = h.Hello(kOther);
+  Client& third = h.Connect(kOther);
+  Status refused = h.SayHello(third);
+  CHECK(refused.IsQuotaExceeded());
+  CHECK_THAT(refused.message(),
+             Contains("already has 2 connections") && Contains("(max_sessions_per_user)"));
+  for (int i = 0; i < 3; ++i) h.Hello();  // the daemon's user has no limit
+  h.Close(third);
+  h.Close(second);
+  h.Hello(kOther);  // a closed connection makes room
+}
+
 TEST_CASE("store: a disconnect aborts creates and drops references", "[store]") {
   StoreHarness h;
   Client& keeper = h.Hello();

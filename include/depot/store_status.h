@@ -73,7 +73,24 @@
   X(leased, uint64_t, "host_pool", "leased",                                                      \
     "bytes leased to clients for puts, with blocks handed back, not used yet")                   \
   X(leases_revoked, uint64_t, "host_pool", "leases_revoked",                                      \
-    "idle leases taken back because memory ran short, since start")
+    "idle leases taken back because memory ran short, since start")                               \
+  X(pending_guids, uint64_t, "limits", "pending_guids", "GUIDs the gets waiting name")            \
+  X(pending_guids_top_user, uint64_t, "limits", "pending_guids_top_user",                         \
+    "GUIDs the gets waiting of the user with the most name")                                      \
+  X(max_pending_guids, uint32_t, "limits", "max_pending_guids",                                   \
+    "GUIDs the gets waiting of one connection may name")                                          \
+  X(max_pending_guids_per_user, uint32_t, "limits", "max_pending_guids_per_user",                 \
+    "GUIDs the gets waiting of one user may name")                                                \
+  X(parked_create_bytes, uint64_t, "limits", "parked_create_bytes",                               \
+    "bytes of creates waiting for objects to be written to disk")                                 \
+  X(parked_create_bytes_top_user, uint64_t, "limits", "parked_create_bytes_top_user",             \
+    "bytes of such creates of the user with the most")                                            \
+  X(max_parked_bytes_per_user, uint64_t, "limits", "max_parked_bytes_per_user",                   \
+    "bytes of such creates one user may have")                                                    \
+  X(sessions_top_user, uint32_t, "limits", "sessions_top_user",                                   \
+    "connections of the user with the most")                                                      \
+  X(max_sessions_per_user, uint32_t, "limits", "max_sessions_per_user",                           \
+    "connections one user may have (the daemon's own user: any number)")
 
 namespace depot {
 
