@@ -1,5 +1,6 @@
 #include "daemon/metrics_server.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 #include <string_view>
@@ -70,26 +71,30 @@ std::string Answer(std::string_view head, const std::function<std::string()>& re
 }  // namespace
 
 // One scrape: reads the request head, writes the answer, closes. Holds itself alive through
-// its handlers; the timer closes the socket when the exchange takes too long.
+// its handlers; the timer closes the socket when the head, or the whole exchange, takes too long.
+// It is in the server's list of open connections from its start until it closes.
 class MetricsServer::Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, std::shared_ptr<Shared> shared)
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         in_(kMaxRequestBytes),
-        shared_(std::move(shared)) {
-    ++shared_->open;
-  }
-  ~Connection() { --shared_->open; }
+        shared_(std::move(shared)),
+        place_(shared_->open.insert(shared_->open.end(), this)) {}
+  ~Connection() { Close(); }
 
   void Run() {
     auto self = shared_from_this();
-    timer_.expires_after(kTimeout);
-    timer_.async_wait([self](const boost::system::error_code& ec) {
-      if (!ec) self->Close();
-    });
+    auto started = std::chrono::steady_clock::now();
+    timer_.expires_at(started + kHeadTimeout);
+    Arm();
     boost::asio::async_read_until(
-        socket_, in_, "\r\n\r\n", [self](const boost::system::error_code& ec, size_t n) {
+        socket_, in_, "\r\n\r\n", [self, started](const boost::system::error_code& ec, size_t n) {
+          self->reading_ = false;
+          if (self->closed_) return;
+          // The head is in: the answer has what is left of the exchange's time.
+          self->timer_.expires_at(started + kTimeout);
+          self->Arm();
           if (ec == boost::asio::error::not_found) {  // the head passed kMaxRequestBytes
             return self->Send("HTTP/1.1 431 Request Header Fields Too Large\r\n"
                               "Content-Length: 0\r\nConnection: close\r\n\r\n");
@@ -100,18 +105,38 @@ class MetricsServer::Connection : public std::enable_shared_from_this<Connection
         });
   }
 
+  // True until the whole request head has arrived (or the connection closed).
+  bool reading() const { return reading_ && !closed_; }
+  // Reading, and not one byte came yet, nor waits to be read: a scraper sends its request as
+  // soon as it connects, so such a connection is the likeliest to be holding a place idle.
+  bool silent() const {
+    boost::system::error_code ec;
+    return reading() && in_.size() == 0 && socket_.available(ec) == 0 && !ec;
+  }
+
+  // Closes the socket, ending what is under way, and leaves the server's list; once only.
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    shared_->open.erase(place_);
+    boost::system::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    timer_.cancel();
+  }
+
  private:
+  // Waits for the timer's expiry as set; an expiry changed meanwhile cancels the earlier wait.
+  void Arm() {
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec) self->Close();
+    });
+  }
   void Send(std::string answer) {
     out_ = std::move(answer);
     auto self = shared_from_this();
     boost::asio::async_write(socket_, boost::asio::buffer(out_),
                              [self](const boost::system::error_code&, size_t) { self->Close(); });
-  }
-  void Close() {
-    boost::system::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
-    timer_.cancel();
   }
 
   tcp::socket socket_;
@@ -119,10 +144,13 @@ class MetricsServer::Connection : public std::enable_shared_from_this<Connection
   boost::asio::streambuf in_;
   std::string out_;
   std::shared_ptr<Shared> shared_;
+  std::list<Connection*>::iterator place_;
+  bool reading_ = true;
+  bool closed_ = false;
 };
 
 MetricsServer::MetricsServer(boost::asio::io_context& io, RenderFn render)
-    : acceptor_(io), retry_(io), shared_(std::make_shared<Shared>(Shared{0, std::move(render)})) {}
+    : acceptor_(io), retry_(io), shared_(std::make_shared<Shared>(Shared{{}, std::move(render)})) {}
 
 MetricsServer::~MetricsServer() {
   boost::system::error_code ignored;
@@ -179,11 +207,23 @@ void MetricsServer::Accept() {
       });
       return;
     }
-    if (shared_->open < kMaxConnections) {
-      std::make_shared<Connection>(std::move(socket), shared_)->Run();
-    }  // else the socket closes here: the scrapers already connected are served first
+    // A full table makes room rather than turning the newcomer away: else whoever holds every
+    // place with silent connections, reopening each as it times out, keeps every scraper out.
+    if (shared_->open.size() >= kMaxConnections) MakeRoom();
+    std::make_shared<Connection>(std::move(socket), shared_)->Run();
     Accept();
   });
+}
+
+void MetricsServer::MakeRoom() {
+  std::list<Connection*>& open = shared_->open;
+  // The oldest that sent nothing, else the oldest still reading its head, else the oldest: so a
+  // scraper whose request has come is closed only after every silent connection has been.
+  auto victim = std::find_if(open.begin(), open.end(), [](Connection* c) { return c->silent(); });
+  if (victim == open.end()) {
+    victim = std::find_if(open.begin(), open.end(), [](Connection* c) { return c->reading(); });
+  }
+  (victim != open.end() ? *victim : open.front())->Close();
 }
 
 }  // namespace depot

@@ -1,9 +1,13 @@
 // MetricsServer is depotd's optional HTTP endpoint for Prometheus (metrics_listen): a minimal
 // HTTP/1.1 server on the daemon's loop that answers GET /metrics with the metrics text (the same
 // text as `depotctl metrics`), anything else with 404 or 405, and closes each connection after
-// one answer. A slow or hostile scraper cannot hold or grow the daemon: at most kMaxConnections
-// at once (more are closed as soon as they are accepted), a request head of at most
-// kMaxRequestBytes, and kTimeout for the whole exchange, the answer's writing included.
+// one answer. A slow or hostile scraper cannot hold or grow the daemon, nor keep other scrapers
+// out: at most kMaxConnections at once, a request head of at most kMaxRequestBytes that must
+// arrive within kHeadTimeout, and kTimeout for the whole exchange, the answer's writing included.
+// When the table is full, a new connection closes the oldest one that has sent nothing, else the
+// oldest still waiting for the rest of its head, else (every one being answered) the oldest: a
+// client that connects and sends nothing, or half a head, holds its place only until newer ones
+// need it or kHeadTimeout passes.
 //
 // Not thread-safe: it runs on the daemon's one io_context thread, so it may read the Store.
 #ifndef DEPOT_DAEMON_METRICS_SERVER_H_
@@ -12,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <list>
 #include <memory>
 #include <string>
 
@@ -27,6 +32,7 @@ class MetricsServer {
  public:
   static constexpr size_t kMaxConnections = 8;
   static constexpr size_t kMaxRequestBytes = 4096;
+  static constexpr std::chrono::seconds kHeadTimeout{2};
   static constexpr std::chrono::seconds kTimeout{5};
 
   using RenderFn = std::function<std::string()>;
@@ -50,11 +56,16 @@ class MetricsServer {
 
  private:
   class Connection;
-  // What connections share with the server and outlive it with: the count open and the renderer.
+  // What connections share with the server and outlive it with: the connections open, oldest
+  // first (each leaves the list when it closes), and the renderer.
   struct Shared {
-    size_t open = 0;
+    std::list<Connection*> open;
     RenderFn render;
   };
+
+  // Closes a connection to make room for a new one: the oldest silent one, else the oldest still
+  // reading its head, else the oldest.
+  void MakeRoom();
 
   MetricsServer(boost::asio::io_context& io, RenderFn render);
   void Accept();

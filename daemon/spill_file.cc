@@ -202,6 +202,20 @@ Status WriteSpillFile(int dir_fd, const std::string& name, const SpillHeader& he
   return Status::OK();
 }
 
+Status RemoveSpillFiles(int dir_fd, std::span<const std::string> names) {
+  Status first = Status::OK();
+  for (const std::string& name : names) {
+    if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT && first.ok()) {
+      first = Errno("remove", name);
+    }
+  }
+  // One sync for the batch: the removals are on disk together.
+  if (::fsync(dir_fd) != 0 && first.ok()) {
+    first = Errno("sync the directory after removing", fmt::format("{} files", names.size()));
+  }
+  return first;
+}
+
 Result<SpillHeader> ReadSpillHeader(int dir_fd, const std::string& name) {
   UniqueFd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st {};

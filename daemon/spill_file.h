@@ -68,6 +68,12 @@ Result<SpillHeader> DecodeSpillHeader(std::span<const uint8_t> bytes, uint64_t f
 Status WriteSpillFile(int dir_fd, const std::string& name, const SpillHeader& header,
                       std::span<const std::span<const uint8_t>> frames);
 
+// Removes the files `names` from the directory `dir_fd`, then fsyncs the directory once: until
+// then a crash may bring a removed file back, and the next start would adopt its object again.
+// A name already gone is no error. Unavailable naming the first failure (every name is tried,
+// and the directory synced, whatever failed before).
+Status RemoveSpillFiles(int dir_fd, std::span<const std::string> names);
+
 // Reads and checks the header of `name` in `dir_fd`.
 Result<SpillHeader> ReadSpillHeader(int dir_fd, const std::string& name);
 

@@ -402,9 +402,8 @@ void SpillStore::Unlink(Place& place, ObjectId id) {
   on_disk_ -= it->second.bytes;
   disk_full_.clear();
   // A descriptor of its own: the namespace (and its directory) may go before the thread runs.
-  auto dir = std::make_shared<UniqueFd>(::dup(place.dir.get()));
-  boost::asio::post(threads_,
-                    [dir, name = it->second.name] { ::unlinkat(dir->get(), name.c_str(), 0); });
+  if (!place.removals_dir) place.removals_dir = std::make_shared<UniqueFd>(::dup(place.dir.get()));
+  removals_.Remove(place.removals_dir, it->second.name);
   place.files.erase(it);
 }
 
@@ -436,6 +435,7 @@ void SpillStore::PersistAll(std::span<Namespace* const> namespaces) {
     }
   }
   while (!jobs_.empty()) io_.run_one();
+  removals_.Drain();  // the manifest counts no file that a crash could bring back
   uint64_t lost = skipped + spill_failures_ - failures;
   SpillManifest manifest;
   uint64_t objects = 0;

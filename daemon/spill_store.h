@@ -37,6 +37,7 @@
 #include "daemon/spill_file.h"
 #include "daemon/spill_manifest.h"
 #include "daemon/spill_recovery.h"
+#include "daemon/spill_removals.h"
 #include "depot/store_status.h"
 
 namespace depot {
@@ -133,6 +134,7 @@ class SpillStore {
   // One namespace's directory and the files in it, by object.
   struct Place {
     UniqueFd dir;
+    std::shared_ptr<const UniqueFd> removals_dir;  // its own copy of `dir`, for removals
     std::string path;
     SpillRecords files;
   };
@@ -156,6 +158,7 @@ class SpillStore {
   SpillOptions options_;
   Hooks hooks_;
   boost::asio::thread_pool threads_;
+  SpillRemovals removals_{io_, threads_};
   UniqueFd dir_;
   uint64_t capacity_ = 0;
   uint64_t on_disk_ = 0;    // bytes of complete files

@@ -55,11 +55,7 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
           [this](SessionId s, const Status& st) {
             if (auto it = sessions_.find(s); it != sessions_.end()) it->second.peer->Abort(st);
           },
-          [this] { return waits_.size() > 0; }) {
-  Guid seed = Guid::Random();
-  std::seed_seq seq{seed.hi, seed.lo, static_cast<uint64_t>(::getpid())};
-  guid_bits_.seed(seq);
-}
+          [this] { return waits_.size() > 0; }) {}
 
 Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options) {
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
@@ -222,7 +218,7 @@ void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body) {
   if (req.frame_pools()) pools.assign(req.frame_pools()->begin(), req.frame_pools()->end());
   uint64_t total = 0;
   for (uint64_t size : sizes) total += size;
-  Guid guid = req.guid() ? FromWire(*req.guid()) : Guid::FromRandomBits(guid_bits_(), guid_bits_());
+  Guid guid = req.guid() ? FromWire(*req.guid()) : Guid::Random();
   if (guid.is_nil()) {
     return ReplyError(s, id, Status::InvalidArgument("the nil GUID cannot name an object"));
   }

@@ -30,7 +30,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -189,9 +188,6 @@ class Store {
   std::chrono::steady_clock::time_point started_;
   SessionId next_session_ = 1;
   std::unordered_map<SessionId, SessionState> sessions_;
-  // GUIDs for objects whose creator proposed none: a generator seeded once from the kernel, not a
-  // system call per object.
-  std::mt19937_64 guid_bits_;
   uint64_t requests_ = 0;
   uint64_t connections_ = 0;
   std::array<uint64_t, 16> errors_{};  // by Status::Code

@@ -12,12 +12,15 @@
 #include <random>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <catch2/catch.hpp>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "common/unique_fd.h"
+#include "daemon/spill_removals.h"
 #include "tests/daemon_fixture.h"
 
 namespace depot {
@@ -149,6 +152,59 @@ TEST_CASE("a file cut short, changed data, a missing file or garbage is DataLoss
   fs::copy_file(other.dir + "/object.obj", w.dir + "/object.obj",
                 fs::copy_options::overwrite_existing);
   CHECK(ReadBack(w).IsDataLoss());
+}
+
+// What this shows: the files go, a name already gone is no error, and the directory is synced
+// after them (through a descriptor that cannot be synced, the removal is reported as failed).
+// What no test here can show is that the removal survives a power cut: that needs the kernel's
+// word that fsync of the directory is what makes it durable, which is POSIX's.
+TEST_CASE("removing spill files syncs their directory once they are gone", "[spill_file]") {
+  std::string dir = test::TempDir();
+  auto touch = [&](const std::string& name) { std::ofstream(dir + "/" + name) << "x"; };
+  for (const char* name : {"a.obj", "b.obj", "c.obj"}) touch(name);
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY));
+  std::vector<std::string> names = {"a.obj", "b.obj", "never-there.obj"};
+  CHECK(RemoveSpillFiles(fd.get(), names).ok());
+  CHECK_FALSE(fs::exists(dir + "/a.obj"));
+  CHECK_FALSE(fs::exists(dir + "/b.obj"));
+  CHECK(fs::exists(dir + "/c.obj"));
+
+  // An O_PATH descriptor names the directory for unlinkat but cannot be fsynced (EBADF): the
+  // file still goes, and the failed sync is the answer, so the function did try to sync.
+  UniqueFd path_only(::open(dir.c_str(), O_PATH | O_DIRECTORY));
+  std::vector<std::string> last = {"c.obj"};
+  Status st = RemoveSpillFiles(path_only.get(), last);
+  CHECK_FALSE(fs::exists(dir + "/c.obj"));
+  CHECK(st.IsUnavailable());
+  CHECK_THAT(st.message(), Catch::Matchers::Contains("sync the directory"));
+}
+
+// SpillRemovals (daemon/spill_removals.h), the batching in front of RemoveSpillFiles: nothing is
+// removed inside the loop turn that asks, and Drain returns only once every removal is done.
+TEST_CASE("spill removals wait for the loop turn's end, and a drain for their job",
+          "[spill_file][spill_removals]") {
+  std::string one = test::TempDir(), two = test::TempDir();
+  for (const char* name : {"a.obj", "b.obj"}) {
+    std::ofstream(one + "/" + name) << "x";
+    std::ofstream(two + "/" + name) << "x";
+  }
+  boost::asio::io_context io;
+  boost::asio::thread_pool threads(2);
+  {
+    SpillRemovals removals(io, threads);
+    auto dir_one = std::make_shared<const UniqueFd>(::open(one.c_str(), O_RDONLY | O_DIRECTORY));
+    auto dir_two = std::make_shared<const UniqueFd>(::open(two.c_str(), O_RDONLY | O_DIRECTORY));
+    removals.Remove(dir_one, "a.obj");
+    removals.Remove(dir_two, "b.obj");
+    removals.Remove(dir_one, "b.obj");
+    CHECK(fs::exists(one + "/a.obj"));  // queued, not yet handed to a thread
+    removals.Drain();
+    CHECK_FALSE(fs::exists(one + "/a.obj"));
+    CHECK_FALSE(fs::exists(one + "/b.obj"));
+    CHECK_FALSE(fs::exists(two + "/b.obj"));
+    CHECK(fs::exists(two + "/a.obj"));
+  }
+  threads.join();
 }
 
 }  // namespace

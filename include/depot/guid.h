@@ -2,8 +2,6 @@
 #ifndef DEPOT_GUID_H_
 #define DEPOT_GUID_H_
 
-#include <sys/random.h>
-
 #include <array>
 #include <compare>
 #include <cstdint>
@@ -22,17 +20,10 @@ struct Guid {
   auto operator<=>(const Guid&) const = default;
   bool is_nil() const { return hi == 0 && lo == 0; }
 
-  // A fresh random UUID v4 from the kernel's random source.
-  static Guid Random() {
-    uint64_t bits[2];
-    size_t got = 0;
-    auto* b = reinterpret_cast<uint8_t*>(bits);
-    while (got < sizeof bits) {
-      ssize_t n = ::getrandom(b + got, sizeof bits - got, 0);
-      if (n > 0) got += static_cast<size_t>(n);
-    }
-    return FromRandomBits(bits[0], bits[1]);
-  }
+  // A fresh random UUID v4: 122 bits from the kernel's random source (a CSPRNG, read a few KiB
+  // at a time per thread, and never shared with a forked child), so that no one who sees other
+  // GUIDs can tell the next one. Thread-safe.
+  static Guid Random();
 
   // A UUID v4 made of 122 of these random bits (the other 6 name the version and variant).
   static constexpr Guid FromRandomBits(uint64_t hi, uint64_t lo) {

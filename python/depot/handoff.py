@@ -13,9 +13,16 @@ its owner keeps it. So a value handed on from process to process is copied once 
 The objects are owner-scoped: they go when the connection of the process that made them closes,
 so a payload never loaded (a receiver that failed) does not outlive its sender; views already
 taken stay readable.
+
+Trust: a payload names each object by GUID and says which uid created it. :func:`loads` maps
+an object only when the daemon says that uid (or the loading process's own) created it, and
+raises :class:`depot.PermissionDenied` otherwise: once the sender's object is gone, another user
+of a shared namespace could create one under the same GUID (a GUID belongs to whoever creates it
+first) with bytes of its choosing.
 """
 
 import bisect
+import os
 import pickle
 import threading
 import weakref
@@ -41,36 +48,36 @@ class _Holdings:
     def __init__(self):
         self._lock = threading.Lock()
         self._starts = []  # sorted
-        self._frames = {}  # start -> (end, guid)
+        self._frames = {}  # start -> (end, guid, the uid that created the object)
 
-    def add(self, frame, guid, owned):
+    def add(self, frame, guid, owned, creator):
         """Records a frame (a memoryview over a depot object) until its last view goes, then
         deletes its object when this process owns it."""
         start = _address(frame)
         with self._lock:
             if start not in self._frames:
                 bisect.insort(self._starts, start)
-            self._frames[start] = (start + frame.nbytes, guid)
+            self._frames[start] = (start + frame.nbytes, guid, creator)
         # The exporter behind the view lives as long as any view of the frame does (numpy's
         # arrays hold views of views, which share the exporter but not the first view).
         weakref.finalize(frame.obj, self._drop, start, guid, owned)
 
     def find(self, buffer):
-        """(guid, offset) of a held frame that contains ``buffer``, or None."""
+        """(guid, offset, creator uid) of a held frame that contains ``buffer``, or None."""
         start = _address(buffer)
         with self._lock:
             i = bisect.bisect_right(self._starts, start) - 1
             if i < 0:
                 return None
             frame_start = self._starts[i]
-            end, guid = self._frames[frame_start]
+            end, guid, creator = self._frames[frame_start]
         if start + buffer.nbytes <= end:
-            return guid, start - frame_start
+            return guid, start - frame_start, creator
         return None
 
     def _drop(self, start, guid, owned):
         with self._lock:
-            if self._frames.get(start, (None, None))[1] == guid:
+            if self._frames.get(start, (None, None, None))[1] == guid:
                 del self._frames[start]
                 self._starts.remove(start)
         if owned:
@@ -106,7 +113,8 @@ def dumps(value, threshold=DEFAULT_THRESHOLD):
         return False
 
     data = cloudpickle.dumps(value, protocol=5, buffer_callback=out_of_band)
-    places = []  # per buffer: (guid, frame, offset, length, the receiver owns the object)
+    # Per buffer: (guid, frame, offset, length, the receiver owns the object, creator uid).
+    places = []
     new = []
     c = connection.client()
     for raw in large:
@@ -114,13 +122,13 @@ def dumps(value, threshold=DEFAULT_THRESHOLD):
         if held is not None and not _exists(c, held[0]):
             held = None  # its maker's connection closed: mapped here, gone from depot
         if held is not None:
-            places.append((held[0], 0, held[1], raw.nbytes, False))
+            places.append((held[0], 0, held[1], raw.nbytes, False, held[2]))
         else:
-            places.append((None, len(new), 0, raw.nbytes, True))
+            places.append((None, len(new), 0, raw.nbytes, True, os.getuid()))
             new.append(raw)
     if new:
         guid = c.put(new, name=HANDOFF_NAME, owner_scoped=True)
-        places = [(guid if g is None else g, f, o, n, owned) for g, f, o, n, owned in places]
+        places = [(guid if g is None else g, *rest) for g, *rest in places]
     return pickle.dumps((data, places), protocol=5)
 
 
@@ -135,17 +143,23 @@ def _exists(c, guid):
 
 def loads(payload):
     """The value that :func:`dumps` made ``payload`` of; its large buffers are read-only views
-    of shared memory."""
+    of shared memory. :class:`depot.PermissionDenied` when an object the payload names was not
+    created by the uid the payload says (nor by this process's uid): not the sender's bytes."""
     data, places = pickle.loads(payload)
     if not places:
         return pickle.loads(data)
     c = connection.client()
     objects = {}
     buffers = []
-    for guid, frame, offset, length, owned in places:
+    for guid, frame, offset, length, owned, creator in places:
         if (guid, frame) not in objects:
-            view = c.get(guid).frames[frame]
-            _holdings.add(view, guid, owned)
+            obj = c.get(guid)
+            if obj.creator_uid not in (creator, os.getuid()):
+                raise depot.PermissionDenied(
+                    f"handoff: object {guid} was created by uid {obj.creator_uid}, not by uid "
+                    f"{creator} that handed it off: refusing its bytes")
+            view = obj.frames[frame]
+            _holdings.add(view, guid, owned, obj.creator_uid)
             objects[guid, frame] = view
         buffers.append(objects[guid, frame][offset:offset + length])
     return pickle.loads(data, buffers=buffers)

@@ -7,6 +7,7 @@ import concurrent.futures
 import gc
 import multiprocessing
 import os
+import pickle
 
 import dask
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 import depot
 import depot.dask
 from depot import connection, handoff
+from conftest import Daemon
 from mappings import in_shared_memory
 
 MIB = 1 << 20
@@ -106,3 +108,43 @@ def test_scheduler_raises_the_task_error_and_is_registered_by_name(scheduler):
     with pytest.raises(ValueError, match="the task's own error"):
         dask.compute(dask.delayed(fail)(1), scheduler=scheduler.get)
     assert dask.base.get_scheduler(scheduler="depot") is depot.dask.get
+
+
+MALLORY = 41003  # a throwaway uid: no account needs to exist for a process to run as one
+
+
+def test_loads_refuses_an_object_another_uid_made_under_the_senders_guid():
+    """The sender's object is gone (its connection closed, say) and another user creates one
+    under the same GUID, with bytes of its own: loads refuses it rather than unpickle them."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a process as another uid")
+    d = Daemon("256MiB", args=["--socket-mode", "0666", "--allow-users", str(MALLORY)])
+    before = connection.socket_path()
+    try:
+        os.chmod(d.dir, 0o755)
+        connection.configure(d.socket)
+        payload = handoff.dumps(make(5))
+        (guid, *_), = pickle.loads(payload)[1]
+        depot.Client(d.socket).delete(guid)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setgroups([])
+                os.setresgid(MALLORY, MALLORY, MALLORY)
+                os.setresuid(MALLORY, MALLORY, MALLORY)
+                depot.Client(d.socket).put(make(7), guid=guid)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert depot.Client(d.socket).stat(guid)["creator_uid"] == MALLORY
+        with pytest.raises(depot.PermissionDenied, match=f"created by uid {MALLORY}"):
+            handoff.loads(payload)
+        # The sender's own objects still load.
+        assert np.array_equal(handoff.loads(handoff.dumps(make(3))), make(3))
+    finally:
+        if before is not None:
+            connection.configure(before)
+        d.stop()

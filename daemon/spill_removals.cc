@@ -1,0 +1,49 @@
+#include "daemon/spill_removals.h"
+
+#include <algorithm>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/spill_file.h"
+
+namespace depot {
+
+void SpillRemovals::Remove(const std::shared_ptr<const UniqueFd>& dir, std::string name) {
+  auto it =
+      std::find_if(queued_.begin(), queued_.end(), [&](const Directory& d) { return d.fd == dir; });
+  if (it == queued_.end()) it = queued_.insert(queued_.end(), Directory{dir, {}});
+  it->names.push_back(std::move(name));
+  // At the end of this loop turn, so that the removals of one request (or one reclaim) share it.
+  if (!flush_posted_) {
+    flush_posted_ = true;
+    boost::asio::post(io_, [this] { Flush(); });
+  }
+}
+
+void SpillRemovals::Flush() {
+  flush_posted_ = false;
+  if (queued_.empty()) return;
+  ++running_;
+  boost::asio::post(threads_, [this, batch = std::move(queued_)] {
+    for (const Directory& d : batch) {
+      if (Status st = RemoveSpillFiles(d.fd->get(), d.names); !st.ok()) {
+        spdlog::warn("spill files: {}", st.message());
+      }
+    }
+    boost::asio::post(io_, [this] { --running_; });
+  });
+  queued_.clear();
+}
+
+void SpillRemovals::Drain() {
+  Flush();
+  // Work for the loop, so that run_one waits for a job's end rather than return for want of any.
+  auto busy = boost::asio::make_work_guard(io_);
+  // A stopped loop runs nothing: then there is no end to wait for.
+  while (running_ > 0 && io_.run_one() > 0) {
+  }
+}
+
+}  // namespace depot
