@@ -1,5 +1,6 @@
 // depotd's main: reads its configuration, claims the socket (or adopts the one systemd passed),
 // builds the store, tells systemd it is ready and serves until SIGINT or SIGTERM.
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -226,6 +227,12 @@ int DaemonMain(int argc, char** argv, const DeviceBackendFactory& make_backend) 
     spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   }
   spdlog::set_level(spdlog::level::from_str(opts->log_level));
+  // Each connection holds three descriptors (its socket, its put ring, its slots): the soft
+  // limit a shell leaves (often 1024) would refuse connections long before max_clients.
+  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &files) != 0) spdlog::warn("cannot raise RLIMIT_NOFILE");
+  }
   return Run(*opts, make_backend);
 }
 

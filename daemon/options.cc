@@ -91,7 +91,7 @@ const std::vector<Key>& Keys() {
          return "";
        },
        [](const O& o) { return o.log_level; }},
-      {{"max_clients", "1024", "connections served at once; more are refused with Unavailable"},
+      {{"max_clients", "4096", "connections served at once; more are refused with Unavailable"},
        // At most 65536, so that the clients reply (a few hundred bytes each) fits in a message.
        [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_clients, v, 1, 1 << 16); },
        [](const O& o) { return std::to_string(o.max_clients); }},
