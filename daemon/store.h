@@ -163,8 +163,11 @@ class Store {
                                                  std::optional<Guid> after, size_t limit) const;
 
   // Frees the deleted objects that only reference slots held and none holds now, and reads the
-  // slots again shortly while some still do.
+  // slots again while some still do: 5 ms later, then less and less often (to once a second)
+  // while no object newly waits for slots, so that a slot held for ever costs almost nothing.
   void WatchPins();
+  // Arms pins_timer_ to call WatchPins after pins_delay_, and doubles the delay for next time.
+  void ArmPins();
 
   // Tells the sessions that have the segment to unmap it; whether any has it (then it is held).
   bool OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id);
@@ -191,6 +194,12 @@ class Store {
   StoreCounters counters_;
   boost::asio::steady_timer pins_timer_;  // armed while deleted objects wait for slots to let go
   bool pins_armed_ = false;
+  static constexpr std::chrono::milliseconds kPinsFirst{5};
+  static constexpr std::chrono::milliseconds kPinsLast{1000};
+  std::chrono::milliseconds pins_delay_ = kPinsFirst;
+  uint64_t pins_made_ = 0;  // NamespaceSet::PinsMade at the last WatchPins
+  std::chrono::steady_clock::time_point pins_due_;  // when the armed wait ends
+  uint64_t pins_wait_ = 0;  // the armed wait's number: a wait cancelled by a re-arm does nothing
   LeaseTable leases_;
   PutRings rings_;
   // The largest lease asked for; a lease is also at most half a shared segment.
