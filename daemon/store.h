@@ -33,6 +33,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -75,6 +76,9 @@ class Store {
   // of a session must be hello. Returns a ProtocolError when the session must be closed.
   Status Handle(SessionId session, const proto::Header& header, std::span<const uint8_t> body);
 
+  // Session `s` ended its turn with whole messages read and not handled: the next drain
+  // handles them (store_puts.cc).
+  void NoteUnhandled(SessionId s);
   // A session broke the protocol before its request reached Handle (counted in status).
   void NoteProtocolError() { ++errors_[static_cast<size_t>(Status::Code::kProtocolError)]; }
 
@@ -211,6 +215,16 @@ class Store {
     proto::Header header;
     std::vector<uint8_t> body;
   };
+  // The sessions DrainFirst reads before a miss, other than `s`: those that may have a put
+  // unread (store_puts.cc).
+  std::vector<SessionId> SentSinceDrain(SessionId s);
+  // From `s`'s first lease on, a drain hears of the bytes its socket takes (drain_poll_).
+  void WatchForDrain(SessionId s);
+  UniqueFd drain_poll_;  // the sockets of sessions that took a lease, edge-triggered
+  bool drain_all_ = false;  // no epoll set: every drain reads every lease holder, as it once did
+  // Sessions to drain next time whatever drain_poll_ says (NoteUnhandled, or the session whose
+  // request drained, whose edge that drain consumed).
+  std::unordered_set<SessionId> drain_again_;
   bool draining_ = false;  // DrainFirst is reading the sessions' sockets
   bool drained_ = false;   // ... and is answering what it put off: no second drain
   std::vector<Deferred> deferred_;
