@@ -23,10 +23,26 @@ bool LockFreeGets::Pinned(ObjectId id) const {
                      [id](const auto& s) { return s.second->Holds(id); });
 }
 
-std::unordered_set<ObjectId> LockFreeGets::Held() const {
-  std::unordered_set<ObjectId> ids;
-  for (const auto& [session, slots] : slots_) slots->Collect(ids);
-  return ids;
+std::vector<bool> LockFreeGets::HeldAmong(std::span<const ObjectId> ids) const {
+  std::vector<bool> held(ids.size());
+  if (ids.empty()) return held;
+  // Ids are few (pinned objects, a batch of spill candidates) and the slots many, written by
+  // clients: a slot outside [first, last] costs two compares, one inside a binary search.
+  ObjectId first = ids.front();
+  ObjectId last = ids.back();
+  size_t unseen = ids.size();
+  for (const auto& [session, slots] : slots_) {
+    slots->ForEach([&](ObjectId id) {
+      if (id < first || id > last) return;
+      auto it = std::lower_bound(ids.begin(), ids.end(), id);
+      if (it == ids.end() || *it != id) return;
+      auto i = static_cast<size_t>(it - ids.begin());
+      if (!held[i]) --unseen;
+      held[i] = true;
+    });
+    if (unseen == 0) break;
+  }
+  return held;
 }
 
 std::vector<ObjectId> LockFreeGets::Touched() {
@@ -41,12 +57,6 @@ Result<const ReferenceSlots*> LockFreeGets::Join(SessionId session) {
   const ReferenceSlots* out = slots->get();
   slots_[session] = std::move(*slots);
   return out;
-}
-
-std::unordered_set<ObjectId> LockFreeGets::HeldBy(SessionId session) const {
-  std::unordered_set<ObjectId> ids;
-  if (auto it = slots_.find(session); it != slots_.end()) it->second->Collect(ids);
-  return ids;
 }
 
 }  // namespace depot

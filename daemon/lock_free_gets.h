@@ -14,7 +14,8 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <unordered_set>
+#include <span>
+#include <vector>
 
 #include "daemon/object_index.h"
 #include "daemon/object_table.h"
@@ -38,7 +39,7 @@ class LockFreeGets : public SlotReaders {
   bool Publish(const StoredObject& o) override;
   void Withdraw(ObjectId id) override { index_->Remove(id); }
   bool Pinned(ObjectId id) const override;
-  std::unordered_set<ObjectId> Held() const override;
+  std::vector<bool> HeldAmong(std::span<const ObjectId> ids) const override;
   std::vector<ObjectId> Touched() override;
 
   // Makes `session`'s slots (sent to it at hello). The memfd's error.
@@ -46,8 +47,29 @@ class LockFreeGets : public SlotReaders {
   // `session` closed: its slots keep nothing from now on.
   void Leave(SessionId session) { slots_.erase(session); }
 
-  // The ids `session`'s slots hold now (untrusted: any may name nothing).
-  std::unordered_set<ObjectId> HeldBy(SessionId session) const;
+  // Whether one of `session`'s slots holds `id` now.
+  bool HeldBy(SessionId session, ObjectId id) const {
+    auto it = slots_.find(session);
+    return it != slots_.end() && it->second->Holds(id);
+  }
+  // Calls `fn` with each id `session`'s slots hold now (untrusted: any may name nothing, and
+  // one may come more than once).
+  template <typename Fn>
+  void ForEachHeldBy(SessionId session, Fn&& fn) const {
+    if (auto it = slots_.find(session); it != slots_.end()) it->second->ForEach(fn);
+  }
+  // The ids `session`'s slots hold that `names` accepts, each once (ReferenceSlots::Naming).
+  template <typename Fn>
+  std::vector<ObjectId> NamedBy(SessionId session, Fn&& names) const {
+    auto it = slots_.find(session);
+    if (it == slots_.end()) return {};
+    return it->second->Naming(names);
+  }
+  // Calls `fn` with each id every session's slots hold now.
+  template <typename Fn>
+  void ForEachHeld(Fn&& fn) const {
+    for (const auto& [session, slots] : slots_) slots->ForEach(fn);
+  }
 
   const ObjectIndex& index() const { return *index_; }
 

@@ -191,6 +191,12 @@ bool NamespaceSet::FreeUnpinned() {
   return held;
 }
 
+uint64_t NamespaceSet::PinsMade() const {
+  uint64_t made = 0;
+  for (const auto& [key, ns] : namespaces_) made += ns->table().pins_made();
+  return made;
+}
+
 PoolStats NamespaceSet::Stats(uint32_t pool) const {
   PoolStats total;
   for (const auto& [key, ns] : namespaces_) {
@@ -280,7 +286,7 @@ std::vector<PoolReport> NamespaceSet::PoolReports() const {
   return pools;
 }
 
-ObjectCounts NamespaceSet::Counts() const {
+ObjectCounts NamespaceSet::Counts(bool slot_holds) const {
   ObjectCounts total;
   total.evictions = evictions_dropped_;
   total.evicted_bytes = evicted_bytes_dropped_;
@@ -300,17 +306,36 @@ ObjectCounts NamespaceSet::Counts() const {
     total.spilled_bytes += n.spilled_bytes;
     total.lost += n.lost;
     // An evictable object a reference slot holds is referenced too: eviction passes over it.
-    // The slots are read here, on demand, rather than counted as clients write them.
-    if (const LockFreeGets* gets = ns->gets(); gets != nullptr) {
-      for (ObjectId id : gets->Held()) {
-        const StoredObject* o = ns->table().Get(id);
-        if (o == nullptr || !o->in_lru || !o->evictable) continue;
-        --total.evictable;
-        total.evictable_bytes -= o->size();
-      }
+    // The slots are read on demand, rather than counted as clients write them, and at most once
+    // per kSlotHoldsAge: a read costs a lookup for every slot of every session.
+    if (!slot_holds || n.evictable == 0 || ns->gets() == nullptr) continue;
+    for (ObjectId id : SlotHeldEvictable(key, *ns)) {
+      const StoredObject* o = ns->table().Get(id);
+      if (o == nullptr || !o->in_lru || !o->evictable) continue;
+      --total.evictable;
+      total.evictable_bytes -= o->size();
     }
   }
   return total;
+}
+
+const std::vector<ObjectId>& NamespaceSet::SlotHeldEvictable(uint32_t key,
+                                                             const Namespace& ns) const {
+  auto now = std::chrono::steady_clock::now();
+  if (now - slot_holds_.read >= kSlotHoldsAge) slot_holds_ = {.read = now, .held = {}};
+  auto [it, fresh] = slot_holds_.held.try_emplace(key);
+  if (!fresh) return it->second;
+  std::vector<ObjectId>& held = it->second;
+  const ObjectTable& table = ns.table();
+  // Only ids that name an evictable object are kept: garbage in the slots is looked up, never
+  // collected.
+  ns.gets()->ForEachHeld([&](ObjectId id) {
+    const StoredObject* o = table.Get(id);
+    if (o != nullptr && o->in_lru && o->evictable) held.push_back(id);
+  });
+  std::sort(held.begin(), held.end());
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+  return held;
 }
 
 }  // namespace depot

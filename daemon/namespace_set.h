@@ -120,8 +120,14 @@ class NamespaceSet {
   std::vector<DevicePoolInfo> DevicePools() const;
   // Every pool for metrics: the host, then each GPU.
   std::vector<PoolReport> PoolReports() const;
-  // Objects by state and evictions, totalled over every namespace.
-  ObjectCounts Counts() const;
+  // Objects by state and evictions, totalled over every namespace. With `slot_holds` (metrics),
+  // an evictable object a reference slot holds counts as not evictable, as eviction passes over
+  // it: as the slots were at a read at most kSlotHoldsAge old (docs/design.md, "Gets without a
+  // round trip"), so that no caller can make each call a read of every slot.
+  ObjectCounts Counts(bool slot_holds = false) const;
+  // Objects that came to wait for reference slots only, ever, over every namespace (see
+  // ObjectTable::pins_made).
+  uint64_t PinsMade() const;
 
  private:
   // How often a hello may make the daemon look for GPUs again: each look costs loading the
@@ -132,6 +138,17 @@ class NamespaceSet {
   Status AddDevicePools(Namespace& ns);
   // Totals over every namespace.
   PoolStats Stats(uint32_t pool) const;
+  // The evictable objects of `ns` that its reference slots hold, as of slot_holds_.
+  const std::vector<ObjectId>& SlotHeldEvictable(uint32_t key, const Namespace& ns) const;
+
+  static constexpr std::chrono::seconds kSlotHoldsAge{1};
+  // What the slots held at the last read, by namespace: the evictable objects they held then,
+  // sorted. Checked again against the table at each use (one may be gone or held otherwise).
+  struct SlotHolds {
+    std::chrono::steady_clock::time_point read;
+    std::map<uint32_t, std::vector<ObjectId>> held;
+  };
+  mutable SlotHolds slot_holds_;
   NamespaceOptions options_;
   DeviceSet& devices_;
   NamespaceHooks hooks_;

@@ -160,6 +160,7 @@ void ObjectTable::Unreference(StoredObject& o, SessionId by) {
 void ObjectTable::FreeDeleted(StoredObject& o, SessionId by) {
   if (Pinned(o)) {
     pinned_[o.id] = by;
+    ++pins_made_;
     return;
   }
   Free(o, by);
@@ -173,12 +174,14 @@ void ObjectTable::Free(StoredObject& o, SessionId by) {
 
 bool ObjectTable::FreeUnpinned() {
   if (pinned_.empty()) return false;
-  std::unordered_set<ObjectId> held = readers_->Held();
-  std::vector<std::pair<ObjectId, SessionId>> unheld;
-  for (auto [id, by] : pinned_) {
-    if (!held.contains(id)) unheld.emplace_back(id, by);
+  std::vector<ObjectId> ids;
+  ids.reserve(pinned_.size());
+  for (const auto& [id, by] : pinned_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  std::vector<bool> held = readers_->HeldAmong(ids);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!held[i]) Free(objects_.at(ids[i]), pinned_.at(ids[i]));
   }
-  for (auto [id, by] : unheld) Free(objects_.at(id), by);
   return !pinned_.empty();
 }
 
@@ -204,7 +207,10 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
     ++counts_.deleted;
     counts_.sealed_bytes -= o.size();
     counts_.deleted_bytes += o.size();
-    if (o.refcount == 0) pinned_[o.id] = by;
+    if (o.refcount == 0) {
+      pinned_[o.id] = by;
+      ++pins_made_;
+    }
   }
   return Status::OK();
 }
@@ -298,15 +304,31 @@ std::vector<ObjectId> ObjectTable::SpillCandidates(
   TakeTouches();
   std::vector<ObjectId> out;
   uint64_t total = 0;
-  std::optional<std::unordered_set<ObjectId>> held;  // read once, at the first indexed candidate
-  for (auto it = spill_lru_.begin(); it != spill_lru_.end() && total < bytes; ++it) {
-    const StoredObject& o = objects_.at(*it);
-    if (skip(o)) continue;
-    // One a reference slot holds now would be written out for nothing: FinishSpill keeps it.
-    if (o.indexed && !held) held = readers_->Held();
-    if (o.indexed && held->contains(o.id)) continue;
-    out.push_back(*it);
-    total += o.size();
+  auto it = spill_lru_.begin();
+  // In batches that would reach `bytes` if no slot held any: one read of the slots per batch,
+  // and a few batches at most, so that slots holding candidates cannot make this a walk.
+  for (int batches = 0; batches < kSpillBatches && it != spill_lru_.end() && total < bytes;
+       ++batches) {
+    std::vector<ObjectId> batch;
+    std::vector<ObjectId> indexed;
+    for (uint64_t more = total; it != spill_lru_.end() && more < bytes; ++it) {
+      const StoredObject& o = objects_.at(*it);
+      if (skip(o)) continue;
+      batch.push_back(o.id);
+      if (o.indexed) indexed.push_back(o.id);
+      more += o.size();
+    }
+    std::sort(indexed.begin(), indexed.end());
+    std::vector<bool> held = indexed.empty() ? std::vector<bool>{} : readers_->HeldAmong(indexed);
+    for (ObjectId id : batch) {
+      // One a reference slot holds now would be written out for nothing: FinishSpill keeps it.
+      auto i = std::lower_bound(indexed.begin(), indexed.end(), id);
+      if (i != indexed.end() && *i == id && held[static_cast<size_t>(i - indexed.begin())]) {
+        continue;
+      }
+      out.push_back(id);
+      total += objects_.at(id).size();
+    }
   }
   return out;
 }

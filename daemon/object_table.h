@@ -166,7 +166,8 @@ struct Holder {
 // table publishes each object that becomes sealed and in memory, withdraws it before its memory
 // may go, and then asks whether a slot still holds it. Objects never published are never asked
 // about; deleted objects kept for slots are asked about together (FreeUnpinned), as are spill
-// candidates: one read of the slots for the batch.
+// candidates: one read of the slots for the batch, which costs what the batch holds, not what
+// the slots hold.
 class SlotReaders {
  public:
   virtual ~SlotReaders() = default;
@@ -176,8 +177,10 @@ class SlotReaders {
   virtual void Withdraw(ObjectId id) = 0;
   // Whether a reference slot holds `id` now; asked only after Withdraw(id).
   virtual bool Pinned(ObjectId id) const = 0;
-  // Every id the reference slots hold now: one read for the ids withdrawn before the call.
-  virtual std::unordered_set<ObjectId> Held() const = 0;
+  // Which of `ids` (sorted, distinct) a reference slot holds now, held[i] about ids[i]: one
+  // read of the slots for ids withdrawn before the call. Each slot is looked up among `ids`
+  // only: what else the slots hold, garbage included, costs a compare and is never collected.
+  virtual std::vector<bool> HeldAmong(std::span<const ObjectId> ids) const = 0;
   // The ids clients took from the index since the last call, oldest first (untrusted).
   virtual std::vector<ObjectId> Touched() = 0;
 };
@@ -235,6 +238,9 @@ class ObjectTable {
   // read of the slots for all; whether some are still held (then the caller asks again later).
   bool FreeUnpinned();
   size_t pinned() const { return pinned_.size(); }
+  // How many times an object came to wait for reference slots only (kept by pinned_), ever: a
+  // caller that reads the slots less often while nothing new waits sees when something does.
+  uint64_t pins_made() const { return pins_made_; }
 
   // Keeps the LRU of spill candidates from now on (see the class comment).
   void set_spilling(bool on) { spilling_ = on; }
@@ -332,6 +338,9 @@ class ObjectTable {
   SlotReaders* readers_ = nullptr;
   // Deleted, unreferenced, held by reference slots; the session that caused the free beside each.
   std::unordered_map<ObjectId, SessionId> pinned_;
+  uint64_t pins_made_ = 0;
+  // Reads of the slots one SpillCandidates call makes at most.
+  static constexpr int kSpillBatches = 4;
 };
 
 }  // namespace depot

@@ -28,6 +28,9 @@ class Peer {
   // may have returned before the daemon read them: see docs/design.md, "Puts in one message").
   // Nothing for a peer that reads no socket.
   virtual void DrainSent() {}
+  // The socket a drain watches for bytes the client sent (see Store::DrainFirst), or -1 for a
+  // peer that reads no socket (nothing to drain).
+  virtual int fd() const { return -1; }
   // Closes the session for `status` (a ProtocolError found outside its own request: in its put
   // ring), after one error reply. Nothing for a peer that reads no socket.
   virtual void Abort(const Status& status) { (void)status; }

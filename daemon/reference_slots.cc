@@ -21,6 +21,16 @@ std::span<const uint64_t> ReferenceSlots::Used() const {
   return {map_.words(), std::min<uint64_t>(high, index::kSlotCount)};
 }
 
+uint64_t ReferenceSlots::Fingerprint() const {
+  std::span<const uint64_t> used = Used();
+  uint64_t h = used.size();
+  for (const uint64_t& slot : used) {
+    h = (h ^ index::Load(&slot, std::memory_order_relaxed)) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 32;
+  }
+  return h;
+}
+
 void ReferenceSlots::Collect(std::unordered_set<ObjectId>& ids) const {
   for (const uint64_t& slot : Used()) {
     if (uint64_t id = index::Load(&slot, std::memory_order_acquire); id != 0) ids.insert(id);

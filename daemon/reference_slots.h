@@ -16,7 +16,9 @@
 #define DEPOT_DAEMON_REFERENCE_SLOTS_H_
 
 #include <cstdint>
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_set>
@@ -25,6 +27,7 @@
 #include "common/shared_mapping.h"
 #include "common/unique_fd.h"
 #include "daemon/object_table.h"
+#include "proto/index_layout.h"
 
 namespace depot {
 
@@ -39,6 +42,34 @@ class ReferenceSlots {
 
   // Adds every id the slots hold now to `ids` (zeros left out).
   void Collect(std::unordered_set<ObjectId>& ids) const;
+  // Calls `fn` with each id the slots hold now (zeros left out, repeats not), collecting
+  // nothing: the daemon's reads of every session's slots stay a pass over memory, whatever the
+  // client wrote (docs/design.md, "Gets without a round trip").
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const uint64_t& slot : Used()) {
+      if (uint64_t id = index::Load(&slot, std::memory_order_acquire); id != 0) fn(id);
+    }
+  }
+  // The ids the slots hold now that `names(id)` says name something, each once. They are looked
+  // up again only when the slots changed since the last call (a fingerprint of the words in
+  // use): a session that leaves its slots as they are, garbage included, costs a pass over them.
+  // An id that named nothing then and names an object now (an id the daemon had not handed out
+  // yet: only a hostile client writes one) is missed until the slots change; the caller checks
+  // each returned id again, as one may name nothing now.
+  template <typename Fn>
+  const std::vector<ObjectId>& Naming(Fn&& names) const {
+    uint64_t print = Fingerprint();
+    if (named_ && named_print_ == print) return *named_;
+    named_.emplace();
+    ForEach([&](ObjectId id) {
+      if (names(id)) named_->push_back(id);
+    });
+    std::sort(named_->begin(), named_->end());
+    named_->erase(std::unique(named_->begin(), named_->end()), named_->end());
+    named_print_ = print;
+    return *named_;
+  }
   // Whether some slot holds `id` now.
   bool Holds(ObjectId id) const;
   // Appends the ids the client noted as taken from the index since the last call: at most the
@@ -48,12 +79,16 @@ class ReferenceSlots {
  private:
   // The slots in use now, as the client says, clamped to the slot count.
   std::span<const uint64_t> Used() const;
+  // A hash of the slots in use now and of their count.
+  uint64_t Fingerprint() const;
 
   ReferenceSlots(UniqueFd fd, SharedMapping map) : fd_(std::move(fd)), map_(std::move(map)) {}
 
   UniqueFd fd_;
   SharedMapping map_;
   uint64_t touches_read_ = 0;  // the touch count at the last TakeTouches
+  mutable std::optional<std::vector<ObjectId>> named_;  // the last Naming's answer
+  mutable uint64_t named_print_ = 0;                    // ... and the fingerprint it was for
 };
 
 }  // namespace depot

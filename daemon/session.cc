@@ -95,11 +95,18 @@ void Session::DrainSent() {
   }
 }
 
+int Session::fd() const {
+  return closed_ ? -1 : const_cast<Socket&>(socket_).native_handle();  // asio's is not const
+}
+
 void Session::Serve() {
   if (closed_ || failing_) return;
   int budget = kMessagesPerTurn;
   while (budget > 0 && !Throttled() && ParseOne()) --budget;
   if (closed_ || failing_) return;
+  // Whole messages left for later, a put among them perhaps: the next drain reads this session
+  // although its socket may take no more bytes.
+  if (greeted_ && reader_.Whole()) store_.NoteUnhandled(id_);
   if (Throttled()) {
     paused_ = true;  // Flush serves again once the replies drain
   } else if (budget == 0) {

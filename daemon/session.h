@@ -51,6 +51,7 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   // Throttled limit it handles only puts (they have no reply), stopping at the first other
   // message. Nothing while this session is itself handling a message.
   void DrainSent() override;
+  int fd() const override;
   void Abort(const Status& status) override {
     if (!closed_ && !failing_) Fail(status, 0);
   }

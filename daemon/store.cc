@@ -388,11 +388,32 @@ void Store::OnRelease(SessionId s, const wire::ReleaseRequest& req) {
 }
 
 void Store::WatchPins() {
-  if (pins_armed_ || !namespaces_.FreeUnpinned()) return;
+  // Clients clear their slots without a message: a timer reads them again, soon after an object
+  // newly waits for them, then less and less often (each read looks at every slot).
+  if (uint64_t made = namespaces_.PinsMade(); made != pins_made_) {
+    pins_made_ = made;
+    pins_delay_ = kPinsFirst;
+    // Sooner than the wait armed, unless that ends sooner still: no stream of new pins can put
+    // the read off.
+    if (pins_armed_ && std::chrono::steady_clock::now() + kPinsFirst < pins_due_) {
+      return ArmPins();
+    }
+  }
+  if (pins_armed_) return;
+  if (!namespaces_.FreeUnpinned()) {
+    pins_delay_ = kPinsFirst;
+    return;
+  }
+  ArmPins();
+}
+
+void Store::ArmPins() {
   pins_armed_ = true;
-  // Clients clear their slots without a message: a short timer reads them again.
-  pins_timer_.expires_after(std::chrono::milliseconds(5));
-  pins_timer_.async_wait([this](const boost::system::error_code& ec) {
+  pins_timer_.expires_after(pins_delay_);  // cancels a wait armed before
+  pins_due_ = pins_timer_.expiry();
+  pins_delay_ = std::min(pins_delay_ * 2, kPinsLast);
+  pins_timer_.async_wait([this, wait = ++pins_wait_](const boost::system::error_code& ec) {
+    if (wait != pins_wait_) return;  // re-armed since
     pins_armed_ = false;
     if (!ec) WatchPins();
   });

@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -76,6 +77,9 @@ class Store {
   // of a session must be hello. Returns a ProtocolError when the session must be closed.
   Status Handle(SessionId session, const proto::Header& header, std::span<const uint8_t> body);
 
+  // Session `s` ended its turn with whole messages read and not handled: the next drain
+  // handles them (store_puts.cc).
+  void NoteUnhandled(SessionId s);
   // A session broke the protocol before its request reached Handle (counted in status).
   void NoteProtocolError() { ++errors_[static_cast<size_t>(Status::Code::kProtocolError)]; }
 
@@ -169,8 +173,11 @@ class Store {
                                                  std::optional<Guid> after, size_t limit) const;
 
   // Frees the deleted objects that only reference slots held and none holds now, and reads the
-  // slots again shortly while some still do.
+  // slots again while some still do: 5 ms later, then less and less often (to once a second)
+  // while no object newly waits for slots, so that a slot held for ever costs almost nothing.
   void WatchPins();
+  // Arms pins_timer_ to call WatchPins after pins_delay_, and doubles the delay for next time.
+  void ArmPins();
 
   // Tells the sessions that have the segment to unmap it; whether any has it (then it is held).
   bool OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id);
@@ -194,6 +201,12 @@ class Store {
   StoreCounters counters_;
   boost::asio::steady_timer pins_timer_;  // armed while deleted objects wait for slots to let go
   bool pins_armed_ = false;
+  static constexpr std::chrono::milliseconds kPinsFirst{5};
+  static constexpr std::chrono::milliseconds kPinsLast{1000};
+  std::chrono::milliseconds pins_delay_ = kPinsFirst;
+  uint64_t pins_made_ = 0;  // NamespaceSet::PinsMade at the last WatchPins
+  std::chrono::steady_clock::time_point pins_due_;  // when the armed wait ends
+  uint64_t pins_wait_ = 0;  // the armed wait's number: a wait cancelled by a re-arm does nothing
   LeaseTable leases_;
   PutRings rings_;
   uint64_t leases_revoked_ = 0;
@@ -203,6 +216,16 @@ class Store {
     proto::Header header;
     std::vector<uint8_t> body;
   };
+  // The sessions DrainFirst reads before a miss, other than `s`: those that may have a put
+  // unread (store_puts.cc).
+  std::vector<SessionId> SentSinceDrain(SessionId s);
+  // From `s`'s first lease on, a drain hears of the bytes its socket takes (drain_poll_).
+  void WatchForDrain(SessionId s);
+  UniqueFd drain_poll_;  // the sockets of sessions that took a lease, edge-triggered
+  bool drain_all_ = false;  // no epoll set: every drain reads every lease holder, as it once did
+  // Sessions to drain next time whatever drain_poll_ says (NoteUnhandled, or the session whose
+  // request drained, whose edge that drain consumed).
+  std::unordered_set<SessionId> drain_again_;
   bool draining_ = false;  // DrainFirst is reading the sessions' sockets
   bool drained_ = false;   // ... and is answering what it put off: no second drain
   std::vector<Deferred> deferred_;

@@ -3,10 +3,14 @@
 // put rings), blocks of deleted objects handed back to their lease (ReturnToLease), and the drain
 // that keeps "once a put returns, a get that starts later finds it" although the daemon may not
 // have read the put yet (DrainFirst). Kept apart from the create, seal and get requests (store.cc).
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "daemon/replies.h"
 #include "daemon/store.h"
@@ -58,6 +62,7 @@ void Store::OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req) {
   if (!frames.ok()) return ReplyError(s, id, frames.status());
   quotas_.ChargeBytes(uid, s, size);
   leases_.Grant(s, *st.ns, frames->front(), size);
+  WatchForDrain(s);  // before the reply: every put message comes after it
   if (PutRing* ring = rings_.Find(s)) ring->LeaseGranted();
   std::vector<uint64_t> keys;
   std::vector<UniqueFd> fds;
@@ -203,11 +208,11 @@ bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint
     return true;
   }
   draining_ = true;
-  for (SessionId holder : leases_.Holders()) {
-    auto it = sessions_.find(holder);
-    if (holder != s && it != sessions_.end()) it->second.peer->DrainSent();
+  for (SessionId sender : SentSinceDrain(s)) {
+    auto it = sessions_.find(sender);
+    if (it != sessions_.end()) it->second.peer->DrainSent();
   }
-  rings_.TakeAll();
+  rings_.TakeAll();  // the rings with a put in them only
   draining_ = false;
   drained_ = true;
   std::vector<Deferred> deferred = std::move(deferred_);
@@ -227,6 +232,54 @@ bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint
   }
   drained_ = false;
   return false;
+}
+
+void Store::WatchForDrain(SessionId s) {
+  if (!drain_poll_.valid() && !drain_all_) {
+    drain_poll_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+    drain_all_ = !drain_poll_.valid();
+    if (drain_all_) spdlog::warn("no epoll set for drains: {}", std::strerror(errno));
+  }
+  int fd = sessions_.at(s).peer->fd();
+  if (drain_all_ || fd < 0) return;
+  // Edge-triggered: reported once per arrival of bytes, not for as long as bytes wait; bytes
+  // already there count as an arrival. The socket leaves the set when it closes. A session that
+  // takes a second lease is in the set already (EEXIST).
+  epoll_event ev{.events = EPOLLIN | EPOLLET, .data = {.u64 = s}};
+  if (::epoll_ctl(drain_poll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0 && errno != EEXIST) {
+    spdlog::warn("session {}: drains read it at every miss: {}", s, std::strerror(errno));
+    drain_again_.insert(s);
+  }
+}
+
+void Store::NoteUnhandled(SessionId s) {
+  drain_again_.insert(s);
+  // Closed sessions' ids go when they pile up, the next drain being perhaps far off.
+  if (drain_again_.size() > 2 * sessions_.size() + 64) {
+    std::erase_if(drain_again_, [this](SessionId id) { return !sessions_.contains(id); });
+  }
+}
+
+std::vector<SessionId> Store::SentSinceDrain(SessionId s) {
+  std::vector<SessionId> senders(drain_again_.begin(), drain_again_.end());
+  drain_again_.clear();
+  if (drain_all_) {
+    std::vector<SessionId> holders = leases_.Holders();
+    senders.insert(senders.end(), holders.begin(), holders.end());
+  } else if (drain_poll_.valid()) {
+    // The sessions whose socket took bytes since the last drain: no system call per session.
+    epoll_event ready[64];
+    int n = 0;
+    do {
+      n = ::epoll_wait(drain_poll_.get(), ready, 64, 0);
+      for (int i = 0; i < n; ++i) senders.push_back(ready[i].data.u64);
+    } while (n == 64);
+  }
+  // The session that asked is in the middle of its own message: its edge waits for the next.
+  if (std::erase(senders, s) > 0) drain_again_.insert(s);
+  std::sort(senders.begin(), senders.end());
+  senders.erase(std::unique(senders.begin(), senders.end()), senders.end());
+  return senders;
 }
 
 }  // namespace depot

@@ -63,10 +63,10 @@ std::vector<const StoredObject*> Store::HeldByProcess(const ObjectTable& table, 
     std::vector<const StoredObject*> objects = table.ObjectsHeldBy(sid);
     // What it holds through its reference slots counts too (ids that name nothing are skipped).
     if (const LockFreeGets* gets = st.ns->gets(); gets != nullptr) {
-      for (ObjectId id : gets->HeldBy(sid)) {
+      gets->ForEachHeldBy(sid, [&](ObjectId id) {
         const StoredObject* o = table.Get(id);
         if (o != nullptr && !o->deleted) objects.push_back(o);
-      }
+      });
     }
     for (const StoredObject* o : objects) {
       if (!after || *after < o->guid) held.push_back(o);
@@ -98,9 +98,10 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
                                              fbb.CreateString(holder.name), h.references));
   }
   for (const auto& [sid, st] : sessions_) {
-    // Sessions that hold it through a reference slot, and no daemon reference.
+    // Sessions that hold it through a reference slot, and no daemon reference: a compare per
+    // slot, nothing collected.
     if (st.ns == nullptr || &st.ns->table() != &table || st.ns->gets() == nullptr ||
-        table.HeldBy(sid, o->id) > 0 || !st.ns->gets()->HeldBy(sid).contains(o->id)) {
+        table.HeldBy(sid, o->id) > 0 || !st.ns->gets()->HeldBy(sid, o->id)) {
       continue;
     }
     holders.push_back(wire::CreateHolderInfo(fbb, sid, st.creds.pid, st.creds.uid,
@@ -168,7 +169,7 @@ void Store::OnStatus(SessionId s, uint64_t id) {
 std::string Store::Metrics() const {
   StoreStatus status = Snapshot();
   std::vector<PoolReport> pools = namespaces_.PoolReports();
-  ObjectCounts objects = namespaces_.Counts();
+  ObjectCounts objects = namespaces_.Counts(true);
   std::map<uid_t, UserLoad> by_user;
   for (const auto& [uid, n] : SessionsByUser()) by_user[uid].sessions = n;
   for (const auto& [uid, n] : waits_.guids_by_user()) by_user[uid].pending_guids = n;
@@ -197,10 +198,14 @@ void Store::OnClients(SessionId s, uint64_t id) {
     if (st.ns == nullptr) continue;  // not greeted
     Holdings h = st.ns->table().HoldingsOf(sid);
     if (const LockFreeGets* gets = st.ns->gets(); gets != nullptr) {
-      // What it holds through its reference slots counts as its references too.
-      for (ObjectId held : gets->HeldBy(sid)) {
-        const StoredObject* o = st.ns->table().Get(held);
-        if (o == nullptr || st.ns->table().HeldBy(sid, held) > 0) continue;
+      // What it holds through its reference slots counts as its references too. The slots are
+      // looked up in the table only when they changed since the last call: garbage left in
+      // them costs a pass over them, not a lookup of each.
+      const ObjectTable& table = st.ns->table();
+      auto names = [&table](ObjectId id) { return table.Get(id) != nullptr; };
+      for (ObjectId id : gets->NamedBy(sid, names)) {
+        const StoredObject* o = table.Get(id);
+        if (o == nullptr || table.HeldBy(sid, id) > 0) continue;
         ++h.references;
         h.bytes += o->size();
       }

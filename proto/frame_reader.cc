@@ -38,6 +38,13 @@ uint16_t FrameReader::NextType() const {
   return h.type;
 }
 
+bool FrameReader::Whole() const {
+  if (end_ - begin_ < sizeof(Header)) return false;
+  Header h;
+  std::memcpy(&h, buffer_.data() + begin_, sizeof h);
+  return end_ - begin_ >= sizeof(Header) + size_t{h.length};
+}
+
 std::span<uint8_t> FrameReader::Space() {
   if (begin_ == end_) begin_ = end_ = 0;
   size_t unread = end_ - begin_;

@@ -53,6 +53,8 @@ class FrameReader {
   // The type in the next message's header, or 0 while its header is not all here (the header
   // is not checked: Next does that).
   uint16_t NextType() const;
+  // Whether the next message is all here, header and body (the header is not checked).
+  bool Whole() const;
 
   // Where the next read should put its bytes: at least half a read chunk, made by moving the
   // unread bytes to the front of the buffer or growing it, or by shrinking a buffer that a large
