@@ -13,19 +13,19 @@
 
 namespace depot {
 
-Result<const PutRing*> PutRings::Join(SessionId session) {
+Result<const PutRing*> PutRings::Join(SessionId session, uid_t uid) {
   auto ring = PutRing::Create("putring-" + std::to_string(::getpid()) + "-" +
                               std::to_string(session));
   if (!ring.ok()) return ring.status();
-  (*ring)->SetPolled(Word());
+  (*ring)->SetPolled(Word(uid));
   const PutRing* out = ring->get();
-  rings_[session] = std::move(*ring);
+  rings_[session] = Ring{std::move(*ring), uid};
   return out;
 }
 
 PutRing* PutRings::Find(SessionId session) {
   auto it = rings_.find(session);
-  return it == rings_.end() ? nullptr : it->second.get();
+  return it == rings_.end() ? nullptr : it->second.ring.get();
 }
 
 Status PutRings::Take(SessionId session) {
@@ -46,8 +46,8 @@ Status PutRings::Take(SessionId session) {
 void PutRings::TakeAll() {
   // By id, not by iterator: a put may answer a get, and a failed session may close meanwhile.
   std::vector<SessionId> pending;
-  for (const auto& [session, ring] : rings_) {
-    if (ring->Pending()) pending.push_back(session);
+  for (const auto& [session, r] : rings_) {
+    if (r.ring->Pending()) pending.push_back(session);
   }
   for (SessionId session : pending) {
     if (Status st = Take(session); !st.ok()) fail_(session, st);
@@ -69,23 +69,18 @@ void PutRings::Arm() {
 }
 
 bool PutRings::AnyPending() const {
-  for (const auto& [session, ring] : rings_) {
-    if (ring->Pending()) return true;
+  for (const auto& [session, r] : rings_) {
+    if (r.ring->Pending()) return true;
   }
   return false;
 }
 
-void PutRings::GetWaits() {
-  if (urgent_) return;
-  urgent_ = true;
-  Publish();
+void PutRings::GetWaits(uid_t uid) {
+  if (urgent_.insert(uid).second) Publish();
 }
 
 void PutRings::Tick() {
-  if (bool urgent = waiting_(); urgent != urgent_) {
-    urgent_ = urgent;
-    Publish();
-  }
+  if (std::erase_if(urgent_, [this](uid_t uid) { return !waiting_(uid); }) > 0) Publish();
   if (AnyPending()) {
     TakeAll();
     idle_polls_ = 0;
@@ -110,14 +105,15 @@ void PutRings::SetPolled(bool polled) {
   Publish();
 }
 
-uint64_t PutRings::Word() const {
-  uint64_t state = urgent_ ? put_ring::kUrgent : polling_ ? put_ring::kPolling : put_ring::kIdle;
+uint64_t PutRings::Word(uid_t uid) const {
+  uint64_t state = urgent_.contains(uid) ? put_ring::kUrgent
+                   : polling_            ? put_ring::kPolling
+                                         : put_ring::kIdle;
   return epoch_ << 2 | state;
 }
 
 void PutRings::Publish() {
-  uint64_t word = Word();
-  for (const auto& [session, ring] : rings_) ring->SetPolled(word);
+  for (const auto& [session, r] : rings_) r.ring->SetPolled(Word(r.uid));
 }
 
 }  // namespace depot

@@ -10,17 +10,22 @@
 //     the LRU soon even when nobody asks for them; after kIdlePolls polls that found nothing the
 //     timer stops, and the clients are told to ring again;
 //   - of a session that closes, before its references go.
-// While a get waits for an object (WaitingFn), the rings are not shown as polled, so that every
-// put rings the doorbell and a waiting get is answered at once, not at the next poll.
+// While a get waits for an object (WaitingFn), the rings of its user's sessions are not shown as
+// polled, so that every put of theirs rings the doorbell and the get is answered at once, not at
+// the next poll. Only its user's: a get parked forever must not make every other user's puts send
+// a message (a put of another user still reaches it within a poll).
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_PUT_RINGS_H_
 #define DEPOT_DAEMON_PUT_RINGS_H_
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 
 #include <boost/asio/io_context.hpp>
@@ -42,14 +47,14 @@ class PutRings {
   // A session's ring is broken, or one of its puts was refused: the session must close.
   using FailFn = std::function<void(SessionId, const Status&)>;
 
-  // Whether some get waits for an object now.
-  using WaitingFn = std::function<bool()>;
+  // Whether some get of `uid` waits for an object now.
+  using WaitingFn = std::function<bool(uid_t)>;
 
   PutRings(boost::asio::io_context& io, TakeFn take, FailFn fail, WaitingFn waiting)
       : timer_(io), take_(std::move(take)), fail_(std::move(fail)), waiting_(std::move(waiting)) {}
 
-  // Makes `session`'s ring (sent to it at hello); the memfd's error.
-  Result<const PutRing*> Join(SessionId session);
+  // Makes `session`'s ring (sent to it at hello), a session of `uid`; the memfd's error.
+  Result<const PutRing*> Join(SessionId session, uid_t uid);
   void Leave(SessionId session) { rings_.erase(session); }
   PutRing* Find(SessionId session);
 
@@ -59,24 +64,29 @@ class PutRings {
   void TakeAll();
   // The doorbell: polls the rings from now on, until they stay empty for a while.
   void Poll();
-  // A get was parked: puts ring the doorbell from now on (until a poll finds no get waiting).
-  void GetWaits();
+  // A get of `uid` was parked: that user's puts ring the doorbell from now on (until a poll
+  // finds no get waiting).
+  void GetWaits(uid_t uid);
 
  private:
   void Arm();
   void Tick();
   bool AnyPending() const;
   void SetPolled(bool polled);
-  void Publish();  // writes Word() into every ring
-  uint64_t Word() const;
+  void Publish();  // writes Word(its user) into every ring
+  uint64_t Word(uid_t uid) const;
 
   boost::asio::steady_timer timer_;
   TakeFn take_;
   FailFn fail_;
   WaitingFn waiting_;
-  std::map<SessionId, std::unique_ptr<PutRing>> rings_;
+  struct Ring {
+    std::unique_ptr<PutRing> ring;
+    uid_t uid;
+  };
+  std::map<SessionId, Ring> rings_;
   bool polling_ = false;
-  bool urgent_ = false;  // a get waits
+  std::set<uid_t> urgent_;  // the users some of whose gets wait: their puts ring
   uint64_t epoch_ = 0;   // times the polling stopped
   int idle_polls_ = 0;
 };

@@ -55,7 +55,7 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
           [this](SessionId s, const Status& st) {
             if (auto it = sessions_.find(s); it != sessions_.end()) it->second.peer->Abort(st);
           },
-          [this] { return waits_.size() > 0; }) {}
+          [this](uid_t uid) { return waits_.guids_by_user().contains(uid); }) {}
 
 Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options) {
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
@@ -280,10 +280,14 @@ void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body) {
   std::vector<uint64_t> keys;
   std::vector<UniqueFd> fds;
   if (inline_data) {
-    ns.table().Seal(s, guid, req.checksum());
+    // Created just now by this session: its seal fails only on a broken invariant.
+    if (Status sealed = ns.table().Seal(s, guid, req.checksum()); !sealed.ok()) {
+      (void)ns.table().Abort(s, guid);
+      return ReplyError(s, id, sealed);
+    }
     waits_.Wake(ns.table(), guid);
   } else if (Status c = segments_.Collect(s, obj->frames(), true, keys, fds); !c.ok()) {
-    ns.table().Abort(s, guid);
+    (void)ns.table().Abort(s, guid);  // created just now by this session: it goes
     return ReplyError(s, id, c);
   }
   auto segments = replies::Segments(fbb, ns, keys);
@@ -335,8 +339,8 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
   if (Status parked = waits_.Park(w, timeout); !parked.ok()) {
     w.ReleaseAll();
     ReplyError(s, id, parked);
-  } else if (waits_.size() > 0) {
-    rings_.GetWaits();  // the put it waits for rings the doorbell
+  } else if (uid_t uid = sessions_.at(s).creds.uid; waits_.guids_by_user().contains(uid)) {
+    rings_.GetWaits(uid);  // the put it waits for (its user's, likely) rings the doorbell
   }
 }
 

@@ -567,6 +567,52 @@ TEST_CASE("ring records past a put that took the whole lease close their connect
   CHECK(RunAs(kAlice, kAlice, {}, [&] { return OwnObjectHolds(d, kAlice, bytes); }) == 0);
 }
 
+TEST_CASE("another user's get parked forever does not make a user's puts ring the doorbell",
+          "[put][ring][hostile]") {
+  NeedRoot();
+  Daemon d = StartForOthers();
+  constexpr int kPuts = 200;
+  // Mallory parks gets that wait forever for objects nobody will put.
+  Channel parked, done;
+  pid_t mallory = Spawn([&] {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(kMallory, kMallory, kMallory) != 0 ||
+        ::setresuid(kMallory, kMallory, kMallory) != 0) {
+      return 100;
+    }
+    Raw r(d.socket());
+    r.Hello();
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<wire::Guid> missing = {proto::ToWire(Guid::Random())};
+    fbb.Finish(wire::CreateGetRequest(fbb, fbb.CreateVectorOfStructs(missing), -1));
+    r.Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kGet), 7, fbb));
+    r.Write(Empty(proto::MsgType::kPing, 8));  // answered once the get above is parked
+    proto::Header h;
+    std::vector<uint8_t> body;
+    while (r.Read(h, body) && h.request_id != 8) {
+    }
+    parked.Send("parked");
+    done.Receive();
+    return 0;
+  });
+  REQUIRE(parked.Receive() == "parked");
+  Client root = d.Connect();
+  double before = Metric(root, Requests("puts-written"));
+  int code = RunAs(kAlice, kAlice, {}, [&] {
+    Client c = d.Connect();
+    for (int i = 0; i < kPuts; ++i) {
+      if (!c.Put(Pattern(1024, static_cast<uint32_t>(i))).ok()) return 1;
+    }
+    return 0;
+  });
+  CHECK(code == 0);
+  // Alice's puts go through her ring with a doorbell now and then (the first, and after the
+  // polling stops), not one per put as they would to wake a get of hers.
+  CHECK(Metric(root, Requests("puts-written")) - before <= 10);
+  CHECK(Metric(root, Requests("put")) == kPuts);
+  done.Send("done");
+  CHECK(Wait(mallory) == 0);
+}
+
 TEST_CASE("scribbles on a ring's flags and return words break nothing", "[put][ring][hostile]") {
   NeedRoot();
   Daemon d = StartForOthers();
