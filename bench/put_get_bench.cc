@@ -52,7 +52,7 @@ void Measure(Client& c, uint64_t size, int reps, const Summary& rtt) {
     auto t1 = Clock::now();
     Guid id = Check(c.Put(src), fmt::format("put of {}", size));
     auto t2 = Clock::now();
-    c.Delete(id);
+    Check(c.Delete(id), "delete");
     if (i == 0) continue;
     copy_t.Add(Seconds(t1 - t0));
     put_t.Add(Seconds(t2 - t1));
@@ -66,7 +66,7 @@ void Measure(Client& c, uint64_t size, int reps, const Summary& rtt) {
     if (obj.size() != size) throw BenchError("get returned the wrong size");
     if (i > 0) get_t.Add(Seconds(t1 - t0));
   }
-  c.Delete(id);
+  Check(c.Delete(id), "delete");
 
   Summary put = put_t.Summarize(), copy = copy_t.Summarize(), get = get_t.Summarize();
   double gbs_put = static_cast<double>(size) / put.p50 / 1e9;

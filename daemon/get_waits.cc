@@ -3,12 +3,16 @@
 #include <chrono>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace depot {
 
 void GetWait::ReleaseAll() const {
   for (const StoredObject* o : acquired) {
-    if (o != nullptr) table->Release(session, o->id);
+    if (o == nullptr) continue;
+    if (Status released = table->Release(session, o->id); !released.ok()) {
+      spdlog::error("session {}: a parked get's reference: {}", session, released.message());
+    }
   }
 }
 

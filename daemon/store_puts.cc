@@ -124,7 +124,11 @@ Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
   if (req.owner_scoped()) owner_scopes_.Add(s, guid, table);
   quotas_.CountObject(st.creds.uid, s);
   counters_.ObserveObject(obj->size());
-  table.Seal(s, guid, req.checksum());
+  // Created just now by this session: its seal fails only on a broken invariant, which ends the
+  // session (and aborts the object with it).
+  if (Status sealed = table.Seal(s, guid, req.checksum()); !sealed.ok()) {
+    return refuse(sealed.message());
+  }
   waits_.Wake(table, guid);
   return Status::OK();
 }

@@ -264,7 +264,7 @@ Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body, 
     // Told at once, so that the daemon counts the memory free again. A send that fails means
     // the connection is gone, and with it every hold this process had.
     std::vector<uint8_t> dropped = segments_.Retire(*proto::Body<wire::SegmentsRetired>(body));
-    if (!dropped.empty()) Send(dropped);
+    if (!dropped.empty()) (void)Send(dropped);  // failed: see above
     return Status::OK();
   }
   Message msg;

@@ -244,7 +244,9 @@ Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg
     flatbuffers::FlatBufferBuilder fbb(64);
     wire::Guid g = proto::ToWire(guid);
     fbb.Finish(wire::CreateGuidRequest(fbb, &g));
-    Call(proto::MsgType::kAbort, fbb);
+    // The caller hears why the frames could not be mapped; an abort that fails finds the
+    // connection gone, and the daemon aborts the object at the disconnect.
+    (void)Call(proto::MsgType::kAbort, fbb);
     return frames.status();
   }
   return Draft(shared_from_this(), guid, std::move(*frames), std::move(uses),

@@ -74,7 +74,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Gives back segment uses that MapFrames recorded, and tells the daemon of the retired
   // segments that this unmapped.
   void DropUses(const std::vector<uint64_t>& uses) {
-    if (auto dropped = segments_.DropUses(uses); !dropped.empty()) channel_.Send(dropped);
+    // A send that fails finds the connection gone, and every hold with it.
+    if (auto dropped = segments_.DropUses(uses); !dropped.empty()) (void)channel_.Send(dropped);
   }
   // Every result of `reply` is handled: closes its dedicated segments that nothing uses.
   void DropIdle(const Message& reply) { segments_.DropIdle(reply.dedicated); }

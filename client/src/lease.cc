@@ -144,7 +144,8 @@ void Lease::Forget() {
   size_ = cursor_ = 0;
   returned_.clear();  // the daemon frees them with the lease's rest
   if (ring_) ring_->SkipReturns();
-  if (auto dropped = segments_.DropUses(uses_); !dropped.empty()) channel_.Send(dropped);
+  // A send that fails finds the connection gone, and every hold with it.
+  if (auto dropped = segments_.DropUses(uses_); !dropped.empty()) (void)channel_.Send(dropped);
   uses_.clear();
 }
 
@@ -218,7 +219,8 @@ bool Lease::Renew(uint64_t want, uint64_t need) {
   const auto* frames = lease->frames();
   if (frames == nullptr || frames->size() != 1 || frames->Get(0)->pool() != 0 ||
       frames->Get(0)->size() < need || frames->Get(0)->size() > want) {
-    channel_.Break(Status::ProtocolError("depotd answered a lease with another range"));
+    // Broken for good: the next call on the connection returns this error.
+    (void)channel_.Break(Status::ProtocolError("depotd answered a lease with another range"));
     return false;
   }
   std::vector<std::span<std::byte>> unpopulated;

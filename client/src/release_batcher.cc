@@ -39,7 +39,7 @@ void ReleaseBatcher::Queued(std::unique_lock<std::mutex>& lk) {
   bool wake = flusher_idle_;
   lk.unlock();
   if (wake) cv_.notify_one();
-  if (!now.empty()) channel_.Send(now);  // a broken connection released everything already
+  if (!now.empty()) (void)channel_.Send(now);  // a broken connection released everything already
 }
 
 std::vector<uint8_t> ReleaseBatcher::Take() {
@@ -74,7 +74,7 @@ void ReleaseBatcher::Flush() {
     }
     std::vector<uint8_t> bytes = TakeLocked();
     lk.unlock();
-    channel_.Send(bytes);
+    (void)channel_.Send(bytes);  // a broken connection released everything already
     lk.lock();
   }
 }

@@ -11,7 +11,10 @@
 
 namespace depot {
 
-class Status {
+// Both are [[nodiscard]]: a result dropped without a look is a compile warning (an error in the
+// builds of scripts/test). One that truly needs no look is discarded with a (void) cast and a
+// comment saying why.
+class [[nodiscard]] Status {
  public:
   // The values are those of the wire protocol's Code enum, one to one.
   enum class Code : uint16_t {
@@ -90,7 +93,7 @@ class Status {
 // A T or the Status that explains why there is none. Reading the value of a failed Result is a
 // programming error (it throws std::bad_variant_access).
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}           // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}    // NOLINT: must not be OK
