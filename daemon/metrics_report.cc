@@ -161,6 +161,16 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Family("depot_leased_bytes", "gauge",
            "Bytes leased to clients for puts, with blocks handed back, not used yet.");
   t.Sample("depot_leased_bytes", {}, s.leased);
+  t.Family("depot_indexed_objects", "gauge", "Objects in the shared indexes.");
+  t.Sample("depot_indexed_objects", {}, s.indexed);
+  t.Family("depot_index_entries", "gauge", "Entries of the shared indexes.");
+  t.Sample("depot_index_entries", {}, s.index_entries);
+  t.Family("depot_index_over_share_total", "counter",
+           "Objects left out of a shared index because their user had its equal part of it.");
+  t.Sample("depot_index_over_share_total", {}, s.index_over_share);
+  t.Family("depot_index_taken_back_total", "counter",
+           "Index entries taken back from a user over its part, for another user's object.");
+  t.Sample("depot_index_taken_back_total", {}, s.index_taken_back);
   t.Family("depot_leases_revoked_total", "counter",
            "Idle leases taken back because memory ran short.");
   t.Sample("depot_leases_revoked_total", {}, s.leases_revoked);

@@ -240,6 +240,14 @@ void NamespaceSet::Report(StoreStatus& st) const {
   st.spilled_objects = c.spilled;
   st.spilled_bytes = c.spilled_bytes;
   st.objects_lost = c.lost;
+  for (const auto& [key, ns] : namespaces_) {
+    if (ns->gets() == nullptr) continue;
+    const ObjectIndex& index = ns->gets()->index();
+    st.indexed += index.indexed();
+    st.index_entries += index.entries();
+    st.index_over_share += index.refused_over_share();
+    st.index_taken_back += index.taken_back();
+  }
   spill_.Report(st);
 }
 

@@ -55,6 +55,7 @@ class ObjectIndex {
   uint64_t arena_bytes() const { return arena_.size(); }
   uint64_t size() const { return map_.size(); }
   size_t indexed() const { return placed_.size(); }
+  uint64_t entries() const { return used_.size(); }
   // Objects not indexed because their creator had its part of the index already, and entries
   // taken back from a uid over its part.
   uint64_t refused_over_share() const { return refused_over_share_; }

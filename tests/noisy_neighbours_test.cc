@@ -175,14 +175,16 @@ TEST_CASE("garbage in many sessions' slots and a pin held for ever slow nobody d
 TEST_CASE("many leases held by another uid do not make misses slow", "[hostile][leases]") {
   NeedRoot();
   Daemon d = StartOpen({"--allow-users", std::to_string(kAlice) + "," + std::to_string(kMallory),
-                        "--segment-size", "8MiB", "--max-clients", "4096"});
+                        "--segment-size", "8MiB", "--max-clients", "4096",
+                        "--max-sessions-per-user", "4096", "--capacity", "256MiB"});
   Guid kept = PutAs(d, kAlice, 50000, 2);
   Latencies before = MeasureAsAlice(d, kept, 50000, 2);
 
   constexpr int kSessions = 2000;
   Channel ready, done;
   pid_t mallory = SpawnAs(kMallory, ready, [&] {
-    // Tiny leases, each on a session of its own, that never put anything.
+    // The smallest leases (64 KiB, whatever they ask for), each on a session of its own, that
+    // never put anything.
     Sessions s;
     for (int i = 0; i < kSessions; ++i) {
       s.Open(d);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -28,11 +29,14 @@ inline void NeedRoot() {
 }
 
 // A daemon other users can reach: the socket's directory is searchable and the socket 0666, so
-// the daemon's own check is the only one.
+// the daemon's own check is the only one. A capacity of 64 MiB unless `args` names one.
 inline Daemon StartOpen(std::vector<std::string> args) {
   std::string dir = TempDir();
   REQUIRE(::chmod(dir.c_str(), 0755) == 0);
-  args.insert(args.end(), {"--socket-mode", "0666", "--capacity", "64MiB"});
+  if (std::find(args.begin(), args.end(), "--capacity") == args.end()) {
+    args.insert(args.end(), {"--capacity", "64MiB"});
+  }
+  args.insert(args.end(), {"--socket-mode", "0666"});
   return Daemon(dir + "/depot.sock", std::move(args));
 }
 

@@ -104,7 +104,7 @@ int PutAndGetAs(const Daemon& d, uid_t uid, uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("gets waiting are bounded in GUIDs per connection and per user; the daemon stays small",
+TEST_CASE("gets waiting are bounded in GUIDs per connection and per user, and the daemon stays small",
           "[limits]") {
   NeedRoot();
   // The default limits: 16,384 GUIDs a connection, 65,536 a user.

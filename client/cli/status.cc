@@ -137,6 +137,14 @@ int Status(depot::Client& c, bool json) {
   }
   fmt::print("objects       {} sealed, {} being created, {} deleted but still referenced\n",
              s->objects_sealed, s->objects_creating, s->objects_deleted);
+  if (s->index_entries > 0) {
+    fmt::print("index         {} objects in {} entries (gets of them need no round trip){}\n",
+               s->indexed, s->index_entries,
+               s->index_over_share + s->index_taken_back == 0
+                   ? ""
+                   : fmt::format("; {} left out and {} taken back to keep each user's part",
+                                 s->index_over_share, s->index_taken_back));
+  }
   fmt::print("clients       {} connected ({} since start), {} gets waiting\n", s->clients,
              s->connections, s->gets_waiting);
   fmt::print(

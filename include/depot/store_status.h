@@ -90,7 +90,13 @@
   X(sessions_top_user, uint32_t, "limits", "sessions_top_user",                                   \
     "connections of the user with the most")                                                      \
   X(max_sessions_per_user, uint32_t, "limits", "max_sessions_per_user",                           \
-    "connections one user may have (the daemon's own user: any number)")
+    "connections one user may have (the daemon's own user: any number)")                          \
+  X(indexed, uint64_t, "index", "indexed", "objects in the shared indexes now")                   \
+  X(index_entries, uint64_t, "index", "entries", "entries of the shared indexes")                 \
+  X(index_over_share, uint64_t, "index", "over_share",                                            \
+    "objects left out of an index since start: their user had its equal part of it")            \
+  X(index_taken_back, uint64_t, "index", "taken_back",                                            \
+    "entries taken back since start from a user over its part, for another user's object")
 
 namespace depot {
 

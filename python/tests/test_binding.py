@@ -56,12 +56,12 @@ def test_put_list_makes_one_frame_per_buffer(client):
 def test_put_over_the_metadata_limit_is_refused_with_no_guid(client, size):
     # Refused before it is written anywhere: no GUID for an object the daemon would never keep,
     # and the connection goes on working.
-    before = client.status()["objects"]["sealed"]
+    before = client.status()["objects_sealed"]
     with pytest.raises(depot.InvalidArgument, match="max_metadata"):
         client.put(b"data", metadata=b"m" * size)
     guid = client.put(b"after", metadata=b"m" * (16 << 10))
     assert bytes(client.get(guid).frames[0]) == b"after"
-    assert client.status()["objects"]["sealed"] == before + 1
+    assert client.status()["objects_sealed"] == before + 1
     client.delete(guid)
 
 
