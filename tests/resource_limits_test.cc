@@ -154,7 +154,9 @@ TEST_CASE("gets waiting are bounded in GUIDs per connection and per user, and th
   CHECK(sent.Receive() == fmt::format("{} 8 0", kFull * (kGets - 8)));
   uint64_t after = ResidentOf(d.pid());
   INFO("the daemon grew by " << (after - before) / kMiB << " MiB");
-  CHECK(after < before + 64 * kMiB);  // 65,536 GUIDs parked, about 8 MiB
+  // Under the sanitizers freed memory stays in their allocator's quarantine (each refused get's
+  // 32 KiB body too), so the daemon's memory says nothing there; the refusals above bound it.
+  if (*DEPOT_SANITIZE == '\0') CHECK(after < before + 64 * kMiB);  // 65,536 GUIDs, about 8 MiB
   // Another user is served meanwhile, and its objects read back intact.
   CHECK(PutAndGetAs(d, kAlice, 2) == 0);
   // Status and the metrics show what waits against the limits.
