@@ -44,8 +44,10 @@ class LeaseTable {
   // the lease took back (and fit in it; the rest of that block is freed) or lie inside the lease,
   // at or after its cursor and after the frame before it, at an aligned offset; frames of size
   // 0 take no memory. Returns their locations (each now a block of its own) and moves the
-  // lease's charge for their bytes to the caller, who charges the object instead. An error
-  // (the caller closes the connection) changes nothing.
+  // lease's charge for their bytes to the caller, who charges the object instead. A frame that
+  // takes the rest of the lease leaves its cursor at the lease's end. An error found by the
+  // checks (the caller closes the connection) changes nothing; a cut the checks allowed that
+  // fails all the same (a broken invariant) is an error too, never assumed away.
   Result<std::vector<Location>> Carve(
       SessionId session, const flatbuffers::Vector<const wire::FrameLocation*>& frames);
 
