@@ -273,4 +273,17 @@ std::string MappingOf(const void* p) {
   return "";
 }
 
+uint64_t ResidentOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "VmRSS:") {
+      uint64_t kib = 0;
+      in >> kib;
+      return kib << 10;
+    }
+  }
+  return 0;
+}
+
 }  // namespace depot::test

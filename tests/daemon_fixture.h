@@ -89,6 +89,9 @@ StoreStatus StatusOf(Client& c);
 // Whether `o` is one frame holding exactly `bytes`.
 bool Holds(const Object& o, const std::vector<std::byte>& bytes);
 
+// Resident bytes of process `pid` (VmRSS); 0 when it cannot be read.
+uint64_t ResidentOf(pid_t pid);
+
 // Runs depotctl against `d`; stdout and stderr both land in `out`.
 int Ctl(const Daemon& d, std::vector<std::string> args, std::string* out);
 

@@ -31,20 +31,6 @@ namespace {
 constexpr uint64_t kMiB = 1 << 20;
 constexpr int kProtocolErrorCode = static_cast<int>(Status::Code::kProtocolError);
 
-// Resident bytes of process `pid` (VmRSS).
-uint64_t ResidentOf(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "VmRSS:") {
-      uint64_t kib = 0;
-      in >> kib;
-      return kib << 10;
-    }
-  }
-  return 0;
-}
-
 // Runs `fn` in a child: as Mallory when root, else as this user.
 int AsAttacker(const std::function<int()>& fn) {
   return ::geteuid() == 0 ? RunAs(kMallory, kMallory, {}, fn) : RunChild(fn);

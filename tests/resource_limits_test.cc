@@ -30,20 +30,6 @@ namespace {
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kPingId = 1'000'000;
 
-// Resident bytes of process `pid` (VmRSS).
-uint64_t ResidentOf(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "VmRSS:") {
-      uint64_t kib = 0;
-      in >> kib;
-      return kib << 10;
-    }
-  }
-  return 0;
-}
-
 bool SendAll(int fd, const std::vector<uint8_t>& bytes) {
   return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
 }
