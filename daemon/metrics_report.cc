@@ -1,10 +1,9 @@
 #include "daemon/metrics_report.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "daemon/prometheus_text.h"
 #include "proto/wire.h"
@@ -127,8 +126,9 @@ void Spills(PrometheusText& t, const MetricsSnapshot& m) {
     t.Family(c.name, "counter", c.help);
     t.Sample(c.name, {}, c.value);
   }
-  t.Family("depot_objects_lost", "gauge",
-           "Objects whose spill file could not be read back (DataLoss at every get until deleted).");
+  t.Family(
+      "depot_objects_lost", "gauge",
+      "Objects whose spill file could not be read back (DataLoss at every get until deleted).");
   t.Sample("depot_objects_lost", {}, m.objects.lost);
 }
 
@@ -136,17 +136,16 @@ void Requests(PrometheusText& t, const MetricsSnapshot& m) {
   t.Family("depot_request_duration_seconds", "histogram",
            "Time the daemon spent answering requests, by type (a get's wait for a seal is not "
            "counted); _count is the number of requests.");
-  for (uint16_t type = 1; type < StoreCounters::kRequestTypes; ++type) {
-    std::string name = proto::TypeName(type);
-    if (name.starts_with("unknown")) continue;
-    t.Histogram("depot_request_duration_seconds", {{"type", name}}, m.counters.latency(type),
-                1e9);
+  for (const proto::MessageRow& row : proto::kMessages) {
+    if (row.sender != proto::Sender::kClient) continue;
+    t.Histogram("depot_request_duration_seconds", {{"type", std::string(row.name)}},
+                m.counters.latency(static_cast<uint16_t>(row.type)), 1e9);
   }
   t.Family("depot_errors_total", "counter",
            "Error replies by code (StoreFull: a create that did not fit even after eviction).");
   for (size_t code = 1; code < m.status.errors.size(); ++code) {
-    t.Sample("depot_errors_total",
-             {{"code", Status::CodeName(static_cast<Status::Code>(code))}}, m.status.errors[code]);
+    t.Sample("depot_errors_total", {{"code", Status::CodeName(static_cast<Status::Code>(code))}},
+             m.status.errors[code]);
   }
 }
 

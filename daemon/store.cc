@@ -1,10 +1,10 @@
 #include "daemon/store.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "daemon/replies.h"
 #include "daemon/request_limits.h"
@@ -22,26 +22,26 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
       options_(std::move(options)),
       access_(options_.access),
       devices_(options_.devices),
-      namespaces_(io, options_.namespaces, devices_,
-                  NamespaceHooks{
-                      .retired = [this](const Namespace& ns, uint32_t pool,
-                                        uint32_t id) { return OnSegmentRetired(ns, pool, id); },
-                      .reclaim = [this](Namespace&, const StoredObject& o,
-                                        const Location& f) { return ReturnToLease(o, f); },
-                      .revoke_leases = [this] { return RevokeIdleLeases(); },
-                      .freed =
-                          [this](const StoredObject& o) {
-                            quotas_.Credit(o.creator_uid, o.creator, o.size());
-                          },
-                      .event = [this](const Namespace& ns, TableEvent e, const StoredObject& o,
-                                      SessionId by) { events_.Emit(EventBus::KindOf(e), &o, by, &ns); },
-                      .restored = [this](Namespace& ns, const Guid& g, const Status& st) {
-                        st.ok() ? waits_.Wake(ns.table(), g) : waits_.Fail(ns.table(), g, st);
-                      },
-                      .post = [&io](std::function<void()> f) {
-                        boost::asio::post(io, std::move(f));
-                      },
-                  }),
+      namespaces_(
+          io, options_.namespaces, devices_,
+          NamespaceHooks{
+              .retired = [this](const Namespace& ns, uint32_t pool,
+                                uint32_t id) { return OnSegmentRetired(ns, pool, id); },
+              .reclaim = [this](Namespace&, const StoredObject& o,
+                                const Location& f) { return ReturnToLease(o, f); },
+              .revoke_leases = [this] { return RevokeIdleLeases(); },
+              .freed =
+                  [this](const StoredObject& o) {
+                    quotas_.Credit(o.creator_uid, o.creator, o.size());
+                  },
+              .event = [this](const Namespace& ns, TableEvent e, const StoredObject& o,
+                              SessionId by) { events_.Emit(EventBus::KindOf(e), &o, by, &ns); },
+              .restored =
+                  [this](Namespace& ns, const Guid& g, const Status& st) {
+                    st.ok() ? waits_.Wake(ns.table(), g) : waits_.Fail(ns.table(), g, st);
+                  },
+              .post = [&io](std::function<void()> f) { boost::asio::post(io, std::move(f)); },
+          }),
       quotas_(options_.user_quota, options_.client_quota),
       waits_(io, options_.get_waits, [this](GetWait& w) { AnswerGet(w); }),
       segments_([](Namespace& ns, uint32_t pool, uint32_t id) { ns.Dropped(pool, id); }),
@@ -106,9 +106,8 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
 Status Store::Failed(SessionId s, std::string_view what, const std::exception& e) {
   NoteProtocolError();
   spdlog::error("session {}: handling {} failed ({}); its connection closes", s, what, e.what());
-  return Status::ProtocolError(
-      fmt::format("depotd failed while handling {} ({}); the connection is closed", what,
-                  e.what()));
+  return Status::ProtocolError(fmt::format(
+      "depotd failed while handling {} ({}); the connection is closed", what, e.what()));
 }
 
 Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
@@ -174,12 +173,20 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
     case MsgType::kPutsWritten:  // its ring was taken above
       rings_.Poll();
       break;
-    default:
-      NoteProtocolError();
-      return Status::ProtocolError(
-          fmt::format("{} is not a request a client may send", proto::TypeName(h.type)));
+    // No default: a row of proto/messages.h without a case here fails to compile.
+    case MsgType::kSegmentsRetired:
+    case MsgType::kEvent:
+    case MsgType::kError:
+      return NotARequest(h.type);
   }
+  if (proto::FindMessage(h.type) == nullptr) return NotARequest(h.type);
   return Status::OK();
+}
+
+Status Store::NotARequest(uint16_t type) {
+  NoteProtocolError();
+  return Status::ProtocolError(
+      fmt::format("{} is not a request a client may send", proto::TypeName(type)));
 }
 
 void Store::Reply(SessionId session, uint64_t request_id, MsgType type, fb::FlatBufferBuilder& fbb,
@@ -196,20 +203,24 @@ Status Store::CheckReplySize(size_t size) const {
   if (size <= options_.max_message_size) return Status::OK();
   return Status::InvalidArgument(fmt::format(
       "the reply would be at least {} bytes, more than the limit of {} bytes (max_message_size): "
-      "ask for less at a time", size, options_.max_message_size));
+      "ask for less at a time",
+      size, options_.max_message_size));
 }
 
 void Store::ReplyError(SessionId session, uint64_t request_id, const Status& status) {
   ++errors_[static_cast<size_t>(status.code())];
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
-  it->second.peer->Send(proto::EncodeError(request_id, ToWire(status.code()), status.message()), {});
+  it->second.peer->Send(proto::EncodeError(request_id, ToWire(status.code()), status.message()),
+                        {});
 }
 
 void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body) {
   const wire::CreateRequest& req = *proto::Body<wire::CreateRequest>(body);
   RequestLimits limits{{options_.max_frames, options_.max_metadata},
-                       namespaces_.host_budget().capacity, devices_.size(), devices_.unavailable()};
+                       namespaces_.host_budget().capacity,
+                       devices_.size(),
+                       devices_.unavailable()};
   if (Status invalid = CheckCreate(req, limits); !invalid.ok()) return ReplyError(s, id, invalid);
   SessionState& st = sessions_.at(s);
   Namespace& ns = *st.ns;
@@ -223,8 +234,8 @@ void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body) {
     return ReplyError(s, id, Status::InvalidArgument("the nil GUID cannot name an object"));
   }
   if (ns.table().Find(guid) != nullptr) {
-    return ReplyError(s, id, Status::AlreadyExists(fmt::format("object {} already exists",
-                                                               guid.ToString())));
+    return ReplyError(
+        s, id, Status::AlreadyExists(fmt::format("object {} already exists", guid.ToString())));
   }
   if (Status q = quotas_.Check(st.creds.uid, s, total); !q.ok()) {
     spdlog::warn("create for pid {} uid {}: {}", st.creds.pid, st.creds.uid, q.message());
@@ -312,8 +323,9 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
   size_t n = req.guids()->size();
   int64_t timeout = req.timeout_ms();
   if (timeout < -1) {
-    return ReplyError(s, id, Status::InvalidArgument(fmt::format(
-                                 "timeout {} ms is invalid (0: poll, -1: forever)", timeout)));
+    return ReplyError(s, id,
+                      Status::InvalidArgument(
+                          fmt::format("timeout {} ms is invalid (0: poll, -1: forever)", timeout)));
   }
   ObjectTable& table = sessions_.at(s).ns->table();
   GetWait w;
@@ -340,7 +352,7 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
     w.ReleaseAll();
     ReplyError(s, id, parked);
   } else if (uid_t uid = sessions_.at(s).creds.uid; waits_.guids_by_user().contains(uid)) {
-    rings_.GetWaits(uid);  // the put it waits for (its user's, likely) rings the doorbell
+    rings_.NoteParkedGet(uid);  // the put it waits for (its user's, likely) rings the doorbell
   }
 }
 

@@ -25,6 +25,8 @@
 #include <sys/types.h>
 
 #include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -36,9 +38,6 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "daemon/access_policy.h"
 #include "daemon/device_set.h"
@@ -128,6 +127,8 @@ class Store {
   // An exception escaped the handling of `what` for session `s`: logged, and the ProtocolError
   // that closes that session (and no other).
   Status Failed(SessionId s, std::string_view what, const std::exception& e);
+  // A message only the daemon sends, or of no known type, came from a client.
+  Status NotARequest(uint16_t type);
   // Handle, once the session is known and greeted (or greeting): one request to its handler.
   Status Dispatch(SessionId s, SessionState& st, const proto::Header& h,
                   std::span<const uint8_t> body);
@@ -204,7 +205,7 @@ class Store {
   static constexpr std::chrono::milliseconds kPinsFirst{5};
   static constexpr std::chrono::milliseconds kPinsLast{1000};
   std::chrono::milliseconds pins_delay_ = kPinsFirst;
-  uint64_t pins_made_ = 0;  // NamespaceSet::PinsMade at the last WatchPins
+  uint64_t pins_made_ = 0;                          // NamespaceSet::PinsMade at the last WatchPins
   std::chrono::steady_clock::time_point pins_due_;  // when the armed wait ends
   uint64_t pins_wait_ = 0;  // the armed wait's number: a wait cancelled by a re-arm does nothing
   LeaseTable leases_;
@@ -221,13 +222,13 @@ class Store {
   std::vector<SessionId> SentSinceDrain(SessionId s);
   // From `s`'s first lease on, a drain hears of the bytes its socket takes (drain_poll_).
   void WatchForDrain(SessionId s);
-  UniqueFd drain_poll_;  // the sockets of sessions that took a lease, edge-triggered
+  UniqueFd drain_poll_;     // the sockets of sessions that took a lease, edge-triggered
   bool drain_all_ = false;  // no epoll set: every drain reads every lease holder, as it once did
   // Sessions to drain next time whatever drain_poll_ says (NoteUnhandled, or the session whose
   // request drained, whose edge that drain consumed).
   std::unordered_set<SessionId> drain_again_;
-  bool draining_ = false;  // DrainFirst is reading the sessions' sockets
-  bool drained_ = false;   // ... and is answering what it put off: no second drain
+  bool drain_reading_ = false;    // DrainFirst is reading the sessions' sockets
+  bool drain_replaying_ = false;  // ... and is answering what it put off: no second drain
   std::vector<Deferred> deferred_;
 };
 

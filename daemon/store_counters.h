@@ -14,19 +14,15 @@
 #include <string_view>
 
 #include "daemon/histogram.h"
-#include "proto/wire.h"
+#include "proto/messages.h"
 
 namespace depot {
 
 class StoreCounters {
  public:
-  // Request types are proto::MsgType values below this (hello = 1 ... puts-written, the last
-  // request type).
-  static constexpr size_t kRequestTypes = static_cast<size_t>(proto::MsgType::kPutsWritten) + 1;
-
   // Latency buckets: 1 us to 1 s, by fours, in nanoseconds.
   static constexpr std::array<uint64_t, 11> kLatencyBoundsNs = {
-      1'000,      4'000,      16'000,      64'000,      256'000,      1'000'000,
+      1'000,     4'000,      16'000,     64'000,      256'000,      1'000'000,
       4'000'000, 16'000'000, 64'000'000, 256'000'000, 1'000'000'000};
   // Object sizes: 64 B to 16 GiB, by sixteens.
   static constexpr std::array<uint64_t, 8> kSizeBounds = {
@@ -38,16 +34,17 @@ class StoreCounters {
 
   // A request of `type` took `spent` of the daemon's time (not the time a get waited parked).
   void ObserveRequest(uint16_t type, std::chrono::nanoseconds spent) {
-    if (type < kRequestTypes) latency_[type].Observe(static_cast<uint64_t>(spent.count()));
+    latency_[proto::RequestIndex(type)].Observe(static_cast<uint64_t>(spent.count()));
   }
   // An object of `bytes` was created.
   void ObserveObject(uint64_t bytes) { sizes_.Observe(bytes); }
 
-  const Histogram& latency(uint16_t type) const { return latency_[type]; }
+  // Of a request type a client may send (proto/messages.h).
+  const Histogram& latency(uint16_t type) const { return latency_[proto::RequestIndex(type)]; }
   const Histogram& object_sizes() const { return sizes_; }
 
  private:
-  std::array<Histogram, kRequestTypes> latency_;
+  std::array<Histogram, proto::kRequestCount> latency_;  // [0]: any other type
   Histogram sizes_{kSizeBounds};
 };
 

@@ -1,8 +1,9 @@
 #include "proto/wire.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
+#include <type_traits>
 
 namespace depot::proto {
 namespace {
@@ -38,6 +39,43 @@ const T* Root(std::span<const uint8_t> body) {
   return flatbuffers::GetRoot<T>(body.data());
 }
 
+// The vectors of 8-byte elements each table holds, checked after the verifier. A table not named
+// here has none.
+template <typename T>
+bool FieldsAligned(const T&) {
+  return true;
+}
+bool FieldsAligned(const wire::CreateRequest& t) { return Aligned(t.frame_sizes()); }
+bool FieldsAligned(const wire::CreateReply& t) { return Aligned(t.frames()); }
+bool FieldsAligned(const wire::GetRequest& t) { return Aligned(t.guids()); }
+bool FieldsAligned(const wire::GetReply& t) {
+  return AllAligned(t.results(), &wire::GetResult::frames);
+}
+bool FieldsAligned(const wire::ReleaseRequest& t) {
+  return Aligned(t.handles()) && Aligned(t.guids());
+}
+bool FieldsAligned(const wire::GuidsRequest& t) { return Aligned(t.guids()); }
+bool FieldsAligned(const wire::ListReply& t) {
+  return AllAligned(t.objects(), &wire::ObjectInfo::frames);
+}
+bool FieldsAligned(const wire::StatReply& t) {
+  return t.info() == nullptr || Aligned(t.info()->frames());
+}
+bool FieldsAligned(const wire::StatusReply& t) { return Aligned(t.errors()) && Aligned(t.users()); }
+bool FieldsAligned(const wire::PutRequest& t) { return Aligned(t.frames()); }
+
+// The body of a message whose row says NoReply in that direction.
+struct NoReply {};
+
+template <typename T>
+bool VerifyTable(std::span<const uint8_t> body) {
+  if constexpr (std::is_same_v<T, NoReply>) {
+    return false;
+  } else {
+    return Verify<T>(body) && FieldsAligned(*Root<T>(body));
+  }
+}
+
 }  // namespace
 
 std::string CheckHeader(const Header& h, uint32_t max_body) {
@@ -60,60 +98,11 @@ bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
   using namespace wire;
   bool reply = type & kReplyBit;
   switch (static_cast<MsgType>(type & ~kReplyBit)) {
-    case MsgType::kHello:
-      return reply ? Verify<HelloReply>(body) : Verify<HelloRequest>(body);
-    case MsgType::kCreate:
-      return reply ? Verify<CreateReply>(body) && Aligned(Root<CreateReply>(body)->frames())
-                   : Verify<CreateRequest>(body) &&
-                         Aligned(Root<CreateRequest>(body)->frame_sizes());
-    case MsgType::kSeal:
-    case MsgType::kAbort:
-      return reply ? Verify<EmptyReply>(body) : Verify<GuidRequest>(body);
-    case MsgType::kGet:
-      return reply ? Verify<GetReply>(body) &&
-                         AllAligned(Root<GetReply>(body)->results(), &GetResult::frames)
-                   : Verify<GetRequest>(body) && Aligned(Root<GetRequest>(body)->guids());
-    case MsgType::kRelease:
-      return !reply && Verify<ReleaseRequest>(body) &&
-             Aligned(Root<ReleaseRequest>(body)->handles()) &&
-             Aligned(Root<ReleaseRequest>(body)->guids());
-    case MsgType::kDelete:
-    case MsgType::kContains:
-      return reply ? Verify<GuidsReply>(body)
-                   : Verify<GuidsRequest>(body) && Aligned(Root<GuidsRequest>(body)->guids());
-    case MsgType::kList:
-      return reply ? Verify<ListReply>(body) &&
-                         AllAligned(Root<ListReply>(body)->objects(), &ObjectInfo::frames)
-                   : Verify<ListRequest>(body);
-    case MsgType::kStat:
-      return reply ? Verify<StatReply>(body) && (Root<StatReply>(body)->info() == nullptr ||
-                                                  Aligned(Root<StatReply>(body)->info()->frames()))
-                   : Verify<GuidRequest>(body);
-    case MsgType::kStatus:
-      return reply ? Verify<StatusReply>(body) && Aligned(Root<StatusReply>(body)->errors()) &&
-                         Aligned(Root<StatusReply>(body)->users())
-                   : Verify<EmptyReply>(body);
-    case MsgType::kPing:
-    case MsgType::kSubscribe:
-      return Verify<EmptyReply>(body);
-    case MsgType::kClients:
-      return reply ? Verify<ClientsReply>(body) : Verify<EmptyReply>(body);
-    case MsgType::kMetrics:
-      return reply ? Verify<MetricsReply>(body) : Verify<EmptyReply>(body);
-    case MsgType::kSegmentsRetired:
-    case MsgType::kSegmentsDropped:
-      return !reply && Verify<SegmentsRetired>(body);
-    case MsgType::kLease:
-      return reply ? Verify<CreateReply>(body) && Aligned(Root<CreateReply>(body)->frames())
-                   : Verify<LeaseRequest>(body);
-    case MsgType::kPut:
-      return !reply && Verify<PutRequest>(body) && Aligned(Root<PutRequest>(body)->frames());
-    case MsgType::kPutsWritten:
-      return !reply && Verify<EmptyReply>(body);
-    case MsgType::kEvent:
-      return !reply && Verify<Event>(body);
-    case MsgType::kError:
-      return !reply && Verify<ErrorReply>(body);
+#define DEPOT_MESSAGE_VERIFY(name, number, text, request, reply_table, sender) \
+  case MsgType::k##name:                                                       \
+    return reply ? VerifyTable<reply_table>(body) : VerifyTable<request>(body);
+    DEPOT_MESSAGES(DEPOT_MESSAGE_VERIFY)
+#undef DEPOT_MESSAGE_VERIFY
   }
   return false;
 }
@@ -137,31 +126,10 @@ std::vector<uint8_t> EncodeError(uint64_t request_id, wire::Code code, std::stri
 }
 
 std::string TypeName(uint16_t type) {
-  static constexpr const char* kNames[] = {
-      "?",    "hello", "create", "seal",   "abort", "get",     "release", "delete",
-      "contains", "list", "stat", "status", "ping", "clients", "subscribe", "metrics",
-      "segments-dropped"};
-  bool reply = type & kReplyBit;
-  uint16_t base = type & ~kReplyBit;
-  std::string name;
-  if (base == static_cast<uint16_t>(MsgType::kError)) {
-    name = "error";
-  } else if (base == static_cast<uint16_t>(MsgType::kSegmentsRetired)) {
-    name = "segments-retired";
-  } else if (base == static_cast<uint16_t>(MsgType::kEvent)) {
-    name = "event";
-  } else if (base == static_cast<uint16_t>(MsgType::kLease)) {
-    name = "lease";
-  } else if (base == static_cast<uint16_t>(MsgType::kPut)) {
-    name = "put";
-  } else if (base == static_cast<uint16_t>(MsgType::kPutsWritten)) {
-    name = "puts-written";
-  } else if (base > 0 && base < std::size(kNames)) {
-    name = kNames[base];
-  } else {
-    return fmt::format("unknown type {}", type);
-  }
-  return reply ? name + " reply" : name;
+  const MessageRow* row = FindMessage(type & ~kReplyBit);
+  if (row == nullptr) return fmt::format("unknown type {}", type);
+  std::string name(row->name);
+  return type & kReplyBit ? name + " reply" : name;
 }
 
 }  // namespace depot::proto

@@ -14,36 +14,13 @@
 #include "depot/guid.h"
 #include "depot/status.h"
 #include "depot_generated.h"
+#include "proto/messages.h"
 
 namespace depot::proto {
 
 inline constexpr uint32_t kMagic = 0x544f5044;  // "DPOT" read as little-endian bytes
 inline constexpr uint16_t kProtocolVersion = 1;
 
-enum class MsgType : uint16_t {
-  kHello = 1,          // HelloRequest -> HelloReply
-  kCreate = 2,         // CreateRequest -> CreateReply
-  kSeal = 3,           // GuidRequest -> EmptyReply
-  kAbort = 4,          // GuidRequest -> EmptyReply
-  kGet = 5,            // GetRequest -> GetReply
-  kRelease = 6,        // ReleaseRequest, no reply
-  kDelete = 7,         // GuidsRequest -> GuidsReply
-  kContains = 8,       // GuidsRequest -> GuidsReply
-  kList = 9,           // ListRequest -> ListReply
-  kStat = 10,          // GuidRequest -> StatReply
-  kStatus = 11,        // EmptyReply (no fields) -> StatusReply
-  kPing = 12,          // EmptyReply -> EmptyReply
-  kClients = 13,       // EmptyReply -> ClientsReply
-  kSubscribe = 14,     // EmptyReply -> EmptyReply; then Events on this connection
-  kMetrics = 15,       // EmptyReply -> MetricsReply
-  kSegmentsDropped = 16,  // SegmentsRetired (the ids this client unmapped after a notice), no reply
-  kLease = 18,            // LeaseRequest -> CreateReply (no GUID; its one frame is the lease)
-  kPut = 19,              // PutRequest, no reply (an error closes the connection)
-  kPutsWritten = 20,      // EmptyReply, no reply: puts wait in the put ring, and it is not polled
-  kSegmentsRetired = 64,  // daemon -> client, request id 0
-  kEvent = 65,            // daemon -> subscribed client, request id 0
-  kError = 0x7fff,        // ErrorReply, in answer to any request
-};
 inline constexpr uint16_t kReplyBit = 0x8000;
 
 inline constexpr uint16_t ReplyType(MsgType t) { return static_cast<uint16_t>(t) | kReplyBit; }
@@ -77,7 +54,8 @@ static_assert(uint64_t{kMaxGuidsPerRequest} *
 static_assert(static_cast<int>(wire::Code::Ok) == static_cast<int>(Status::Code::kOk));
 static_assert(static_cast<int>(wire::Code::NotFound) == static_cast<int>(Status::Code::kNotFound));
 static_assert(static_cast<int>(wire::Code::Timeout) == static_cast<int>(Status::Code::kTimeout));
-static_assert(static_cast<int>(wire::Code::StoreFull) == static_cast<int>(Status::Code::kStoreFull));
+static_assert(static_cast<int>(wire::Code::StoreFull) ==
+              static_cast<int>(Status::Code::kStoreFull));
 static_assert(static_cast<int>(wire::Code::AlreadyExists) ==
               static_cast<int>(Status::Code::kAlreadyExists));
 static_assert(static_cast<int>(wire::Code::InvalidArgument) ==
@@ -106,12 +84,14 @@ inline Guid FromWire(const wire::Guid& g) { return Guid{g.hi(), g.lo()}; }
 // acceptable, else a message saying what is wrong.
 std::string CheckHeader(const Header& h, uint32_t max_body = kMaxMessageSize);
 
-// Runs the FlatBuffers verifier over a body of the table that `type` names. False for an unknown
-// type or a body that does not verify.
+// Runs the FlatBuffers verifier over a body of the table that `type` names in the message table
+// (proto/messages.h), and checks the alignment of its vectors. False for an unknown type, a reply
+// to a type that has none, or a body that does not verify.
 bool VerifyBody(uint16_t type, std::span<const uint8_t> body);
 
 // Returns header + body for a finished builder, the body padded to 8 bytes.
-std::vector<uint8_t> Encode(uint16_t type, uint64_t request_id, flatbuffers::FlatBufferBuilder& fbb);
+std::vector<uint8_t> Encode(uint16_t type, uint64_t request_id,
+                            flatbuffers::FlatBufferBuilder& fbb);
 
 // Returns an encoded ErrorReply.
 std::vector<uint8_t> EncodeError(uint64_t request_id, wire::Code code, std::string_view message);
