@@ -5,11 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "depot/gpu.h"
 #include "python/src/errors.h"
-
-#ifdef DEPOT_HAVE_CUDA
-#include "common/cuda_driver.h"
-#endif
 
 namespace depot::python {
 namespace {
@@ -66,30 +63,7 @@ void DestroyCapsule(PyObject* capsule) {
 }
 
 // The CUDA ordinal of the GPU with this UUID ("GPU-xxxxxxxx-..."), as this process numbers them.
-int32_t OrdinalOf(const std::string& gpu) {
-#ifdef DEPOT_HAVE_CUDA
-  auto cu = LoadCudaDriver();
-  if (!cu.ok()) Raise(cu.status());
-  int count = 0;
-  if ((*cu)->DeviceGetCount(&count) == CUDA_SUCCESS) {
-    for (int i = 0; i < count; ++i) {
-      CUdevice device;
-      CUuuid uuid;
-      if ((*cu)->DeviceGet(&device, i) != CUDA_SUCCESS ||
-          (*cu)->DeviceGetUuid(&uuid, device) != CUDA_SUCCESS) {
-        continue;
-      }
-      if (gpu == FormatGpuUuid(uuid)) return i;
-    }
-  }
-  Raise(depot::Status::Unavailable("GPU " + gpu + " is not visible to this process (see "
-                                   "CUDA_VISIBLE_DEVICES)"));
-#else
-  Raise(depot::Status::Unavailable("the frame's GPU " + gpu +
-                                   " has no CUDA ordinal here: this depot is built without CUDA "
-                                   "support"));
-#endif
-}
+int32_t OrdinalOf(const std::string& gpu) { return Check(depot::CudaOrdinal(gpu)); }
 
 }  // namespace
 
