@@ -124,7 +124,13 @@ set(CPACK_DEBIAN_LIB_PACKAGE_SECTION libs)
 # (CPack 3.25 also writes a postinst and postrm that call ldconfig: see docs/deployment.md.)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
-set(CPACK_DEBIAN_LIB_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/triggers)
+# And a symbols file (packaging/debian/libdepot0.symbols, checked against the library being
+# packaged: a changed ABI fails the package build; docs/cpp-api.md, "ABI").
+set(CPACK_DEPOT_SOURCE_DIR ${PROJECT_SOURCE_DIR})
+set(CPACK_DEPOT_SYMBOLS_CONTROL ${PROJECT_BINARY_DIR}/packaging/symbols)
+set(CPACK_PRE_BUILD_SCRIPTS ${PROJECT_SOURCE_DIR}/cmake/check_symbols.cmake)
+set(CPACK_DEBIAN_LIB_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/triggers
+                                           ${CPACK_DEPOT_SYMBOLS_CONTROL})
 set(CPACK_COMPONENT_LIB_DESCRIPTION "${PROJECT_DESCRIPTION}: client library
 ${depot_about}
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "depot/device_pool_info.h"
+#include "depot/export.h"
 #include "depot/guid.h"
 #include "depot/object.h"
 #include "depot/status.h"
@@ -112,7 +113,7 @@ struct ObjectInfo {
   int32_t creator_pid = 0;
   uint32_t creator_uid = 0;
   uint32_t metadata_size = 0;
-  std::vector<std::byte> metadata;  // Stat only
+  std::vector<std::byte> metadata;   // Stat only
   std::optional<uint64_t> checksum;  // recorded at seal, when the creator asked for one
   // Stat only: the connections holding it, and the creating connection while it is connected
   // (creator_session 0 once it is gone).
@@ -146,11 +147,16 @@ struct ClientInfo {
 };
 
 // Something that happened in the store, as a subscriber sees it.
-struct Event {
+struct DEPOT_API Event {
   enum class Kind {
-    kCreated, kSealed, kAborted, kDeleted, kEvicted,
+    kCreated,
+    kSealed,
+    kAborted,
+    kDeleted,
+    kEvicted,
     kFreed,  // a deleted object's memory was given back when its last holder let go
-    kClientConnected, kClientDisconnected,
+    kClientConnected,
+    kClientDisconnected,
     kSpilled,   // written to the daemon's disk, its memory freed
     kRestored,  // read back from disk into memory
   };
@@ -168,7 +174,7 @@ struct Event {
 };
 
 // A stream of events on a connection of its own. Move-only; one thread at a time.
-class Subscription {
+class DEPOT_API Subscription {
  public:
   // The next event, waiting up to `timeout` (kForever: no limit). Timeout when none came;
   // Disconnected when the daemon went away.
@@ -180,7 +186,7 @@ class Subscription {
   std::shared_ptr<internal::Connection> conn_;
 };
 
-class Client {
+class DEPOT_API Client {
  public:
   // Connects, checks who answers (see ConnectOptions::trusted_daemon_uid) and says hello.
   // Unavailable when no daemon listens at the socket; PermissionDenied when the daemon that

@@ -11,9 +11,11 @@
 #include <string>
 #include <string_view>
 
+#include "depot/export.h"
+
 namespace depot {
 
-struct Guid {
+struct DEPOT_API Guid {
   uint64_t hi = 0;  // the first 8 bytes of the canonical text, big-endian
   uint64_t lo = 0;
 
@@ -27,8 +29,8 @@ struct Guid {
 
   // A UUID v4 made of 122 of these random bits (the other 6 name the version and variant).
   static constexpr Guid FromRandomBits(uint64_t hi, uint64_t lo) {
-    hi = (hi & ~0xf000ull) | 0x4000ull;                    // version 4
-    lo = (lo & ~(0xc0ull << 56)) | (0x80ull << 56);        // RFC 4122 variant
+    hi = (hi & ~0xf000ull) | 0x4000ull;              // version 4
+    lo = (lo & ~(0xc0ull << 56)) | (0x80ull << 56);  // RFC 4122 variant
     return Guid{hi, lo};
   }
 
@@ -58,10 +60,14 @@ struct Guid {
         continue;
       }
       int v;
-      if (c >= '0' && c <= '9') v = c - '0';
-      else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
-      else return std::nullopt;
+      if (c >= '0' && c <= '9')
+        v = c - '0';
+      else if (c >= 'a' && c <= 'f')
+        v = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        v = c - 'A' + 10;
+      else
+        return std::nullopt;
       uint64_t& word = digits < 16 ? g.hi : g.lo;
       word = (word << 4) | static_cast<uint64_t>(v);
       ++digits;

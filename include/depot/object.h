@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "depot/export.h"
 #include "depot/guid.h"
 #include "depot/status.h"
 
@@ -38,7 +39,7 @@ struct Holding;
 // is deleted meanwhile; the last copy's destruction releases it (the release rides with this
 // connection's next request, or goes on its own within a millisecond). Copies are cheap (shared).
 // Thread-safe for reading.
-class Object {
+class DEPOT_API Object {
  public:
   const Guid& guid() const;
   size_t frame_count() const;
@@ -79,7 +80,7 @@ class Object {
 // An object being created: its frames are writable views of shared memory, mapped read-write
 // into this process only. Seal() publishes it (immutable from then on); Abort() discards it. A
 // Draft destroyed without either is aborted. Move-only; one thread at a time.
-class Draft {
+class DEPOT_API Draft {
  public:
   Draft(Draft&&) noexcept;
   Draft& operator=(Draft&&) noexcept;
@@ -105,8 +106,9 @@ class Draft {
  private:
   friend class internal::Connection;
   friend class Client;
-  Draft(std::shared_ptr<internal::Connection> conn, Guid guid, std::vector<std::span<std::byte>> frames,
-        std::vector<uint64_t> segment_uses, std::vector<Place> places);
+  Draft(std::shared_ptr<internal::Connection> conn, Guid guid,
+        std::vector<std::span<std::byte>> frames, std::vector<uint64_t> segment_uses,
+        std::vector<Place> places);
   Status Finish(bool seal, void* cuda_stream);
 
   std::shared_ptr<internal::Connection> conn_;

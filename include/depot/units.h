@@ -7,15 +7,17 @@
 #include <string>
 #include <string_view>
 
+#include "depot/export.h"
+
 namespace depot {
 
 // Parses a byte count: a plain number, or one with a suffix K/KiB/KB, M/MiB/MB, G/GiB/GB,
 // T/TiB/TB (all powers of 1024), or a percentage of `total` ("25%"). nullopt when malformed or
 // zero.
-std::optional<uint64_t> ParseSize(std::string_view text, uint64_t total);
+DEPOT_API std::optional<uint64_t> ParseSize(std::string_view text, uint64_t total);
 
 // "512 B", "64.0 KiB", "1.5 GiB".
-std::string FormatBytes(uint64_t bytes);
+DEPOT_API std::string FormatBytes(uint64_t bytes);
 
 }  // namespace depot
 
