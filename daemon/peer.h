@@ -27,7 +27,7 @@ class Peer {
   // Reads and handles, now, the messages the client had sent when this was called (its puts
   // may have returned before the daemon read them: see docs/design.md, "Puts in one message").
   // Nothing for a peer that reads no socket.
-  virtual void DrainSent() {}
+  virtual void HandleArrived() {}
   // The socket a drain watches for bytes the client sent (see Store::DrainFirst), or -1 for a
   // peer that reads no socket (nothing to drain).
   virtual int fd() const { return -1; }

@@ -1,9 +1,8 @@
 #include "daemon/put_rings.h"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <string>
@@ -14,8 +13,8 @@
 namespace depot {
 
 Result<const PutRing*> PutRings::Join(SessionId session, uid_t uid) {
-  auto ring = PutRing::Create("putring-" + std::to_string(::getpid()) + "-" +
-                              std::to_string(session));
+  auto ring =
+      PutRing::Create("putring-" + std::to_string(::getpid()) + "-" + std::to_string(session));
   if (!ring.ok()) return ring.status();
   (*ring)->SetPolled(Word(uid));
   const PutRing* out = ring->get();
@@ -75,7 +74,7 @@ bool PutRings::AnyPending() const {
   return false;
 }
 
-void PutRings::GetWaits(uid_t uid) {
+void PutRings::NoteParkedGet(uid_t uid) {
   if (urgent_.insert(uid).second) Publish();
 }
 

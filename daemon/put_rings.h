@@ -21,15 +21,14 @@
 
 #include <sys/types.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <span>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "daemon/peer.h"
 #include "daemon/put_ring.h"
@@ -66,7 +65,7 @@ class PutRings {
   void Poll();
   // A get of `uid` was parked: that user's puts ring the doorbell from now on (until a poll
   // finds no get waiting).
-  void GetWaits(uid_t uid);
+  void NoteParkedGet(uid_t uid);
 
  private:
   void Arm();
@@ -87,7 +86,7 @@ class PutRings {
   std::map<SessionId, Ring> rings_;
   bool polling_ = false;
   std::set<uid_t> urgent_;  // the users some of whose gets wait: their puts ring
-  uint64_t epoch_ = 0;   // times the polling stopped
+  uint64_t epoch_ = 0;      // times the polling stopped
   int idle_polls_ = 0;
 };
 

@@ -1,15 +1,14 @@
 #include "daemon/session.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
-
-#include <boost/asio/post.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace depot {
 
@@ -63,7 +62,7 @@ void Session::ReadNow() {
     reader_.Filled(static_cast<size_t>(n));
     Serve();
   } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-    Read();  // a DrainSent took the bytes first
+    Read();  // a HandleArrived took the bytes first
   } else {
     if (n < 0 && errno != ECONNRESET) {
       spdlog::warn("session {} (pid {}): read failed: {}", id_, creds_.pid, std::strerror(errno));
@@ -72,7 +71,7 @@ void Session::ReadNow() {
   }
 }
 
-void Session::DrainSent() {
+void Session::HandleArrived() {
   if (closed_ || failing_ || !greeted_ || handling_) return;
   int pending = 0;
   if (::ioctl(socket_.native_handle(), FIONREAD, &pending) != 0) pending = 0;
@@ -185,7 +184,8 @@ void Session::Flush() {
         return;
       }
       if (errno != EPIPE && errno != ECONNRESET) {
-        spdlog::warn("session {} (pid {}): write failed: {}", id_, creds_.pid, std::strerror(errno));
+        spdlog::warn("session {} (pid {}): write failed: {}", id_, creds_.pid,
+                     std::strerror(errno));
       }
       // Not from inside a caller that may be iterating over sessions.
       boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
@@ -200,7 +200,8 @@ void Session::Flush() {
       boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Serve(); });
     }
   }
-  if (failing_) boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
+  if (failing_)
+    boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
 }
 
 void Session::Close() {

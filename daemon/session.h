@@ -15,13 +15,12 @@
 #ifndef DEPOT_DAEMON_SESSION_H_
 #define DEPOT_DAEMON_SESSION_H_
 
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
-
-#include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "daemon/store.h"
 #include "proto/frame_reader.h"
@@ -50,13 +49,11 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   // Reads what the socket holds now and handles it in order as Serve does, except that past the
   // Throttled limit it handles only puts (they have no reply), stopping at the first other
   // message. Nothing while this session is itself handling a message.
-  void DrainSent() override;
+  void HandleArrived() override;
   int fd() const override;
   void Abort(const Status& status) override {
     if (!closed_ && !failing_) Fail(status, 0);
   }
-
-  const PeerCredentials& credentials() const { return creds_; }
 
  private:
   struct Outbound {
@@ -67,7 +64,7 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   };
 
   // Waits until the socket is readable, then reads (ReadNow). The read is not left pending on a
-  // buffer, so that DrainSent may read the socket at any time.
+  // buffer, so that HandleArrived may read the socket at any time.
   void Read();
   void ReadNow();
   // Handles buffered messages, up to a turn's worth; then reads more, or comes back next turn.
@@ -89,11 +86,11 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   PeerCredentials creds_;
   SessionId id_ = 0;
   bool closed_ = false;
-  bool failing_ = false;       // an error reply is queued; close once it is written
+  bool failing_ = false;  // an error reply is queued; close once it is written
   bool write_waiting_ = false;
-  bool paused_ = false;        // Serve stopped because Throttled()
-  bool greeted_ = false;       // hello was answered
-  bool handling_ = false;      // inside Store::Handle: the frame's body is a view of reader_
+  bool paused_ = false;    // Serve stopped because Throttled()
+  bool greeted_ = false;   // hello was answered
+  bool handling_ = false;  // inside Store::Handle: the frame's body is a view of reader_
   proto::FrameReader reader_;
   std::deque<Outbound> out_;
   uint64_t out_bytes_ = 0;  // bytes of out_ not yet written

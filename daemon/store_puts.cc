@@ -3,14 +3,13 @@
 // put rings), blocks of deleted objects handed back to their lease (ReturnToLease), and the drain
 // that keeps "once a put returns, a get that starts later finds it" although the daemon may not
 // have read the put yet (DrainFirst). Kept apart from the create, seal and get requests (store.cc).
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "daemon/replies.h"
 #include "daemon/store.h"
@@ -116,7 +115,8 @@ Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
   auto created = table.Create(std::move(n));
   if (!created.ok()) {  // the GUID was checked above: a broken invariant, which ends this session
     std::vector<Location> cut;
-    std::ranges::copy_if(*frames, std::back_inserter(cut), [](const Location& l) { return l.size; });
+    std::ranges::copy_if(*frames, std::back_inserter(cut),
+                         [](const Location& l) { return l.size; });
     st.ns->Free(cut);
     return refuse(created.status().message());
   }
@@ -181,7 +181,7 @@ bool Store::RevokeIdleLeases() {
 }
 
 bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint8_t> body) {
-  if (drained_ || leases_.empty()) return false;
+  if (drain_replaying_ || leases_.empty()) return false;
   const ObjectTable& table = sessions_.at(s).ns->table();
   auto missing = [&table](const wire::Guid* g) {
     return g != nullptr && table.Find(FromWire(*g)) == nullptr;
@@ -205,20 +205,20 @@ bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint
       return false;
   }
   if (!miss) return false;
-  if (draining_) {
+  if (drain_reading_) {
     // Read during a drain: it may have been sent after a put that the drain has not reached yet.
     // Answered once the drain is over, as if it came then.
     deferred_.push_back({s, h, std::vector<uint8_t>(body.begin(), body.end())});
     return true;
   }
-  draining_ = true;
+  drain_reading_ = true;
   for (SessionId sender : SentSinceDrain(s)) {
     auto it = sessions_.find(sender);
-    if (it != sessions_.end()) it->second.peer->DrainSent();
+    if (it != sessions_.end()) it->second.peer->HandleArrived();
   }
   rings_.TakeAll();  // the rings with a put in them only
-  draining_ = false;
-  drained_ = true;
+  drain_reading_ = false;
+  drain_replaying_ = true;
   std::vector<Deferred> deferred = std::move(deferred_);
   deferred_.clear();
   for (Deferred& d : deferred) {
@@ -234,7 +234,7 @@ bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint
     }
     if (!st.ok()) it->second.peer->Abort(st);
   }
-  drained_ = false;
+  drain_replaying_ = false;
   return false;
 }
 

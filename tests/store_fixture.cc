@@ -86,25 +86,25 @@ StoreHarness::StoreHarness(const StoreSetup& setup) {
 }
 
 StoreHarness::~StoreHarness() {
-  for (Client& c : clients_) Close(c);
+  for (FakeClient& c : clients_) Close(c);
 }
 
-Client& StoreHarness::Connect(uid_t uid, gid_t gid, std::vector<gid_t> groups) {
-  Client& c = clients_.emplace_back();
+FakeClient& StoreHarness::Connect(uid_t uid, gid_t gid, std::vector<gid_t> groups) {
+  FakeClient& c = clients_.emplace_back();
   c.creds = PeerCredentials{::getpid(), uid, gid, std::move(groups)};
   c.id = store_->Open(&c.peer, c.creds);
   return c;
 }
 
-Client& StoreHarness::Hello(uid_t uid, gid_t gid, std::vector<gid_t> groups) {
-  Client& c = Connect(uid, gid, std::move(groups));
+FakeClient& StoreHarness::Hello(uid_t uid, gid_t gid, std::vector<gid_t> groups) {
+  FakeClient& c = Connect(uid, gid, std::move(groups));
   Status st = SayHello(c);
   INFO(st.ToString());
   REQUIRE(st.ok());
   return c;
 }
 
-Status StoreHarness::SayHello(Client& c, uint16_t version, const std::string& name) {
+Status StoreHarness::SayHello(FakeClient& c, uint16_t version, const std::string& name) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateHelloRequestDirect(fbb, version, name.c_str()));
   uint64_t id = 0;
@@ -117,13 +117,13 @@ Status StoreHarness::SayHello(Client& c, uint16_t version, const std::string& na
   return st;
 }
 
-void StoreHarness::Close(Client& c) {
+void StoreHarness::Close(FakeClient& c) {
   if (!c.open) return;
   c.open = false;
   store_->Close(c.id);
 }
 
-Status StoreHarness::Send(Client& c, MsgType type, fb::FlatBufferBuilder& fbb, uint64_t* id) {
+Status StoreHarness::Send(FakeClient& c, MsgType type, fb::FlatBufferBuilder& fbb, uint64_t* id) {
   uint64_t request = c.next_request++;
   if (id != nullptr) *id = request;
   std::vector<uint8_t> m = proto::Encode(static_cast<uint16_t>(type), request, fbb);
@@ -134,7 +134,7 @@ Status StoreHarness::Send(Client& c, MsgType type, fb::FlatBufferBuilder& fbb, u
   return store_->Handle(c.id, h, body);
 }
 
-std::optional<Message> StoreHarness::Reply(Client& c, uint64_t id) {
+std::optional<Message> StoreHarness::Reply(FakeClient& c, uint64_t id) {
   for (auto it = c.peer.received.begin(); it != c.peer.received.end(); ++it) {
     if (it->request_id != id) continue;
     Message m = std::move(*it);
@@ -144,7 +144,7 @@ std::optional<Message> StoreHarness::Reply(Client& c, uint64_t id) {
   return std::nullopt;
 }
 
-Message StoreHarness::Call(Client& c, MsgType type, fb::FlatBufferBuilder& fbb) {
+Message StoreHarness::Call(FakeClient& c, MsgType type, fb::FlatBufferBuilder& fbb) {
   uint64_t id = 0;
   Status st = Send(c, type, fbb, &id);
   INFO(proto::TypeName(static_cast<uint16_t>(type)) << ": " << st.ToString());
@@ -155,7 +155,7 @@ Message StoreHarness::Call(Client& c, MsgType type, fb::FlatBufferBuilder& fbb) 
   return std::move(*reply);
 }
 
-Message StoreHarness::Create(Client& c, const CreateArgs& a) {
+Message StoreHarness::Create(FakeClient& c, const CreateArgs& a) {
   fb::FlatBufferBuilder fbb;
   auto sizes = fbb.CreateVector(a.sizes);
   fb::Offset<fb::Vector<uint8_t>> metadata, data;  // null offsets are left out
@@ -182,7 +182,7 @@ Message StoreHarness::Create(Client& c, const CreateArgs& a) {
   return Call(c, MsgType::kCreate, fbb);
 }
 
-Guid StoreHarness::Put(Client& c, uint64_t size, bool evictable, std::optional<Guid> guid) {
+Guid StoreHarness::Put(FakeClient& c, uint64_t size, bool evictable, std::optional<Guid> guid) {
   Message created = Create(c, {.sizes = {size}, .guid = guid, .evictable = evictable});
   INFO(created.message());
   REQUIRE(created.code() == "OK");
@@ -193,21 +193,21 @@ Guid StoreHarness::Put(Client& c, uint64_t size, bool evictable, std::optional<G
   return g;
 }
 
-Message StoreHarness::Seal(Client& c, const Guid& g, std::optional<uint64_t> checksum) {
+Message StoreHarness::Seal(FakeClient& c, const Guid& g, std::optional<uint64_t> checksum) {
   fb::FlatBufferBuilder fbb;
   wire::Guid w = proto::ToWire(g);
   fbb.Finish(wire::CreateGuidRequest(fbb, &w, checksum));
   return Call(c, MsgType::kSeal, fbb);
 }
 
-Message StoreHarness::Abort(Client& c, const Guid& g) {
+Message StoreHarness::Abort(FakeClient& c, const Guid& g) {
   fb::FlatBufferBuilder fbb;
   wire::Guid w = proto::ToWire(g);
   fbb.Finish(wire::CreateGuidRequest(fbb, &w));
   return Call(c, MsgType::kAbort, fbb);
 }
 
-uint64_t StoreHarness::SendGet(Client& c, const std::vector<Guid>& guids, int64_t timeout_ms) {
+uint64_t StoreHarness::SendGet(FakeClient& c, const std::vector<Guid>& guids, int64_t timeout_ms) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateGetRequest(fbb, Guids(fbb, guids), timeout_ms));
   uint64_t id = 0;
@@ -215,13 +215,13 @@ uint64_t StoreHarness::SendGet(Client& c, const std::vector<Guid>& guids, int64_
   return id;
 }
 
-Message StoreHarness::Get(Client& c, const std::vector<Guid>& guids, int64_t timeout_ms) {
+Message StoreHarness::Get(FakeClient& c, const std::vector<Guid>& guids, int64_t timeout_ms) {
   std::optional<Message> reply = Reply(c, SendGet(c, guids, timeout_ms));
   REQUIRE(reply);
   return std::move(*reply);
 }
 
-void StoreHarness::Release(Client& c, const std::vector<uint64_t>& handles) {
+void StoreHarness::Release(FakeClient& c, const std::vector<uint64_t>& handles) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateReleaseRequest(fbb, fbb.CreateVector(handles)));
   uint64_t id = 0;
@@ -229,7 +229,7 @@ void StoreHarness::Release(Client& c, const std::vector<uint64_t>& handles) {
   REQUIRE_FALSE(Reply(c, id));  // one way
 }
 
-size_t StoreHarness::DropRetired(Client& c) {
+size_t StoreHarness::DropRetired(FakeClient& c) {
   size_t dropped = 0;
   auto& received = c.peer.received;
   for (auto it = received.begin(); it != received.end();) {
@@ -250,38 +250,38 @@ size_t StoreHarness::DropRetired(Client& c) {
   return dropped;
 }
 
-Message StoreHarness::Delete(Client& c, const std::vector<Guid>& guids) {
+Message StoreHarness::Delete(FakeClient& c, const std::vector<Guid>& guids) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateGuidsRequest(fbb, Guids(fbb, guids)));
   return Call(c, MsgType::kDelete, fbb);
 }
 
-Message StoreHarness::Contains(Client& c, const std::vector<Guid>& guids) {
+Message StoreHarness::Contains(FakeClient& c, const std::vector<Guid>& guids) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateGuidsRequest(fbb, Guids(fbb, guids)));
   return Call(c, MsgType::kContains, fbb);
 }
 
-Message StoreHarness::List(Client& c) {
+Message StoreHarness::List(FakeClient& c) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateListRequest(fbb, nullptr, proto::kMaxListLimit));
   return Call(c, MsgType::kList, fbb);
 }
 
-Message StoreHarness::Stat(Client& c, const Guid& g) {
+Message StoreHarness::Stat(FakeClient& c, const Guid& g) {
   fb::FlatBufferBuilder fbb;
   wire::Guid w = proto::ToWire(g);
   fbb.Finish(wire::CreateGuidRequest(fbb, &w));
   return Call(c, MsgType::kStat, fbb);
 }
 
-Message StoreHarness::Subscribe(Client& c) {
+Message StoreHarness::Subscribe(FakeClient& c) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateEmptyReply(fbb));
   return Call(c, MsgType::kSubscribe, fbb);
 }
 
-StatusSummary StoreHarness::StatusOf(Client& c) {
+StatusSummary StoreHarness::StatusOf(FakeClient& c) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateEmptyReply(fbb));
   Message m = Call(c, MsgType::kStatus, fbb);
@@ -306,7 +306,7 @@ StatusSummary StoreHarness::StatusOf(Client& c) {
   return s;
 }
 
-std::vector<Message> StoreHarness::Events(Client& c) {
+std::vector<Message> StoreHarness::Events(FakeClient& c) {
   std::vector<Message> events;
   for (auto it = c.peer.received.begin(); it != c.peer.received.end();) {
     if (it->type == static_cast<uint16_t>(MsgType::kEvent)) {

@@ -88,8 +88,8 @@ StoreOptions MakeOptions(const StoreSetup& setup);
 // The reason a test store gives for having no device pools.
 inline constexpr const char* kNoDevices = "no GPUs in this test";
 
-// One connection: its session and its far end.
-struct Client {
+// One connection to the Store under test (not a depot::Client): its session and its far end.
+struct FakeClient {
   SessionId id = 0;
   PeerCredentials creds;
   FakePeer peer;
@@ -136,43 +136,45 @@ class StoreHarness {
   ~StoreHarness();
 
   // A session of this user, not greeted yet.
-  Client& Connect(uid_t uid = kDaemonUid, gid_t gid = kSocketGid, std::vector<gid_t> groups = {});
+  FakeClient& Connect(uid_t uid = kDaemonUid, gid_t gid = kSocketGid,
+                      std::vector<gid_t> groups = {});
   // A greeted session; REQUIREs the hello reply.
-  Client& Hello(uid_t uid = kDaemonUid, gid_t gid = kSocketGid, std::vector<gid_t> groups = {});
+  FakeClient& Hello(uid_t uid = kDaemonUid, gid_t gid = kSocketGid, std::vector<gid_t> groups = {});
   // What Handle returned for a hello (not OK: the session would be closed).
-  Status SayHello(Client& c, uint16_t version = proto::kProtocolVersion,
+  Status SayHello(FakeClient& c, uint16_t version = proto::kProtocolVersion,
                   const std::string& name = "store_test");
-  void Close(Client& c);
+  void Close(FakeClient& c);
 
   // Hands the store one request; returns what Handle returned. `id` receives the request id.
-  Status Send(Client& c, MsgType type, flatbuffers::FlatBufferBuilder& fbb, uint64_t* id = nullptr);
+  Status Send(FakeClient& c, MsgType type, flatbuffers::FlatBufferBuilder& fbb,
+              uint64_t* id = nullptr);
   // Removes and returns the reply to request `id`, when one came.
-  static std::optional<Message> Reply(Client& c, uint64_t id);
+  static std::optional<Message> Reply(FakeClient& c, uint64_t id);
   // Send and Reply, REQUIREing both.
-  Message Call(Client& c, MsgType type, flatbuffers::FlatBufferBuilder& fbb);
+  Message Call(FakeClient& c, MsgType type, flatbuffers::FlatBufferBuilder& fbb);
 
-  Message Create(Client& c, const CreateArgs& args);
+  Message Create(FakeClient& c, const CreateArgs& args);
   // Create then seal; REQUIREs both to succeed. Returns the GUID.
-  Guid Put(Client& c, uint64_t size, bool evictable = false, std::optional<Guid> guid = {});
-  Message Seal(Client& c, const Guid& g, std::optional<uint64_t> checksum = {});
-  Message Abort(Client& c, const Guid& g);
+  Guid Put(FakeClient& c, uint64_t size, bool evictable = false, std::optional<Guid> guid = {});
+  Message Seal(FakeClient& c, const Guid& g, std::optional<uint64_t> checksum = {});
+  Message Abort(FakeClient& c, const Guid& g);
   // A get that may wait: returns its request id, REQUIREing that Handle accepted it.
-  uint64_t SendGet(Client& c, const std::vector<Guid>& guids, int64_t timeout_ms);
+  uint64_t SendGet(FakeClient& c, const std::vector<Guid>& guids, int64_t timeout_ms);
   // A get that must be answered at once.
-  Message Get(Client& c, const std::vector<Guid>& guids, int64_t timeout_ms = 0);
-  void Release(Client& c, const std::vector<uint64_t>& handles);
+  Message Get(FakeClient& c, const std::vector<Guid>& guids, int64_t timeout_ms = 0);
+  void Release(FakeClient& c, const std::vector<uint64_t>& handles);
   // Answers every retire notice `c` received (and removes them) as the client library does once
   // it has unmapped the segments: a SegmentsDropped naming them. Returns how many segments.
-  size_t DropRetired(Client& c);
-  Message Delete(Client& c, const std::vector<Guid>& guids);
-  Message Contains(Client& c, const std::vector<Guid>& guids);
-  Message List(Client& c);
-  Message Stat(Client& c, const Guid& g);
-  Message Subscribe(Client& c);
-  StatusSummary StatusOf(Client& c);
+  size_t DropRetired(FakeClient& c);
+  Message Delete(FakeClient& c, const std::vector<Guid>& guids);
+  Message Contains(FakeClient& c, const std::vector<Guid>& guids);
+  Message List(FakeClient& c);
+  Message Stat(FakeClient& c, const Guid& g);
+  Message Subscribe(FakeClient& c);
+  StatusSummary StatusOf(FakeClient& c);
 
   // Removes and returns the events the peer received.
-  static std::vector<Message> Events(Client& c);
+  static std::vector<Message> Events(FakeClient& c);
 
   // Runs the store's timers until none is left or `limit` has passed.
   void RunFor(std::chrono::milliseconds limit);
@@ -182,7 +184,7 @@ class StoreHarness {
  private:
   boost::asio::io_context io_;  // first: it outlives the store, whose timers it holds
   std::unique_ptr<Store> store_;
-  std::list<Client> clients_;  // stable addresses: the store keeps their peers
+  std::list<FakeClient> clients_;  // stable addresses: the store keeps their peers
 };
 
 // Test GUIDs: small, readable, never nil.

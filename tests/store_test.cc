@@ -20,7 +20,7 @@ namespace {
 
 using Codes = std::vector<std::string>;
 
-Status Ping(StoreHarness& h, Client& c) {
+Status Ping(StoreHarness& h, FakeClient& c) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateEmptyReply(fbb));
   return h.Send(c, MsgType::kPing, fbb);
@@ -38,10 +38,10 @@ off_t FdSize(const UniqueFd& fd) {
 
 TEST_CASE("store: hello comes first, once, in this protocol version", "[store]") {
   StoreHarness h;
-  Client& watcher = h.Hello();
+  FakeClient& watcher = h.Hello();
 
   SECTION("anything before hello is a protocol error, answered by nobody") {
-    Client& c = h.Connect();
+    FakeClient& c = h.Connect();
     Status st = Ping(h, c);
     CHECK(st.IsProtocolError());
     CHECK_THAT(st.message(), Contains("expected hello") && Contains("ping"));
@@ -53,13 +53,13 @@ TEST_CASE("store: hello comes first, once, in this protocol version", "[store]")
     CHECK(h.StatusOf(watcher).errors_of(Status::Code::kProtocolError) == 2);
   }
   SECTION("hello twice") {
-    Client& c = h.Hello();
+    FakeClient& c = h.Hello();
     Status st = h.SayHello(c);
     CHECK(st.IsProtocolError());
     CHECK_THAT(st.message(), Contains("twice"));
   }
   SECTION("another protocol version") {
-    Client& c = h.Connect();
+    FakeClient& c = h.Connect();
     Status st = h.SayHello(c, proto::kProtocolVersion + 1);
     CHECK(st.IsProtocolError());
     CHECK_THAT(st.message(), Contains("version 2") && Contains("version 1"));
@@ -67,14 +67,14 @@ TEST_CASE("store: hello comes first, once, in this protocol version", "[store]")
   }
   SECTION("a client name of at most 256 bytes") {
     CHECK(h.SayHello(h.Connect(), proto::kProtocolVersion, std::string(256, 'n')).ok());
-    Client& c = h.Connect();
+    FakeClient& c = h.Connect();
     Status st = h.SayHello(c, proto::kProtocolVersion, std::string(257, 'n'));
     CHECK(st.IsInvalidArgument());
     CHECK_THAT(st.message(), Contains("257"));
     CHECK(Ping(h, c).IsProtocolError());
   }
   SECTION("the hello reply") {
-    Client& c = h.Connect();
+    FakeClient& c = h.Connect();
     fb::FlatBufferBuilder fbb;
     fbb.Finish(wire::CreateHelloRequestDirect(fbb, proto::kProtocolVersion, "x"));
     Message m = h.Call(c, MsgType::kHello, fbb);
@@ -118,7 +118,7 @@ TEST_CASE("store: who may connect", "[store]") {
   }
   SECTION("a refusal is counted among the errors of status") {
     StoreHarness h;
-    Client& watcher = h.Hello();
+    FakeClient& watcher = h.Hello();
     CHECK(hello(h, 1007, kOther).IsPermissionDenied());
     CHECK(h.StatusOf(watcher).errors_of(Status::Code::kPermissionDenied) == 1);
   }
@@ -126,8 +126,8 @@ TEST_CASE("store: who may connect", "[store]") {
 
 TEST_CASE("store: create, seal, get, release, delete", "[store]") {
   StoreHarness h;
-  Client& c = h.Hello();
-  Client& other = h.Hello();
+  FakeClient& c = h.Hello();
+  FakeClient& other = h.Hello();
   Message created = h.Create(c, {.sizes = {1000, 24}, .metadata = {1, 2, 3}, .name = "obj"});
   REQUIRE(created.code() == "OK");
   Guid g = CreatedGuid(created);
@@ -188,10 +188,10 @@ TEST_CASE("store: create, seal, get, release, delete", "[store]") {
 
 TEST_CASE("store: one reply is bounded whatever the request", "[store]") {
   StoreHarness h({.max_metadata = 16 * kKiB, .max_message_size = 1 * kMiB});
-  Client& c = h.Hello();
+  FakeClient& c = h.Hello();
   std::vector<uint8_t> metadata(16 * kKiB, 7);
-  Guid g = CreatedGuid(h.Create(c, {.metadata = metadata, .inline_data = std::vector<uint8_t>(1024),
-                                    .seal = true}));
+  Guid g = CreatedGuid(
+      h.Create(c, {.metadata = metadata, .inline_data = std::vector<uint8_t>(1024), .seal = true}));
 
   // One GUID named 2,048 times: every result answered, its frames and metadata stored once.
   Message repeated = h.Get(c, std::vector<Guid>(proto::kMaxGuidsPerRequest, g));
@@ -218,7 +218,7 @@ TEST_CASE("store: one reply is bounded whatever the request", "[store]") {
 
 TEST_CASE("store: create and seal in one request", "[store]") {
   StoreHarness h;
-  Client& c = h.Hello();
+  FakeClient& c = h.Hello();
   std::vector<uint8_t> data{'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'};
   Message created = h.Create(c, {.sizes = {5, 3}, .inline_data = data, .seal = true});
   REQUIRE(created.code() == "OK");
@@ -244,7 +244,7 @@ TEST_CASE("store: create and seal in one request", "[store]") {
 
 TEST_CASE("store: what a create may ask for", "[store]") {
   StoreHarness h;
-  Client& c = h.Hello();
+  FakeClient& c = h.Hello();
   auto refused = [&](const CreateArgs& args, const std::string& code, const std::string& text) {
     Message m = h.Create(c, args);
     CHECK(m.code() == code);
@@ -277,9 +277,9 @@ TEST_CASE("store: what a create may ask for", "[store]") {
 TEST_CASE("store: quotas", "[store]") {
   SECTION("per user, over all its connections") {
     StoreHarness h({.user_quota = {.bytes = 10 * kKiB, .objects = 3}, .allow_users = {1001, 1002}});
-    Client& a1 = h.Hello(1001);
-    Client& a2 = h.Hello(1001);
-    Client& b = h.Hello(1002);
+    FakeClient& a1 = h.Hello(1001);
+    FakeClient& a2 = h.Hello(1001);
+    FakeClient& b = h.Hello(1002);
     Guid first = h.Put(a1, 4 * kKiB);
     h.Put(a2, 4 * kKiB);
     Message m = h.Create(a1, {.sizes = {4 * kKiB}});
@@ -304,7 +304,7 @@ TEST_CASE("store: quotas", "[store]") {
   }
   SECTION("per connection") {
     StoreHarness h({.client_quota = {.bytes = 8 * kKiB, .objects = 2}});
-    Client& c = h.Hello();
+    FakeClient& c = h.Hello();
     Guid first = h.Put(c, 4 * kKiB);
     h.Put(c, 4 * kKiB);
     Message m = h.Create(c, {.sizes = {1}});
@@ -322,9 +322,9 @@ TEST_CASE("store: quotas", "[store]") {
 
 TEST_CASE("store: per-user namespaces", "[store]") {
   StoreHarness h({.per_user_namespaces = true, .allow_users = {1001, 1002, 1003}});
-  Client& root = h.Hello(0);
-  Client& a = h.Hello(1001);
-  Client& b = h.Hello(1002);
+  FakeClient& root = h.Hello(0);
+  FakeClient& a = h.Hello(1001);
+  FakeClient& b = h.Hello(1002);
   CHECK(h.StatusOf(root).namespaces == 3);
 
   // One GUID, two objects.
@@ -355,7 +355,7 @@ TEST_CASE("store: per-user namespaces", "[store]") {
   CHECK(h.StatusOf(root).namespaces == 3);
   h.Close(a);
   CHECK(h.StatusOf(root).namespaces == 3);
-  Client& again = h.Hello(1001);
+  FakeClient& again = h.Hello(1001);
   CHECK(ResultCodes(h.Delete(again, {G(1), G(2), G(3)})) == Codes{"OK", "OK", "OK"});
   h.Close(again);
   CHECK(h.StatusOf(root).namespaces == 2);
@@ -363,10 +363,10 @@ TEST_CASE("store: per-user namespaces", "[store]") {
 
 TEST_CASE("store: events name the session that caused them", "[store]") {
   StoreHarness h;
-  Client& watcher = h.Hello();
-  Client& quiet = h.Hello();
+  FakeClient& watcher = h.Hello();
+  FakeClient& quiet = h.Hello();
   CHECK(h.Subscribe(watcher).code() == "OK");
-  Client& c = h.Hello();
+  FakeClient& c = h.Hello();
   Guid g = CreatedGuid(h.Create(c, {.sizes = {100}, .name = "evented"}));
   h.Seal(c, g);
   h.Delete(c, {g});
@@ -411,8 +411,8 @@ TEST_CASE("store: events name the session that caused them", "[store]") {
 
 TEST_CASE("store: a segment's fds travel once per session each, a large object's too", "[store]") {
   StoreHarness h({.keep_warm = 2 * kMiB});  // 1 MiB segments
-  Client& a = h.Hello();
-  Client& b = h.Hello();
+  FakeClient& a = h.Hello();
+  FakeClient& b = h.Hello();
   Message first = h.Create(a, {.sizes = {kKiB}});
   REQUIRE(first.fds.size() == 1);
   const wire::SegmentInfo* seg = first.As<wire::CreateReply>()->segments()->Get(0);
@@ -468,9 +468,9 @@ TEST_CASE("store: a segment's fds travel once per session each, a large object's
 
 TEST_CASE("store: each uid creates in segments of its own", "[store]") {
   StoreHarness h;
-  Client& alice = h.Hello(41001);
-  Client& bob = h.Hello(41002);
-  Client& alice2 = h.Hello(41001);
+  FakeClient& alice = h.Hello(41001);
+  FakeClient& bob = h.Hello(41002);
+  FakeClient& alice2 = h.Hello(41001);
   auto segment_of = [](const Message& m) {
     return m.As<wire::CreateReply>()->frames()->Get(0)->segment();
   };
@@ -490,9 +490,9 @@ TEST_CASE("store: each uid creates in segments of its own", "[store]") {
 
 TEST_CASE("store: sessions that have a segment are told when it is given back", "[store]") {
   StoreHarness h;  // 1 MiB segments: objects of 600 KiB take one each
-  Client& a = h.Hello();
-  Client& b = h.Hello();
-  Client& never = h.Hello();
+  FakeClient& a = h.Hello();
+  FakeClient& b = h.Hello();
+  FakeClient& never = h.Hello();
   Guid p = h.Put(a, 600 * kKiB);
   Guid q = h.Put(a, 600 * kKiB);
   Message got = h.Get(b, {p, q});
@@ -501,7 +501,7 @@ TEST_CASE("store: sessions that have a segment are told when it is given back", 
   h.Delete(a, {p});  // its segment is kept, empty, as the spare
   CHECK(a.peer.received.empty());
   h.Delete(a, {q});  // a second empty segment is given back
-  for (Client* c : {&a, &b}) {
+  for (FakeClient* c : {&a, &b}) {
     REQUIRE(c->peer.received.size() == 1);
     const Message& m = c->peer.received.front();
     CHECK(m.type == static_cast<uint16_t>(MsgType::kSegmentsRetired));
@@ -520,13 +520,13 @@ TEST_CASE("store: sessions that have a segment are told when it is given back", 
 // has said it dropped it, or has gone; nobody else can let go in its place.
 TEST_CASE("store: a retired segment is held until the sessions told of it drop it", "[store]") {
   StoreHarness h;  // 1 MiB segments: objects of 600 KiB take one each
-  Client& a = h.Hello();
-  Client& b = h.Hello();
-  Client& c = h.Hello();
-  Client& other = h.Hello();
+  FakeClient& a = h.Hello();
+  FakeClient& b = h.Hello();
+  FakeClient& c = h.Hello();
+  FakeClient& other = h.Hello();
   Guid p = h.Put(a, 600 * kKiB);
   Guid q = h.Put(a, 600 * kKiB);
-  for (Client* reader : {&b, &c}) {
+  for (FakeClient* reader : {&b, &c}) {
     Message got = h.Get(*reader, {q});
     h.Release(*reader, Handles(got));
   }

@@ -24,8 +24,8 @@ constexpr auto kPatience = 5s;
 
 TEST_CASE("store: a get waits for the seal", "[store]") {
   StoreHarness h;
-  Client& creator = h.Hello();
-  Client& waiter = h.Hello();
+  FakeClient& creator = h.Hello();
+  FakeClient& waiter = h.Hello();
   Guid g = CreatedGuid(h.Create(creator, {.guid = G(1)}));
   uint64_t unsealed = h.SendGet(waiter, {g}, -1);
   uint64_t uncreated = h.SendGet(waiter, {G(2)}, 60'000);
@@ -48,7 +48,7 @@ TEST_CASE("store: a get waits for the seal", "[store]") {
 
 TEST_CASE("store: the deadline of a get", "[store]") {
   StoreHarness h;
-  Client& c = h.Hello();
+  FakeClient& c = h.Hello();
   Guid present = h.Put(c, 100);
   Guid unsealed = CreatedGuid(h.Create(c, {}));
 
@@ -93,8 +93,8 @@ TEST_CASE("store: the deadline of a get", "[store]") {
 
 TEST_CASE("store: closing a session forgets its waiting gets", "[store]") {
   StoreHarness h;
-  Client& c = h.Hello();
-  Client& waiter = h.Hello();
+  FakeClient& c = h.Hello();
+  FakeClient& waiter = h.Hello();
   Guid present = h.Put(c, 100);
   Guid g = CreatedGuid(h.Create(c, {}));
   h.SendGet(waiter, {present, g}, -1);  // holds `present` while it waits for `g`
@@ -112,8 +112,8 @@ TEST_CASE("store: closing a session forgets its waiting gets", "[store]") {
 
 TEST_CASE("store: max_pending waiting gets per connection", "[store]") {
   StoreHarness h({.max_pending = 2});
-  Client& c = h.Hello();
-  Client& other = h.Hello();
+  FakeClient& c = h.Hello();
+  FakeClient& other = h.Hello();
   Guid present = h.Put(c, 100);
   uint64_t first = h.SendGet(c, {G(1)}, -1);
   h.SendGet(c, {G(2)}, -1);
@@ -137,9 +137,9 @@ TEST_CASE("store: waiting gets are bounded in GUIDs per connection and per user"
   constexpr uid_t kOther = 5001;
   StoreHarness h(
       {.max_pending_guids = 3, .max_pending_guids_per_user = 5, .allow_users = {kOther}});
-  Client& a = h.Hello();
-  Client& b = h.Hello();  // the same user
-  Client& other = h.Hello(kOther);
+  FakeClient& a = h.Hello();
+  FakeClient& b = h.Hello();  // the same user
+  FakeClient& other = h.Hello(kOther);
   uint64_t first = h.SendGet(a, {G(1), G(2)}, -1);
   Message m = h.Get(a, {G(3), G(4)}, -1);
   CHECK(m.code() == "QuotaExceeded");
@@ -165,8 +165,8 @@ TEST_CASE("store: a user's connections are bounded, not the daemon's own user's"
   constexpr uid_t kOther = 5001;
   StoreHarness h({.max_sessions_per_user = 2, .allow_users = {kOther}});
   h.Hello(kOther);
-  Client& second = h.Hello(kOther);
-  Client& third = h.Connect(kOther);
+  FakeClient& second = h.Hello(kOther);
+  FakeClient& third = h.Connect(kOther);
   Status refused = h.SayHello(third);
   CHECK(refused.IsQuotaExceeded());
   CHECK_THAT(refused.message(),
@@ -179,8 +179,8 @@ TEST_CASE("store: a user's connections are bounded, not the daemon's own user's"
 
 TEST_CASE("store: a disconnect aborts creates and drops references", "[store]") {
   StoreHarness h;
-  Client& keeper = h.Hello();
-  Client& c = h.Hello();
+  FakeClient& keeper = h.Hello();
+  FakeClient& c = h.Hello();
   Guid held = h.Put(keeper, 100 * kKiB);
   Guid unsealed = CreatedGuid(h.Create(c, {.sizes = {200 * kKiB}}));
   REQUIRE(ResultCodes(h.Get(c, {held})) == Codes{"OK"});
@@ -202,7 +202,7 @@ TEST_CASE("store: a disconnect aborts creates and drops references", "[store]") 
 TEST_CASE("store: a full store evicts the least recently used", "[store]") {
   // Four segments of 256 KiB; objects of 200 KiB take one each.
   StoreHarness h({.capacity = kMiB, .segment_size = 256 * kKiB});
-  Client& c = h.Hello();
+  FakeClient& c = h.Hello();
   constexpr uint64_t kSize = 200 * kKiB;
 
   SECTION("evictable objects, least recently used first; referenced ones stay") {
