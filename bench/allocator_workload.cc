@@ -8,11 +8,11 @@
 // segments that exist) and largest_free (the largest object that still fits). Run twice, the same
 // sequence: on a prefaulted pool (one allocator over one segment) and on 64 MiB segments made on
 // demand (objects over 64 MiB get a segment of their own).
+#include <fmt/format.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench/sections.h"
 

@@ -14,12 +14,12 @@
 //     --previous-depotd  a depotd built from an earlier commit: section 3 measures its
 //                        on-demand pool, section 4 its 1 KiB put+get pairs and section 8 its
 //                        gets, beside this tree's, in the same rounds
+#include <fmt/format.h>
+
 #include <ctime>
 #include <set>
 #include <sstream>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "bench/redis.h"
 #include "bench/sections.h"
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   using Section = void (*)(const Context&);
   const std::pair<int, Section> sections[] = {
       {1, GetLatency},  {2, HeldGet},           {3, PutThroughput}, {4, SmallObjects},
-      {5, ManyReaders}, {6, AllocatorWorkload}, {7, Scale},       {8, FirstGet}};
+      {5, ManyReaders}, {6, AllocatorWorkload}, {7, Scale},         {8, FirstGet}};
   auto started = Clock::now();
   std::string load_before = LoadAverage();
   TempDir dir;

@@ -8,9 +8,9 @@
 // Where there is no driver or no GPU it prints why and exits 0: nothing was measured.
 //
 //   device_bench [--quick]
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "bench/harness.h"
 #include "bench/servers.h"

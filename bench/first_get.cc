@@ -5,12 +5,12 @@
 // round trip). Each get drops its Object before the next, so the next one is again a get of an
 // object not held. The first get of each object (the one that brings its segment's descriptor)
 // is not timed. This process runs on the CPU other than the servers' where there is one.
+#include <fmt/format.h>
+
 #include <array>
 #include <memory>
 #include <optional>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench/sections.h"
 

@@ -10,10 +10,10 @@
 //   socket send     the peer writes the N bytes, this process reads them all into a buffer.
 // depotd (prefaulted pool), redis-server and the peer run on CPU 0; this process runs on each
 // placement in turn (see harness.h).
+#include <fmt/format.h>
+
 #include <array>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench/redis.h"
 #include "bench/sections.h"

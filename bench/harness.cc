@@ -1,5 +1,6 @@
 #include "bench/harness.h"
 
+#include <fmt/format.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -17,8 +18,6 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 namespace depot::bench {
 

@@ -2,9 +2,9 @@
 // it from its own table of held objects (a lock, a hash lookup, a shared-pointer copy), without a
 // round trip. Measured as the mean over a batch of gets of one held 4 KiB object (the result
 // dropped each time), in several rounds; the figure is the median batch mean.
-#include <vector>
-
 #include <fmt/format.h>
+
+#include <vector>
 
 #include "bench/sections.h"
 

@@ -8,6 +8,7 @@
 // fresh processes each run and are not pinned; depotd and the sender run on CPU 0. depot and
 // socket runs alternate.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,8 +16,6 @@
 #include <cstring>
 #include <memory>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench/sections.h"
 

@@ -203,8 +203,9 @@ Figures Measure(const std::string& dir, const Build& build, Attack attack, bool 
   int per_round = quick ? 200 : 1000;
   std::vector<std::string> args = {"--socket-mode", "0666", "--log-level", "error"};
   if (::geteuid() == 0) args.insert(args.end(), {"--allow-users", fmt::format("0,{}", kAttacker)});
-  DepotDaemon daemon(dir, fmt::format("noisy-{}-{}", build.label == "this tree" ? "new" : build.label,
-                                      static_cast<int>(attack)),
+  DepotDaemon daemon(dir,
+                     fmt::format("noisy-{}-{}", build.label == "this tree" ? "new" : build.label,
+                                 static_cast<int>(attack)),
                      DaemonConfig{.capacity = 1ull << 30,
                                   .prefault = false,
                                   .segment_size = 64ull << 20,
@@ -217,8 +218,8 @@ Figures Measure(const std::string& dir, const Build& build, Attack attack, bool 
   // say) outlives it.
   for (int r = 0; r < 2 * rounds; ++r) honest.Round(quiet, per_round);
   {
-    Child attacker = Child::Spawn(
-        [&](Channel& ch) { RunAttack(attack, daemon.socket(), quick, ch); });
+    Child attacker =
+        Child::Spawn([&](Channel& ch) { RunAttack(attack, daemon.socket(), quick, ch); });
     attacker.channel().Await();
     for (int r = 0; r < rounds; ++r) honest.Round(attacked, per_round);
     attacker.channel().Signal();
@@ -306,8 +307,9 @@ int main(int argc, char** argv) {
       builds.push_back({next.substr(0, next.find('=')), next.substr(next.find('=') + 1)});
       ++i;
     } else {
-      fmt::print(stderr,
-                 "usage: noisy_neighbours_bench [--quick] [--only ATTACK] [--depotd LABEL=PATH]...\n");
+      fmt::print(
+          stderr,
+          "usage: noisy_neighbours_bench [--quick] [--only ATTACK] [--depotd LABEL=PATH]...\n");
       return 2;
     }
   }

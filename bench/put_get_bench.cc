@@ -10,17 +10,17 @@
 // CPU 1.
 //
 //   put_get_bench [--quick]      --quick skips 1 GiB and repeats less
+#include <fmt/format.h>
+
 #include <array>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "bench/harness.h"
 #include "bench/servers.h"
-#include "depot/units.h"
 #include "depot/client.h"
+#include "depot/units.h"
 
 namespace depot::bench {
 namespace {

@@ -2,8 +2,8 @@
 // against the limit (one memcpy of the same bytes into resident memory, single thread) and Redis
 // SET, measured in alternating rounds in one run:
 //   Put             Client::Put: up to 4 MiB, a copy into the connection's lease and one message
-//                   with no reply (a new lease, one round trip, every 16 puts or so); larger, create
-//                   (a round trip), copy into the mapped frame, seal.
+//                   with no reply (a new lease, one round trip, every 16 puts or so); larger,
+//                   create (a round trip), copy into the mapped frame, seal.
 //   Create + write  Client::Create, the same memcpy into the draft's frame, Draft::Seal: what a
 //                   producer that writes in place does (for objects over 64 KiB, Put does the
 //                   same calls).
@@ -15,13 +15,13 @@
 // --previous-depotd, Put is measured a third time, against that daemon with the defaults: the
 // figures before a change, beside those after it. Each put is followed by an untimed delete.
 // Servers on CPU 0; this process on each placement in turn.
+#include <fmt/format.h>
+
 #include <array>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench/redis.h"
 #include "bench/sections.h"
@@ -96,11 +96,21 @@ void PutThroughput(const Context& ctx) {
     Client fast = prefaulted.Connect(), slow = on_demand.Connect();
     std::optional<Client> old;
     if (previous) old = before->Connect();
-    std::vector<std::string> columns = {
-        "size", "memcpy p50 (GB/s)", "Put p50 (rounds)", "Put GB/s", "Put / memcpy",
-        "≥ 80% memcpy", "Create + write p50", "C+W / memcpy", "create + seal, no copy",
-        "on-demand pool: Put p50", "/ memcpy", "/ prefaulted Put", "on-demand: C+W p50",
-        "Redis SET p50 (GB/s)", "Redis / Put"};
+    std::vector<std::string> columns = {"size",
+                                        "memcpy p50 (GB/s)",
+                                        "Put p50 (rounds)",
+                                        "Put GB/s",
+                                        "Put / memcpy",
+                                        "≥ 80% memcpy",
+                                        "Create + write p50",
+                                        "C+W / memcpy",
+                                        "create + seal, no copy",
+                                        "on-demand pool: Put p50",
+                                        "/ memcpy",
+                                        "/ prefaulted Put",
+                                        "on-demand: C+W p50",
+                                        "Redis SET p50 (GB/s)",
+                                        "Redis / Put"};
     std::string align = "lrrrrlrrrrrrrrr";
     if (previous) {
       columns.insert(columns.end(), {"previous, on-demand: Put p50", "/ memcpy"});
@@ -166,10 +176,14 @@ void PutThroughput(const Context& ctx) {
       auto gbs = [&](Method m) { return Rate(size / s[m].p50); };
       auto pct = [&](Method m) { return fmt::format("{:.0f}%", 100 * s[kMemcpy].p50 / s[m].p50); };
       double ratio = s[kMemcpy].p50 / s[kPut].p50;
-      std::string met = p.size < (1 << 20) ? "" : targets.Check(
-          "Put ≥ 80% of memcpy bandwidth (≥ 1 MiB, prefaulted pool)",
-          fmt::format("{}, {}", Bytes(p.size), PlacementName(cpu)),
-          fmt::format("{:.0f}% ({} vs {})", 100 * ratio, gbs(kPut), gbs(kMemcpy)), ratio >= 0.8);
+      std::string met =
+          p.size < (1 << 20)
+              ? ""
+              : targets.Check(
+                    "Put ≥ 80% of memcpy bandwidth (≥ 1 MiB, prefaulted pool)",
+                    fmt::format("{}, {}", Bytes(p.size), PlacementName(cpu)),
+                    fmt::format("{:.0f}% ({} vs {})", 100 * ratio, gbs(kPut), gbs(kMemcpy)),
+                    ratio >= 0.8);
       double demand = s[kPutDemand].p50 / s[kPut].p50;
       targets.Check("On-demand pool's Put within 10% of the prefaulted pool's (≥ 1 MiB)",
                     fmt::format("{}, {}", Bytes(p.size), PlacementName(cpu)),
@@ -181,13 +195,21 @@ void PutThroughput(const Context& ctx) {
         targets.Check("On-demand pool's Put ≥ 80% of memcpy (repeated 1 GiB puts)",
                       PlacementName(cpu), fmt::format("{:.0f}%", 100 * share), share >= 0.8);
       }
-      std::vector<std::string> row = {
-          Bytes(p.size), fmt::format("{} ({})", Time(s[kMemcpy].p50), gbs(kMemcpy)),
-          P50WithSpread(s[kPut]), gbs(kPut), pct(kPut), met, Time(s[kCreate].p50), pct(kCreate),
-          Time(s[kBare].p50), P50WithSpread(s[kPutDemand]), pct(kPutDemand),
-          fmt::format("{:.2f}×", demand), Time(s[kCreateDemand].p50),
-          fmt::format("{} ({})", Time(s[kRedis].p50), gbs(kRedis)),
-          Ratio(s[kRedis].p50 / s[kPut].p50)};
+      std::vector<std::string> row = {Bytes(p.size),
+                                      fmt::format("{} ({})", Time(s[kMemcpy].p50), gbs(kMemcpy)),
+                                      P50WithSpread(s[kPut]),
+                                      gbs(kPut),
+                                      pct(kPut),
+                                      met,
+                                      Time(s[kCreate].p50),
+                                      pct(kCreate),
+                                      Time(s[kBare].p50),
+                                      P50WithSpread(s[kPutDemand]),
+                                      pct(kPutDemand),
+                                      fmt::format("{:.2f}×", demand),
+                                      Time(s[kCreateDemand].p50),
+                                      fmt::format("{} ({})", Time(s[kRedis].p50), gbs(kRedis)),
+                                      Ratio(s[kRedis].p50 / s[kPut].p50)};
       if (previous) {
         row.insert(row.end(), {P50WithSpread(s[kPutPrevious]), pct(kPutPrevious)});
       }

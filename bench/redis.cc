@@ -1,8 +1,8 @@
 #include "bench/redis.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "bench/harness.h"
 #include "bench/servers.h"

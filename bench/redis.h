@@ -6,6 +6,7 @@
 #ifndef DEPOT_BENCH_REDIS_H_
 #define DEPOT_BENCH_REDIS_H_
 
+#include <hiredis.h>
 #include <sys/types.h>
 
 #include <cstddef>
@@ -15,8 +16,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <hiredis.h>
 
 namespace depot::bench {
 

@@ -7,10 +7,10 @@
 // Client::List in pages of 1,000. For comparison, the same count of 64-byte values SET into an
 // empty redis-server by 4 processes the same way: its rate, used_memory and VmRSS per key, and a
 // SCAN of every key (COUNT 1000).
+#include <fmt/format.h>
+
 #include <functional>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench/redis.h"
 #include "bench/sections.h"

@@ -1,5 +1,6 @@
 #include "bench/servers.h"
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -10,8 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace depot::bench {
 pid_t LaunchServer(const std::vector<std::string>& argv, const std::string& log) {

@@ -25,7 +25,7 @@ struct DaemonConfig {
   uint64_t capacity = 256ull << 20;
   bool prefault = false;
   uint64_t segment_size = 64ull << 20;  // depotd's default
-  std::string spill_dir;                 // empty: no spilling
+  std::string spill_dir;                // empty: no spilling
   std::string binary{};                 // empty: the depotd built in this tree
   std::vector<std::string> args{};      // more of depotd's command line
 };

@@ -14,13 +14,13 @@
 // (b) Getting 1,000 objects of 1 KiB: one multi-GUID Client::Get (one round trip) against
 // 1,000 single gets and one Redis MGET of 1,000 keys, in alternating rounds, this process on each
 // placement.
+#include <fmt/format.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <memory>
-#include <sys/socket.h>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench/redis.h"
 #include "bench/sections.h"
@@ -117,8 +117,9 @@ void PairsPerSecond(const Context& ctx, const DepotDaemon& daemon, const DepotDa
                                          previous->Describe())
                            : ""));
   std::vector<int> counts = {1, 2, 4};
-  std::vector<std::string> columns = {"client processes", "their CPU", "depot put+get pairs/s",
-                                      "Redis SET+GET pairs/s", "depot / Redis", "≥ 3× Redis"};
+  std::vector<std::string> columns = {"client processes",      "their CPU",
+                                      "depot put+get pairs/s", "Redis SET+GET pairs/s",
+                                      "depot / Redis",         "≥ 3× Redis"};
   std::string align = "rlrrrl";
   if (previous) {
     columns.insert(columns.end(), {"previous: depot pairs/s", "previous / Redis"});
@@ -134,7 +135,7 @@ void PairsPerSecond(const Context& ctx, const DepotDaemon& daemon, const DepotDa
         fmt::print(stderr, "  small objects: {} process(es) on CPU {}, round {}\n", counts[i], cpu,
                    r + 1);
         for (int k = 0; k < methods; ++k) {  // each method takes each place in the order in turn
-          int m = (k + r) % methods;  // 0: depot, 1: Redis, 2: the previous depotd
+          int m = (k + r) % methods;         // 0: depot, 1: Redis, 2: the previous depotd
           const DepotDaemon* target = m == 0 ? &daemon : previous;
           rates[m][i].push_back(RunTogether(counts[i], cpu, duration, [&](Channel& ch, double d) {
             m == 1 ? RedisLoop(ctx.redis->socket(), ch, d) : DepotLoop(*target, ch, d);
@@ -149,9 +150,9 @@ void PairsPerSecond(const Context& ctx, const DepotDaemon& daemon, const DepotDa
           "1 KiB put+get ops/s ≥ 3× Redis SET+GET",
           fmt::format("{} client process{} on CPU {}", counts[i], counts[i] == 1 ? "" : "es", cpu),
           fmt::format("{} ({} vs {})", Ratio(d / rd), PerSecond(d), PerSecond(rd)), d >= 3 * rd);
-      std::vector<std::string> row = {std::to_string(counts[i]), std::to_string(cpu),
-                                      RateRange(rates[0][i]),    RateRange(rates[1][i]),
-                                      Ratio(d / rd),             met};
+      std::vector<std::string> row = {
+          std::to_string(counts[i]), std::to_string(cpu), RateRange(rates[0][i]),
+          RateRange(rates[1][i]),    Ratio(d / rd),       met};
       if (previous) {
         double pd = Percentile(rates[2][i], 0.5);
         row.insert(row.end(), {RateRange(rates[2][i]), Ratio(pd / rd)});
@@ -252,7 +253,9 @@ void HandOff(const Context& ctx, const DepotDaemon& daemon) {
           return Name{(*n)++, 0};
         });
       },
-      [] { return Give([] { return Name{1, 1}; }); }};
+      [] { return Give([] {
+             return Name{1, 1};
+           }); }};
   std::function<Take()> takers[3] = {
       [&] {
         auto c = std::make_shared<Client>(daemon.Connect("take"));
@@ -366,10 +369,11 @@ void SmallObjects(const Context& ctx) {
                   daemon.Describe(), kServerCpu));
   std::unique_ptr<DepotDaemon> previous;
   if (!ctx.previous_depotd.empty()) {
-    previous = std::make_unique<DepotDaemon>(
-        ctx.dir, "small-previous",
-        DaemonConfig{.capacity = (ctx.quick ? 256ull : 512ull) << 20, .prefault = true,
-                     .binary = ctx.previous_depotd});
+    previous =
+        std::make_unique<DepotDaemon>(ctx.dir, "small-previous",
+                                      DaemonConfig{.capacity = (ctx.quick ? 256ull : 512ull) << 20,
+                                                   .prefault = true,
+                                                   .binary = ctx.previous_depotd});
   }
   PairsPerSecond(ctx, daemon, previous.get());
   MultiGet(ctx, daemon);

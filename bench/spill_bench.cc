@@ -11,6 +11,7 @@
 //
 //   spill_bench [--quick] [--dir DIR]    DIR: where to measure (default /var/tmp)
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,8 +22,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench/harness.h"
 #include "bench/servers.h"

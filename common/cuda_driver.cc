@@ -1,13 +1,12 @@
 #include "common/cuda_driver.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string_view>
-
-#include <fmt/format.h>
 
 namespace depot {
 namespace {
@@ -19,19 +18,23 @@ Result<CudaDriver> Load() {
   const char* env = std::getenv("DEPOT_LIBCUDA");
   std::string path = env != nullptr && *env != '\0' ? env : "libcuda.so.1";
   void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return Status::Unavailable(fmt::format("cannot load {}: {}", path, ::dlerror()));
+  if (lib == nullptr)
+    return Status::Unavailable(fmt::format("cannot load {}: {}", path, ::dlerror()));
   // The handle stays open for the life of the process: the driver cannot be unloaded safely.
-  auto get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(::dlsym(lib, "cuGetProcAddress_v2"));
+  auto get_proc =
+      reinterpret_cast<PFN_cuGetProcAddress_v12000>(::dlsym(lib, "cuGetProcAddress_v2"));
   auto init = reinterpret_cast<PFN_cuInit_v2000>(::dlsym(lib, "cuInit"));
   if (get_proc == nullptr || init == nullptr) {
-    return Status::Unavailable(fmt::format("{} has no cuGetProcAddress_v2 (a driver for CUDA 12 or "
-                                           "newer is needed)",
-                                           path));
+    return Status::Unavailable(
+        fmt::format("{} has no cuGetProcAddress_v2 (a driver for CUDA 12 or "
+                    "newer is needed)",
+                    path));
   }
   if (CUresult r = init(0); r != CUDA_SUCCESS) {
-    return Status::Unavailable(fmt::format("cuInit failed with error {} (no GPU, or the driver "
-                                           "and the kernel module disagree)",
-                                           static_cast<int>(r)));
+    return Status::Unavailable(
+        fmt::format("cuInit failed with error {} (no GPU, or the driver "
+                    "and the kernel module disagree)",
+                    static_cast<int>(r)));
   }
   CudaDriver d{};
   std::string missing;

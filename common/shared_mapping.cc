@@ -1,12 +1,11 @@
 #include "common/shared_mapping.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <cerrno>
 #include <cstring>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace depot {
 

@@ -1,11 +1,10 @@
 #include "common/socket_path.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 namespace depot {
 

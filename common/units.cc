@@ -1,10 +1,10 @@
 #include "depot/units.h"
 
-#include <cctype>
-#include <cmath>
-#include <charconv>
-
 #include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
 
 namespace depot {
 
@@ -22,12 +22,18 @@ std::optional<uint64_t> ParseSize(std::string_view text, uint64_t total) {
     bytes = static_cast<double>(total) * value / 100.0;
   } else {
     int shift;
-    if (unit.empty() || unit == "b") shift = 0;
-    else if (unit == "k" || unit == "kib" || unit == "kb") shift = 10;
-    else if (unit == "m" || unit == "mib" || unit == "mb") shift = 20;
-    else if (unit == "g" || unit == "gib" || unit == "gb") shift = 30;
-    else if (unit == "t" || unit == "tib" || unit == "tb") shift = 40;
-    else return std::nullopt;
+    if (unit.empty() || unit == "b")
+      shift = 0;
+    else if (unit == "k" || unit == "kib" || unit == "kb")
+      shift = 10;
+    else if (unit == "m" || unit == "mib" || unit == "mb")
+      shift = 20;
+    else if (unit == "g" || unit == "gib" || unit == "gb")
+      shift = 30;
+    else if (unit == "t" || unit == "tib" || unit == "tb")
+      shift = 40;
+    else
+      return std::nullopt;
     bytes = value * static_cast<double>(uint64_t{1} << shift);
   }
   if (bytes < 1 || bytes > 1e19) return std::nullopt;

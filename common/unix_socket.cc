@@ -1,11 +1,10 @@
 #include "common/unix_socket.h"
 
+#include <fmt/format.h>
 #include <sys/un.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace depot {
 

@@ -1,10 +1,9 @@
 #include "common/users.h"
 
+#include <fmt/format.h>
 #include <pwd.h>
 
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace depot {
 

@@ -1,8 +1,8 @@
 #include "daemon/access_policy.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace depot {
 

@@ -55,7 +55,7 @@ class Allocator {
   uint64_t size_;
   uint64_t alignment_;
   uint64_t used_ = 0;
-  std::map<uint64_t, uint64_t> free_by_offset_;          // offset -> size
+  std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
   size_t allocated_blocks_ = 0;
 };

@@ -33,8 +33,8 @@ class CudaBackend : public DeviceBackend {
       CUdevice dev;
       auto info = Describe(i, dev);
       if (!info.ok()) {
-        skipped += fmt::format("{}GPU {}: {}", skipped.empty() ? "" : "; ", i,
-                               info.status().message());
+        skipped +=
+            fmt::format("{}GPU {}: {}", skipped.empty() ? "" : "; ", i, info.status().message());
         continue;
       }
       devices_.push_back(dev);
@@ -68,9 +68,9 @@ class CudaBackend : public DeviceBackend {
   }
 
  private:
-  // Device `ordinal` (its handle in `dev`), when device pools can use it; otherwise why not, naming the call that
-  // failed or what the device lacks. Every answer of the driver is checked: a failed read must
-  // not become a garbage UUID or size.
+  // Device `ordinal` (its handle in `dev`), when device pools can use it; otherwise why not, naming
+  // the call that failed or what the device lacks. Every answer of the driver is checked: a failed
+  // read must not become a garbage UUID or size.
   Result<DeviceInfo> Describe(int ordinal, CUdevice& dev) {
     if (CUresult r = cu_->DeviceGet(&dev, ordinal); r != CUDA_SUCCESS) {
       return Status::Unavailable(cu_->Error(r, "cuDeviceGet"));

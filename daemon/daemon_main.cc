@@ -1,22 +1,22 @@
 // depotd's main: reads its configuration, claims the socket (or adopts the one systemd passed),
 // builds the store, tells systemd it is ready and serves until SIGINT or SIGTERM.
+#include "daemon/daemon_main.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include "common/system_memory.h"
-#include "daemon/daemon_main.h"
 #include "daemon/journal_sink.h"
 #include "daemon/metrics_server.h"
 #include "daemon/options.h"
@@ -138,7 +138,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
     metrics = std::move(*started);
     spdlog::info("metrics: http://{}/metrics", metrics->address());
   }
-  if (struct stat sock {}; ::stat(socket_path.c_str(), &sock) == 0) {
+  if (struct stat sock{}; ::stat(socket_path.c_str(), &sock) == 0) {
     (*store)->SetSocketGroup(sock.st_gid);
   }
   spdlog::info("depotd {} serving {} (pid {}): host pool {}{}, segments of {}, memory: {}",

@@ -26,7 +26,7 @@ struct DeviceInfo {
 
 // One chunk of a device's memory.
 struct DeviceChunk {
-  UniqueFd fd;   // sent to clients, who import it
+  UniqueFd fd;          // sent to clients, who import it
   uint64_t handle = 0;  // the backend's own (CUmemGenericAllocationHandle)
   uint64_t size = 0;
   // Sent for gets where the backend has one (the tests' memfd stand-in); a CUDA chunk has none:

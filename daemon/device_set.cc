@@ -1,9 +1,9 @@
 #include "daemon/device_set.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "depot/units.h"
 
@@ -33,8 +33,7 @@ Status DeviceSet::Open() {
           fmt::format("device_capacity {} is not a size", options_.capacity));
     }
     uint64_t granularity = std::max<uint64_t>(d.granularity, 1);
-    devices_.push_back(
-        {d, i, {std::min(*capacity, d.memory) / granularity * granularity, 0}});
+    devices_.push_back({d, i, {std::min(*capacity, d.memory) / granularity * granularity, 0}});
   }
   if (devices_.empty()) {
     return Status::Unavailable(fmt::format("none of the GPUs named in devices ({}) is here",

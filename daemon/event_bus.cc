@@ -20,10 +20,10 @@ bool EventBus::subscribed(SessionId session) const {
 }
 
 wire::EventKind EventBus::KindOf(TableEvent e) {
-  static constexpr wire::EventKind kKinds[] = {
-      wire::EventKind::Created, wire::EventKind::Sealed,  wire::EventKind::Aborted,
-      wire::EventKind::Deleted, wire::EventKind::Evicted, wire::EventKind::Freed,
-      wire::EventKind::Spilled, wire::EventKind::Restored};
+  static constexpr wire::EventKind kKinds[] = {wire::EventKind::Created, wire::EventKind::Sealed,
+                                               wire::EventKind::Aborted, wire::EventKind::Deleted,
+                                               wire::EventKind::Evicted, wire::EventKind::Freed,
+                                               wire::EventKind::Spilled, wire::EventKind::Restored};
   return kKinds[static_cast<int>(e)];
 }
 

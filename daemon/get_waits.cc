@@ -1,9 +1,9 @@
 #include "daemon/get_waits.h"
 
-#include <chrono>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <chrono>
 
 namespace depot {
 
@@ -54,8 +54,8 @@ Status GetWaits::Park(GetWait& w, int64_t timeout_ms) {
   // A timer counts nanoseconds in 64 bits: a longer wait (over about 35 years) waits forever.
   constexpr int64_t kLongestTimeoutMs = int64_t{1} << 40;
   if (timeout_ms > 0 && timeout_ms < kLongestTimeoutMs) {
-    stored.timer = std::make_unique<boost::asio::steady_timer>(
-        io_, std::chrono::milliseconds(timeout_ms));
+    stored.timer =
+        std::make_unique<boost::asio::steady_timer>(io_, std::chrono::milliseconds(timeout_ms));
     stored.timer->async_wait([this, wait_id](const boost::system::error_code& ec) {
       if (!ec) Answer(wait_id);
     });

@@ -10,17 +10,16 @@
 #ifndef DEPOT_DAEMON_GET_WAITS_H_
 #define DEPOT_DAEMON_GET_WAITS_H_
 
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
-
-#include <sys/types.h>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "daemon/object_table.h"
 #include "daemon/peer.h"

@@ -52,8 +52,7 @@ void JournalSink::sink_it_(const spdlog::details::log_msg& msg) {
     sd_journal_send("MESSAGE=%.*s", size, text.data(), "PRIORITY=%d", Priority(msg.level),
                     "SYSLOG_IDENTIFIER=depotd", "DEPOT_SOCKET=%s", socket_path_.c_str(),
                     "DEPOT_VERSION=%s", DEPOT_VERSION, "CODE_FILE=%s", msg.source.filename,
-                    "CODE_LINE=%d", msg.source.line, "CODE_FUNC=%s", msg.source.funcname,
-                    nullptr);
+                    "CODE_LINE=%d", msg.source.line, "CODE_FUNC=%s", msg.source.funcname, nullptr);
   }
 }
 

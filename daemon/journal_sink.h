@@ -11,10 +11,10 @@
 #ifndef DEPOT_DAEMON_JOURNAL_SINK_H_
 #define DEPOT_DAEMON_JOURNAL_SINK_H_
 
+#include <spdlog/sinks/base_sink.h>
+
 #include <mutex>
 #include <string>
-
-#include <spdlog/sinks/base_sink.h>
 
 namespace depot {
 

@@ -23,8 +23,8 @@ struct PoolBudget {
   uint64_t reserved = 0;
   uint64_t warm_limit = 0;  // bytes of empty segments that may be kept
   uint64_t warm = 0;        // bytes of empty segments kept now (part of reserved)
-  uint64_t used = 0;       // in allocated blocks, over every pool on this budget
-  uint64_t peak_used = 0;  // the most `used` has been since start
+  uint64_t used = 0;        // in allocated blocks, over every pool on this budget
+  uint64_t peak_used = 0;   // the most `used` has been since start
 
   void Use(uint64_t bytes) {
     used += bytes;

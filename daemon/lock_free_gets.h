@@ -13,8 +13,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "daemon/object_index.h"

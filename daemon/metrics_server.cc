@@ -1,15 +1,15 @@
 #include "daemon/metrics_server.h"
 
-#include <algorithm>
-#include <charconv>
-#include <optional>
-#include <string_view>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include <charconv>
+#include <optional>
+#include <string_view>
 
 namespace depot {
 namespace {
@@ -96,8 +96,9 @@ class MetricsServer::Connection : public std::enable_shared_from_this<Connection
           self->timer_.expires_at(started + kTimeout);
           self->Arm();
           if (ec == boost::asio::error::not_found) {  // the head passed kMaxRequestBytes
-            return self->Send("HTTP/1.1 431 Request Header Fields Too Large\r\n"
-                              "Content-Length: 0\r\nConnection: close\r\n\r\n");
+            return self->Send(
+                "HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                "Content-Length: 0\r\nConnection: close\r\n\r\n");
           }
           if (ec) return self->Close();
           std::string_view head(static_cast<const char*>(self->in_.data().data()), n);
@@ -176,12 +177,13 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(boost::asio::io_cont
   if (!ec) a.bind(*endpoint, ec);
   if (!ec) a.listen(64, ec);
   if (ec) {
-    return Status::Unavailable(
-        fmt::format("cannot serve metrics on {}: {}", listen, ec.message()));
+    return Status::Unavailable(fmt::format("cannot serve metrics on {}: {}", listen, ec.message()));
   }
   if (!endpoint->address().is_loopback()) {
-    spdlog::warn("metrics are served on {}, which is not a loopback address: anyone who can "
-                 "reach it can read them", listen);
+    spdlog::warn(
+        "metrics are served on {}, which is not a loopback address: anyone who can "
+        "reach it can read them",
+        listen);
   }
   server->Accept();
   return server;

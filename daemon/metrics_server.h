@@ -13,16 +13,15 @@
 #ifndef DEPOT_DAEMON_METRICS_SERVER_H_
 #define DEPOT_DAEMON_METRICS_SERVER_H_
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <list>
 #include <memory>
 #include <string>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "depot/status.h"
 

@@ -1,9 +1,9 @@
 #include "daemon/namespace_set.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "common/wall_clock.h"
 #include "daemon/device_source.h"
@@ -57,13 +57,12 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   Namespace* ns = owned.get();
   std::string prefix = options_.host.name_prefix;
   if (key != Namespace::kShared) prefix += fmt::format("u{}-", key);
-  auto host = SegmentedPool::Create(
-      std::make_unique<ShmSource>(prefix, maker_.get()),
-      {.budget = &host_budget_,
-       .segment_size = options_.host.segment_size,
-       .prefault = options_.host.prefault,
-       .reuse_large = true},
-      [this, ns](uint32_t id) { return hooks_.retired(*ns, 0, id); });
+  auto host = SegmentedPool::Create(std::make_unique<ShmSource>(prefix, maker_.get()),
+                                    {.budget = &host_budget_,
+                                     .segment_size = options_.host.segment_size,
+                                     .prefault = options_.host.prefault,
+                                     .reuse_large = true},
+                                    [this, ns](uint32_t id) { return hooks_.retired(*ns, 0, id); });
   if (!host.ok()) return host.status();
   ns->pools_.push_back(std::move(*host));
   if (Status st = AddDevicePools(*ns); !st.ok()) return st;
@@ -276,19 +275,19 @@ std::vector<PoolReport> NamespaceSet::PoolReports() const {
   pools.back().stats.capacity = host_budget_.capacity;
   for (size_t i = 0; i < devices_.size(); ++i) {
     const PoolBudget& budget = devices_.budget(i);
-    pools.push_back({devices_.device(i).uuid, "device", Stats(static_cast<uint32_t>(i + 1)),
-                     budget.peak_used});
+    pools.push_back(
+        {devices_.device(i).uuid, "device", Stats(static_cast<uint32_t>(i + 1)), budget.peak_used});
     pools.back().stats.capacity = budget.capacity;
   }
   if (spill_.enabled()) {
     // The spill directory as a pool of spill_capacity bytes, its files all used.
     StoreStatus st;
     spill_.Report(st);
-    PoolStats disk{.capacity = st.spill_capacity,
-                   .reserved = st.spill_disk_bytes,
-                   .used = st.spill_disk_bytes,
-                   .largest_free = st.spill_capacity - std::min(st.spill_capacity,
-                                                                 st.spill_disk_bytes)};
+    PoolStats disk{
+        .capacity = st.spill_capacity,
+        .reserved = st.spill_disk_bytes,
+        .used = st.spill_disk_bytes,
+        .largest_free = st.spill_capacity - std::min(st.spill_capacity, st.spill_disk_bytes)};
     pools.push_back({spill_.dir(), "disk", disk, 0});
   }
   return pools;

@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -20,8 +21,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
 
 #include "daemon/device_set.h"
 #include "daemon/namespace.h"
@@ -39,13 +38,13 @@ struct HostMemoryOptions {
   bool prefault = false;      // reserve the whole capacity at start-up and keep it
   // Bytes of empty segments kept warm for the next objects (at most the capacity).
   uint64_t keep_warm = uint64_t{2} << 30;
-  std::string name_prefix;    // segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7"
+  std::string name_prefix;  // segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7"
 };
 
 struct NamespaceOptions {
   HostMemoryOptions host;
-  bool per_user = false;  // each uid gets a namespace of its own
-  bool eviction = false;  // evict LRU evictable objects when full
+  bool per_user = false;       // each uid gets a namespace of its own
+  bool eviction = false;       // evict LRU evictable objects when full
   uint64_t index_entries = 0;  // entries of each namespace's shared index (0: no index)
   SpillOptions spill;
 };

@@ -66,7 +66,7 @@ class ObjectIndex {
     uint64_t entry;   // word offset of its entry
     uint64_t record;  // byte offset of its record in the arena
     uint64_t record_bytes;
-    uint32_t uid;     // its creator's
+    uint32_t uid;  // its creator's
   };
   struct Use {
     uint64_t entries = 0;

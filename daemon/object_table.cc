@@ -1,8 +1,8 @@
 #include "daemon/object_table.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace depot {
 
@@ -139,7 +139,8 @@ Result<const StoredObject*> ObjectTable::Acquire(SessionId session, const Guid& 
 Status ObjectTable::Release(SessionId session, ObjectId id) {
   auto s = sessions_.find(session);
   if (s == sessions_.end() || !s->second.held.contains(id)) {
-    return Status::NotFound(fmt::format("this connection holds no reference on object handle {}", id));
+    return Status::NotFound(
+        fmt::format("this connection holds no reference on object handle {}", id));
   }
   auto h = s->second.held.find(id);
   if (--h->second > 0) return Status::OK();

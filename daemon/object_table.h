@@ -29,8 +29,8 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -64,9 +64,7 @@ class StoredObject {
   std::string_view name() const {
     return {reinterpret_cast<const char*>(extra_.get()), name_size_};
   }
-  std::span<const uint8_t> metadata() const {
-    return {extra_.get() + name_size_, metadata_size_};
-  }
+  std::span<const uint8_t> metadata() const { return {extra_.get() + name_size_, metadata_size_}; }
   uint64_t size() const;
   // Points the object at new memory of the same frame sizes (a restore).
   void Relocate(std::span<const Location> frames);
@@ -220,8 +218,8 @@ class ObjectTable {
   Status Release(SessionId session, ObjectId id);
 
   // Removes a sealed object's GUID at once; its memory is freed now, or when the last reference
-  // is released, or once no reference slot holds it (FreeUnpinned). NotFound when absent; InvalidArgument for
-  // an object still being created. `by` asked for it (named in events).
+  // is released, or once no reference slot holds it (FreeUnpinned). NotFound when absent;
+  // InvalidArgument for an object still being created. `by` asked for it (named in events).
   Status Delete(const Guid& guid, SessionId by = 0);
 
   // A session ended: aborts what it was creating and drops every reference it held.

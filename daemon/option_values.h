@@ -3,6 +3,9 @@
 #ifndef DEPOT_DAEMON_OPTION_VALUES_H_
 #define DEPOT_DAEMON_OPTION_VALUES_H_
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -10,9 +13,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "depot/units.h"
 
@@ -76,7 +76,8 @@ inline std::string SetLimit(uint64_t& out, const std::string& v, uint64_t physic
 inline std::string SetCount(uint64_t& out, const std::string& v) {
   uint64_t n = 0;
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc() || end != v.data() + v.size()) return "expected a whole number (0: no limit)";
+  if (ec != std::errc() || end != v.data() + v.size())
+    return "expected a whole number (0: no limit)";
   out = n;
   return "";
 }

@@ -1,5 +1,7 @@
 #include "daemon/options.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <grp.h>
 #include <pwd.h>
 #include <unistd.h>
@@ -10,9 +12,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "daemon/metrics_server.h"
 #include "daemon/option_values.h"
@@ -56,34 +55,46 @@ const std::vector<Key>& Keys() {
          return "";
        },
        [](const O& o) { return o.socket_group; }},
-      {{"capacity", "25%", "host pool size: bytes, 512MiB, 8GiB, or a % of RAM (default at most the memory available, within the cgroup's limit)"},
+      {{"capacity", "25%",
+        "host pool size: bytes, 512MiB, 8GiB, or a % of RAM (default at most the memory available, "
+        "within the cgroup's limit)"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.capacity, v, phys, 1 << 20, uint64_t{1} << 50);
        },
        [](const O& o) { return std::to_string(o.capacity); }},
-      {{"segment_size", "64MiB", "shared-memory segments are made this size; larger objects go to segments of large objects, made to their size"},
+      {{"segment_size", "64MiB",
+        "shared-memory segments are made this size; larger objects go to segments of large "
+        "objects, made to their size"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.segment_size, v, phys, 1 << 20, uint64_t{1} << 40);
        },
        [](const O& o) { return std::to_string(o.segment_size); }},
-      {{"hugepages", "off", "ask for transparent huge pages on mappings (needs shmem_enabled = advise or more)"},
+      {{"hugepages", "off",
+        "ask for transparent huge pages on mappings (needs shmem_enabled = advise or more)"},
        [](O& o, const std::string& v, uint64_t) { return SetBool(o.hugepages, v); },
        [](const O& o) { return OnOff(o.hugepages); }},
       {{"prefault", "off", "reserve the whole capacity at start-up and keep it"},
        [](O& o, const std::string& v, uint64_t) { return SetBool(o.prefault, v); },
        [](const O& o) { return OnOff(o.prefault); }},
-      {{"keep_warm", "2GiB", "empty segments kept, mapped and faulted in, for the next objects, up to this many bytes (at most the capacity; 0: give each back)"},
+      {{"keep_warm", "2GiB",
+        "empty segments kept, mapped and faulted in, for the next objects, up to this many bytes "
+        "(at most the capacity; 0: give each back)"},
        [](O& o, const std::string& v, uint64_t phys) { return SetLimit(o.keep_warm, v, phys); },
        [](const O& o) { return std::to_string(o.keep_warm); }},
-      {{"eviction", "on", "drop evictable, unreferenced objects (least recently used first) when full"},
+      {{"eviction", "on",
+        "drop evictable, unreferenced objects (least recently used first) when full"},
        [](O& o, const std::string& v, uint64_t) { return SetBool(o.eviction, v); },
        [](const O& o) { return OnOff(o.eviction); }},
-      {{"index_entries", "65536", "entries of each namespace's shared index, through which gets of sealed objects need no round trip (64 bytes each, and as many for their records; 0: off)"},
+      {{"index_entries", "65536",
+        "entries of each namespace's shared index, through which gets of sealed objects need no "
+        "round trip (64 bytes each, and as many for their records; 0: off)"},
        [](O& o, const std::string& v, uint64_t) { return SetUint(o.index_entries, v, 0, 1 << 22); },
        [](const O& o) { return std::to_string(o.index_entries); }},
-      {{"log_level", "info", "trace, debug, info, warn, error, critical or off (SIGHUP re-reads it)"},
+      {{"log_level", "info",
+        "trace, debug, info, warn, error, critical or off (SIGHUP re-reads it)"},
        [](O& o, const std::string& v, uint64_t) -> std::string {
-         static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+         static const char* kLevels[] = {"trace", "debug",    "info", "warn",
+                                         "error", "critical", "off"};
          if (std::find(std::begin(kLevels), std::end(kLevels), v) == std::end(kLevels)) {
            return "expected trace, debug, info, warn, error, critical or off";
          }
@@ -95,7 +106,8 @@ const std::vector<Key>& Keys() {
        // At most 65536, so that the clients reply (a few hundred bytes each) fits in a message.
        [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_clients, v, 1, 1 << 16); },
        [](const O& o) { return std::to_string(o.max_clients); }},
-      {{"max_message_size", "64MiB", "largest request accepted (a larger one closes its connection) and largest reply built"},
+      {{"max_message_size", "64MiB",
+        "largest request accepted (a larger one closes its connection) and largest reply built"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.max_message_size, v, phys, 1 << 20, proto::kMaxMessageSize);
        },
@@ -113,12 +125,14 @@ const std::vector<Key>& Keys() {
       {{"device_capacity", "90%", "device pool size on each GPU: bytes or a % of its memory"},
        [](O& o, const std::string& v, uint64_t) -> std::string {
          // Percentages are of each GPU's memory, known only once the GPU is opened.
-         if (!ParseSize(v, v.ends_with('%') ? 100 : 0)) return "expected a size such as 8GiB or 90%";
+         if (!ParseSize(v, v.ends_with('%') ? 100 : 0))
+           return "expected a size such as 8GiB or 90%";
          o.device_capacity = v;
          return "";
        },
        [](const O& o) { return o.device_capacity; }},
-      {{"device_chunk_size", "1GiB", "device memory is reserved from each GPU in chunks of this size"},
+      {{"device_chunk_size", "1GiB",
+        "device memory is reserved from each GPU in chunks of this size"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.device_chunk_size, v, phys, 2 << 20, uint64_t{1} << 40);
        },
@@ -143,7 +157,9 @@ const std::vector<Key>& Keys() {
          if (o.all_devices) return "all";
          return o.device_uuids.empty() ? "none" : fmt::format("{}", fmt::join(o.device_uuids, ","));
        }},
-      {{"allow_users", "", "users who may connect besides root and the daemon's own user: names or uids, separated by commas"},
+      {{"allow_users", "",
+        "users who may connect besides root and the daemon's own user: names or uids, separated by "
+        "commas"},
        [](O& o, const std::string& v, uint64_t) {
          return SetIds(o.allow_users, v, "user", [](const char* name) -> std::optional<uid_t> {
            const passwd* pw = ::getpwnam(name);
@@ -151,7 +167,9 @@ const std::vector<Key>& Keys() {
          });
        },
        [](const O& o) { return JoinIds(o.allow_users); }},
-      {{"allow_groups", "", "groups whose members may connect (names or gids); with both lists empty, the socket's group"},
+      {{"allow_groups", "",
+        "groups whose members may connect (names or gids); with both lists empty, the socket's "
+        "group"},
        [](O& o, const std::string& v, uint64_t) {
          return SetIds(o.allow_groups, v, "group", [](const char* name) -> std::optional<gid_t> {
            const group* gr = ::getgrnam(name);
@@ -159,7 +177,8 @@ const std::vector<Key>& Keys() {
          });
        },
        [](const O& o) { return JoinIds(o.allow_groups); }},
-      {{"namespaces", "shared", "shared: one namespace for all users; per_user: each uid has its own objects and segments"},
+      {{"namespaces", "shared",
+        "shared: one namespace for all users; per_user: each uid has its own objects and segments"},
        [](O& o, const std::string& v, uint64_t) -> std::string {
          if (v != "shared" && v != "per_user") return "expected shared or per_user";
          o.per_user_namespaces = v == "per_user";
@@ -167,65 +186,85 @@ const std::vector<Key>& Keys() {
        },
        [](const O& o) -> std::string { return o.per_user_namespaces ? "per_user" : "shared"; }},
       {{"user_quota_bytes", "0", "bytes of objects one user may have (0: no limit)"},
-       [](O& o, const std::string& v, uint64_t phys) { return SetLimit(o.user_quota_bytes, v, phys); },
+       [](O& o, const std::string& v, uint64_t phys) {
+         return SetLimit(o.user_quota_bytes, v, phys);
+       },
        [](const O& o) { return std::to_string(o.user_quota_bytes); }},
       {{"user_quota_objects", "0", "objects one user may have (0: no limit)"},
        [](O& o, const std::string& v, uint64_t) { return SetCount(o.user_quota_objects, v); },
        [](const O& o) { return std::to_string(o.user_quota_objects); }},
-      {{"client_quota_bytes", "0", "bytes of objects one connection may have created (0: no limit)"},
-       [](O& o, const std::string& v, uint64_t phys) { return SetLimit(o.client_quota_bytes, v, phys); },
+      {{"client_quota_bytes", "0",
+        "bytes of objects one connection may have created (0: no limit)"},
+       [](O& o, const std::string& v, uint64_t phys) {
+         return SetLimit(o.client_quota_bytes, v, phys);
+       },
        [](const O& o) { return std::to_string(o.client_quota_bytes); }},
       {{"client_quota_objects", "0", "objects one connection may have created (0: no limit)"},
        [](O& o, const std::string& v, uint64_t) { return SetCount(o.client_quota_objects, v); },
        [](const O& o) { return std::to_string(o.client_quota_objects); }},
-      {{"max_pending", "1024", "gets one connection may have waiting, and replies queued before its requests are left unread"},
+      {{"max_pending", "1024",
+        "gets one connection may have waiting, and replies queued before its requests are left "
+        "unread"},
        [](O& o, const std::string& v, uint64_t) { return SetUint(o.max_pending, v, 1, 1 << 20); },
        [](const O& o) { return std::to_string(o.max_pending); }},
-      {{"max_pending_bytes", "64MiB", "bytes of replies queued for one connection before its requests are left unread, and of its creates waiting for disk"},
+      {{"max_pending_bytes", "64MiB",
+        "bytes of replies queued for one connection before its requests are left unread, and of "
+        "its creates waiting for disk"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.max_pending_bytes, v, phys, 1 << 20, uint64_t{1} << 40);
        },
        [](const O& o) { return std::to_string(o.max_pending_bytes); }},
-      {{"max_pending_guids", "16384", "GUIDs the gets one connection has waiting may name (each costs the daemon about 128 bytes)"},
+      {{"max_pending_guids", "16384",
+        "GUIDs the gets one connection has waiting may name (each costs the daemon about 128 "
+        "bytes)"},
        // At least one get's worth, so that a get naming the most GUIDs may always wait.
        [](O& o, const std::string& v, uint64_t) {
          return SetUint(o.max_pending_guids, v, proto::kMaxGuidsPerRequest, 1 << 24);
        },
        [](const O& o) { return std::to_string(o.max_pending_guids); }},
-      {{"max_pending_guids_per_user", "65536", "GUIDs the gets all connections of one user have waiting may name"},
+      {{"max_pending_guids_per_user", "65536",
+        "GUIDs the gets all connections of one user have waiting may name"},
        [](O& o, const std::string& v, uint64_t) {
          return SetUint(o.max_pending_guids_per_user, v, proto::kMaxGuidsPerRequest, 1 << 26);
        },
        [](const O& o) { return std::to_string(o.max_pending_guids_per_user); }},
-      {{"max_parked_bytes_per_user", "256MiB", "bytes of creates all connections of one user may have waiting for objects to go to disk"},
+      {{"max_parked_bytes_per_user", "256MiB",
+        "bytes of creates all connections of one user may have waiting for objects to go to disk"},
        [](O& o, const std::string& v, uint64_t phys) {
          return SetSize(o.max_parked_bytes_per_user, v, phys, 1 << 20, uint64_t{1} << 40);
        },
        [](const O& o) { return std::to_string(o.max_parked_bytes_per_user); }},
-      {{"max_sessions_per_user", "1024", "connections one user may have open (the daemon's own user has no limit)"},
+      {{"max_sessions_per_user", "1024",
+        "connections one user may have open (the daemon's own user has no limit)"},
        [](O& o, const std::string& v, uint64_t) {
          return SetUint(o.max_sessions_per_user, v, 1, 1 << 16);
        },
        [](const O& o) { return std::to_string(o.max_sessions_per_user); }},
-      {{"handshake_timeout_ms", "10000", "a connection that does not say hello this soon is closed"},
+      {{"handshake_timeout_ms", "10000",
+        "a connection that does not say hello this soon is closed"},
        [](O& o, const std::string& v, uint64_t) {
          return SetUint(o.handshake_timeout_ms, v, 1, 3600 * 1000);
        },
        [](const O& o) { return std::to_string(o.handshake_timeout_ms); }},
-      {{"metrics_listen", "", "address:port of the HTTP metrics endpoint (GET /metrics), such as 127.0.0.1:9464; empty: off"},
+      {{"metrics_listen", "",
+        "address:port of the HTTP metrics endpoint (GET /metrics), such as 127.0.0.1:9464; empty: "
+        "off"},
        [](O& o, const std::string& v, uint64_t) {
          o.metrics_listen = v;
          return v.empty() ? "" : MetricsServer::CheckAddress(v);
        },
        [](const O& o) { return o.metrics_listen; }},
-      {{"spill_dir", "", "directory (the daemon's own, 0700) where objects go when the host pool is full, and across restarts (empty: no spilling)"},
+      {{"spill_dir", "",
+        "directory (the daemon's own, 0700) where objects go when the host pool is full, and "
+        "across restarts (empty: no spilling)"},
        [](O& o, const std::string& v, uint64_t) -> std::string {
          if (!v.empty() && !v.starts_with('/')) return "needs an absolute path";
          o.spill_dir = v;
          return "";
        },
        [](const O& o) { return o.spill_dir; }},
-      {{"spill_capacity", "90%", "bytes of spill files at most: bytes, or a % of the spill directory's file system"},
+      {{"spill_capacity", "90%",
+        "bytes of spill files at most: bytes, or a % of the spill directory's file system"},
        [](O& o, const std::string& v, uint64_t) -> std::string {
          // Percentages are of the file system, known once the directory is opened.
          if (!ParseSize(v, v.ends_with('%') ? 100 : 0) || v == "0") {
@@ -346,7 +385,8 @@ Result<DaemonOptions> ParseOptions(const std::vector<std::string>& args, uint64_
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (!a.starts_with("-")) {
-      return Status::InvalidArgument(fmt::format("unexpected argument `{}` (see depotd --help)", a));
+      return Status::InvalidArgument(
+          fmt::format("unexpected argument `{}` (see depotd --help)", a));
     }
     Flag f{a, "", false};
     if (size_t eq = a.find('='); a.starts_with("--") && eq != std::string::npos) {

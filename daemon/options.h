@@ -66,9 +66,9 @@ struct DaemonOptions {
 
 // One configuration key, as documented in config/depotd.conf.
 struct ConfigKey {
-  const char* name;           // "segment_size"; the flag is --segment-size
-  const char* default_text;   // as written in the config file
-  const char* help;           // one line
+  const char* name;          // "segment_size"; the flag is --segment-size
+  const char* default_text;  // as written in the config file
+  const char* help;          // one line
 };
 const std::vector<ConfigKey>& ConfigKeys();
 

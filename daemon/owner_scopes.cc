@@ -18,8 +18,7 @@ bool OwnerScopes::StillOwned(const ObjectTable& table, SessionId session, const 
 void OwnerScopes::Add(SessionId session, const Guid& guid, const ObjectTable& table) {
   Scope& scope = scopes_[session];
   if (scope.guids.size() >= std::max(kPruneFloor, 2 * scope.pruned_size)) {
-    std::erase_if(scope.guids,
-                  [&](const Guid& g) { return !StillOwned(table, session, g); });
+    std::erase_if(scope.guids, [&](const Guid& g) { return !StillOwned(table, session, g); });
     scope.pruned_size = scope.guids.size();
   }
   scope.guids.push_back(guid);

@@ -43,8 +43,8 @@ Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>
     uint64_t header = std::atomic_ref<uint64_t>(*word).fetch_or(put_ring::kTaken);
     uint64_t length = header & put_ring::kLengthMask;
     if (length == 0 || put_ring::RecordSpan(length) > head - tail_) {
-      return fail(fmt::format("a record of {} bytes at {}, with {} bytes published", length,
-                              tail_, head - tail_));
+      return fail(fmt::format("a record of {} bytes at {}, with {} bytes published", length, tail_,
+                              head - tail_));
     }
     // The body may wrap: copied in at most two parts, as atomics are not needed for bytes that
     // the client may still scribble on (whatever it writes, the copy is checked as a message).

@@ -67,8 +67,8 @@ class PutRing {
 
   UniqueFd fd_;
   SharedMapping map_;
-  uint64_t tail_ = 0;          // the daemon's own copy: the shared word is written, never read
-  uint64_t returns_ = 0;       // returns written
+  uint64_t tail_ = 0;     // the daemon's own copy: the shared word is written, never read
+  uint64_t returns_ = 0;  // returns written
   bool broken_ = false;
   std::vector<uint8_t> body_;  // the record being taken
 };

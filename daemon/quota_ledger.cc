@@ -1,10 +1,10 @@
 #include "daemon/quota_ledger.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "depot/units.h"
 
@@ -19,9 +19,9 @@ Status CheckOne(const Quota& q, const QuotaUsage& u, uint64_t bytes, const std::
         fmt::format("{} has {} objects, its limit ({}_objects)", who, u.objects, key));
   }
   if (q.bytes != 0 && u.bytes + bytes > q.bytes) {
-    return Status::QuotaExceeded(fmt::format(
-        "{} has {} in objects; {} more would pass its limit of {} ({}_bytes)", who,
-        FormatBytes(u.bytes), FormatBytes(bytes), FormatBytes(q.bytes), key));
+    return Status::QuotaExceeded(
+        fmt::format("{} has {} in objects; {} more would pass its limit of {} ({}_bytes)", who,
+                    FormatBytes(u.bytes), FormatBytes(bytes), FormatBytes(q.bytes), key));
   }
   return Status::OK();
 }

@@ -15,8 +15,8 @@
 #ifndef DEPOT_DAEMON_REFERENCE_SLOTS_H_
 #define DEPOT_DAEMON_REFERENCE_SLOTS_H_
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -86,7 +86,7 @@ class ReferenceSlots {
 
   UniqueFd fd_;
   SharedMapping map_;
-  uint64_t touches_read_ = 0;  // the touch count at the last TakeTouches
+  uint64_t touches_read_ = 0;                           // the touch count at the last TakeTouches
   mutable std::optional<std::vector<ObjectId>> named_;  // the last Naming's answer
   mutable uint64_t named_print_ = 0;                    // ... and the fingerprint it was for
 };

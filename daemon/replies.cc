@@ -1,9 +1,9 @@
 #include "daemon/replies.h"
 
+#include <fmt/format.h>
+
 #include <optional>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 namespace depot::replies {
 namespace fb = flatbuffers;
@@ -29,7 +29,7 @@ fb::Offset<wire::ObjectInfo> ObjectInfo(fb::FlatBufferBuilder& fbb, const Stored
   wire::Guid guid = proto::ToWire(o.guid);
   b.add_guid(&guid);
   b.add_name(name);
-  b.add_state(o.deleted ? wire::State::Deleted
+  b.add_state(o.deleted                         ? wire::State::Deleted
               : o.state == ObjectState::kSealed ? wire::State::Sealed
                                                 : wire::State::Creating);
   b.add_size(o.size());
@@ -124,8 +124,7 @@ Offsets<wire::GetResult> GetResults(fb::FlatBufferBuilder& fbb, const GetWait& w
     std::optional<uint64_t> checksum;
     if (o->has_checksum) checksum = o->checksum;
     results.push_back(wire::CreateGetResult(fbb, &g, wire::Code::Ok, 0, o->id, b->frames,
-                                            b->metadata, checksum, o->creator_uid,
-                                            o->creator_pid));
+                                            b->metadata, checksum, o->creator_uid, o->creator_pid));
   }
   return fbb.CreateVector(results);
 }

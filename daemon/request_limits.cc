@@ -39,23 +39,25 @@ Status CheckCreate(const wire::CreateRequest& req, const RequestLimits& limits) 
     bool host = !req.frame_pools() || req.frame_pools()->Get(i) == 0;
     // A device frame is held to its GPU's capacity, by its pool.
     if (host && size > capacity) {
-      return Status::StoreFull(fmt::format("a frame of {} is larger than the store's capacity of {}",
-                                           FormatBytes(size), FormatBytes(capacity)));
+      return Status::StoreFull(
+          fmt::format("a frame of {} is larger than the store's capacity of {}", FormatBytes(size),
+                      FormatBytes(capacity)));
     }
     total += size;
     if (host) host_total += size;
   }
   // Refused before anything is evicted to make room that could never be enough.
   if (host_total > capacity) {
-    return Status::StoreFull(fmt::format("the host frames' {} are more than the store's capacity of {}",
-                                         FormatBytes(host_total), FormatBytes(capacity)));
+    return Status::StoreFull(
+        fmt::format("the host frames' {} are more than the store's capacity of {}",
+                    FormatBytes(host_total), FormatBytes(capacity)));
   }
   bool inline_data = req.inline_data() != nullptr;
   if (inline_data && device_frames) return invalid("device frames cannot travel inside a request");
   if (inline_data && (req.inline_data()->size() != total || !req.seal())) {
-    return invalid(fmt::format(
-        "inline data of {} bytes must match the frames' {} bytes and come with seal",
-        req.inline_data()->size(), total));
+    return invalid(
+        fmt::format("inline data of {} bytes must match the frames' {} bytes and come with seal",
+                    req.inline_data()->size(), total));
   }
   if (req.seal() && !inline_data) return invalid("seal on create needs the inline data");
   return Status::OK();

@@ -15,9 +15,9 @@
 namespace depot {
 
 struct RequestLimits {
-  proto::ObjectLimits object;  // frames, metadata, name: the same rules as every put
-  uint64_t host_capacity = 0;  // no host frame may be larger
-  size_t device_pools = 0;     // pools 1..device_pools exist
+  proto::ObjectLimits object;       // frames, metadata, name: the same rules as every put
+  uint64_t host_capacity = 0;       // no host frame may be larger
+  size_t device_pools = 0;          // pools 1..device_pools exist
   std::string devices_unavailable;  // why there are none, when there are none
 };
 

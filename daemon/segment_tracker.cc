@@ -1,13 +1,12 @@
 #include "daemon/segment_tracker.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace depot {
 

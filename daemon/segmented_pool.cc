@@ -1,12 +1,11 @@
 #include "daemon/segmented_pool.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "depot/units.h"
 

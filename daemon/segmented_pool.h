@@ -42,9 +42,9 @@
 namespace depot {
 
 struct SegmentedPoolOptions {
-  PoolBudget* budget = nullptr;         // the capacity, shared with other pools; outlives this one
-  uint64_t segment_size = 0;            // rounded up to the source's granularity
-  uint64_t alignment = 64;              // of every block: 64 on the host, 256 on a GPU
+  PoolBudget* budget = nullptr;  // the capacity, shared with other pools; outlives this one
+  uint64_t segment_size = 0;     // rounded up to the source's granularity
+  uint64_t alignment = 64;       // of every block: 64 on the host, 256 on a GPU
   // An object larger than segment_size / dedicated_divisor is large: 1 on the host; 2 on a GPU,
   // whose chunks are large.
   uint64_t dedicated_divisor = 1;
@@ -62,7 +62,7 @@ struct PoolStats {
   uint64_t free_in_segments = 0;  // free bytes inside the segments that exist
   uint64_t largest_block = 0;     // largest free block inside them (fragmentation: 1 - this/that)
   uint32_t segments = 0;
-  uint64_t retired_held = 0;      // bytes of retired segments that clients still map (in reserved)
+  uint64_t retired_held = 0;  // bytes of retired segments that clients still map (in reserved)
 };
 
 // One pool as metrics name it (the host, a GPU by UUID), totalled over every namespace.
@@ -84,7 +84,7 @@ class SegmentedPool {
     bool dedicated;  // holds one large object, given back when it goes (reuse_large off)
     uint32_t owner;  // the uid whose objects it holds, or kAnyOwner
     Allocator allocator;
-    bool large = false;  // holds large objects only (dedicated ones are large too)
+    bool large = false;      // holds large objects only (dedicated ones are large too)
     uint8_t* map = nullptr;  // the daemon's own mapping, made for inline writes (see Map)
     int fd() const { return memory.fd.get(); }
     // The descriptor for readers: read-only where the memory has one.

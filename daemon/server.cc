@@ -1,15 +1,14 @@
 #include "daemon/server.h"
 
+#include <fmt/format.h>
 #include <grp.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/asio/write.hpp>
 #include <cerrno>
 #include <cstring>
-
-#include <boost/asio/write.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace depot {
 namespace {
@@ -25,7 +24,11 @@ void Refuse(boost::asio::local::stream_protocol::socket& socket, wire::Code code
 }  // namespace
 
 Server::Server(boost::asio::io_context& io, SocketClaim claim, Store& store, ServerOptions options)
-    : acceptor_(io), retry_(io), claim_(std::move(claim)), store_(store), options_(std::move(options)) {}
+    : acceptor_(io),
+      retry_(io),
+      claim_(std::move(claim)),
+      store_(store),
+      options_(std::move(options)) {}
 
 Result<std::unique_ptr<Server>> Server::Start(boost::asio::io_context& io, SocketClaim claim,
                                               Store& store, ServerOptions options) {
@@ -101,8 +104,9 @@ void Server::Accept() {
     if (sessions_.size() >= options_.max_clients) {
       spdlog::warn("refused a connection: {} clients already connected (max_clients)",
                    sessions_.size());
-      std::string msg = fmt::format("depotd serves at most {} clients at once (max_clients); try again later",
-                                    options_.max_clients);
+      std::string msg =
+          fmt::format("depotd serves at most {} clients at once (max_clients); try again later",
+                      options_.max_clients);
       Refuse(socket, wire::Code::Unavailable, msg);
     } else if (auto creds = ReadPeerCredentials(socket.native_handle()); !creds.ok()) {
       spdlog::warn("refused a connection: {}", creds.status().message());

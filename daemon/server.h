@@ -6,15 +6,14 @@
 #ifndef DEPOT_DAEMON_SERVER_H_
 #define DEPOT_DAEMON_SERVER_H_
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "daemon/session.h"
 #include "daemon/socket_claim.h"

@@ -1,14 +1,13 @@
 #include "daemon/shm_source.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "common/system_memory.h"
 #include "depot/units.h"

@@ -1,6 +1,8 @@
 #include "daemon/socket_claim.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -9,9 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "common/unix_socket.h"
 #include "common/users.h"
@@ -140,8 +139,8 @@ Result<SocketClaim> SocketClaim::Lock(const std::string& socket_path, UniqueFd& 
   std::string lock_path = socket_path + ".lock";
   std::string lock_name = socket.filename().string() + ".lock";
   // O_NOFOLLOW: a link planted here would make depotd truncate a file of someone's choosing.
-  claim.lock_.reset(::openat(dir.get(), lock_name.c_str(),
-                             O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  claim.lock_.reset(
+      ::openat(dir.get(), lock_name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!claim.lock_.valid()) {
     if (errno == ELOOP) {
       return Status::PermissionDenied(fmt::format(

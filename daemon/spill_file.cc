@@ -1,13 +1,12 @@
 #include "daemon/spill_file.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 // The hash is compiled in, as in the client library (checksum.h).
 #define XXH_INLINE_ALL

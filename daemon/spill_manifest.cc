@@ -1,14 +1,13 @@
 #include "daemon/spill_manifest.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <sstream>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "common/unique_fd.h"
 

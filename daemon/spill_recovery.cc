@@ -2,14 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "daemon/spill_file.h"
 #include "depot/units.h"

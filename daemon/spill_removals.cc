@@ -1,10 +1,10 @@
 #include "daemon/spill_removals.h"
 
-#include <algorithm>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
-#include <spdlog/spdlog.h>
 
 #include "daemon/spill_file.h"
 

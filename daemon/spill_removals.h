@@ -10,13 +10,12 @@
 #ifndef DEPOT_DAEMON_SPILL_REMOVALS_H_
 #define DEPOT_DAEMON_SPILL_REMOVALS_H_
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/thread_pool.hpp>
 
 #include "common/unique_fd.h"
 

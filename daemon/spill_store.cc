@@ -1,18 +1,17 @@
 #include "daemon/spill_store.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-
-#include <boost/asio/post.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "common/wall_clock.h"
 #include "daemon/spill_manifest.h"
@@ -65,7 +64,8 @@ SpillStore::SpillStore(boost::asio::io_context& io, SpillOptions options, Hooks 
       threads_(kIoThreads),
       sequence_(static_cast<uint64_t>(WallClockNs())),
       census_timer_(io),
-      parked_({options_.max_parked, options_.max_parked_bytes, options_.max_parked_bytes_per_user}) {}
+      parked_(
+          {options_.max_parked, options_.max_parked_bytes, options_.max_parked_bytes_per_user}) {}
 
 SpillStore::~SpillStore() { threads_.join(); }
 
@@ -177,10 +177,9 @@ Status SpillStore::MakeRoom(Namespace& ns, uint64_t bytes, std::function<void()>
                          options_.dir));
 }
 
-Status SpillStore::MakeRoomFor(Namespace& ns, SessionId session, uid_t uid,
-                               uint64_t request_bytes, std::span<const uint64_t> sizes,
-                               std::span<const uint32_t> pools, const Status& full,
-                               std::function<void()> then) {
+Status SpillStore::MakeRoomFor(Namespace& ns, SessionId session, uid_t uid, uint64_t request_bytes,
+                               std::span<const uint64_t> sizes, std::span<const uint32_t> pools,
+                               const Status& full, std::function<void()> then) {
   if (!enabled() || std::any_of(pools.begin(), pools.end(), [](uint32_t p) { return p != 0; })) {
     return full;
   }

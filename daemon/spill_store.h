@@ -16,6 +16,9 @@
 
 #include <sys/types.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -26,10 +29,6 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
 
 #include "common/unique_fd.h"
 #include "daemon/namespace.h"

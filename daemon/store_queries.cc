@@ -1,11 +1,10 @@
 // The Store's queries: requests that report on the store and change nothing in it (contains,
 // list, stat, status, clients, metrics). Kept apart from the requests that create, read and
 // delete objects (store.cc).
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
-
-#include <fmt/format.h>
 
 #include "daemon/metrics_report.h"
 #include "daemon/replies.h"
@@ -28,7 +27,9 @@ void Store::OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req) 
   for (const wire::Guid* g : *req.guids()) {
     const StoredObject* o = table.Find(FromWire(*g));
     wire::Code code = o && o->state == ObjectState::kSealed ? wire::Code::Ok : wire::Code::NotFound;
-    auto msg = fbb.CreateString(!o ? "does not exist" : code == wire::Code::Ok ? "" : "not sealed yet");
+    auto msg = fbb.CreateString(!o                       ? "does not exist"
+                                : code == wire::Code::Ok ? ""
+                                                         : "not sealed yet");
     results.push_back(wire::CreateGuidResult(fbb, g, code, msg));
   }
   fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
@@ -86,7 +87,8 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
   const ObjectTable& table = sessions_.at(s).ns->table();
   const StoredObject* o = table.Find(guid);
   if (!o) {
-    return ReplyError(s, id, Status::NotFound(fmt::format("object {} does not exist", guid.ToString())));
+    return ReplyError(s, id,
+                      Status::NotFound(fmt::format("object {} does not exist", guid.ToString())));
   }
   fb::FlatBufferBuilder fbb(512 + o->metadata().size());
   std::vector<fb::Offset<wire::HolderInfo>> holders;
@@ -213,10 +215,10 @@ void Store::OnClients(SessionId s, uint64_t id) {
     QuotaUsage created = quotas_.OfSession(sid);
     auto name = fbb.CreateString(st.name);
     auto process = fbb.CreateString(st.process);
-    infos.push_back(wire::CreateClientInfo(
-        fbb, sid, st.creds.pid, st.creds.uid, st.creds.gid, name, process, h.references, h.bytes,
-        h.creating, st.requests, st.connected_ns, events_.subscribed(sid), created.objects,
-        created.bytes));
+    infos.push_back(wire::CreateClientInfo(fbb, sid, st.creds.pid, st.creds.uid, st.creds.gid, name,
+                                           process, h.references, h.bytes, h.creating, st.requests,
+                                           st.connected_ns, events_.subscribed(sid),
+                                           created.objects, created.bytes));
   }
   fbb.Finish(wire::CreateClientsReply(fbb, fbb.CreateVector(infos)));
   Reply(s, id, MsgType::kClients, fbb);

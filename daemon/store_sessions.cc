@@ -3,13 +3,12 @@
 // ring, each sent as an fd), and its close, which stores what it put and drops what it held.
 // Kept apart from the requests a greeted session sends (store.cc).
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <map>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "common/wall_clock.h"
 #include "daemon/replies.h"
@@ -148,8 +147,8 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
                                     options_.max_message_size, proto::kMaxInlineSize,
                                     options_.hugepages, pools, unavailable, sets, arena,
-                                    sets > 0 ? index::kSlotCount : 0, /*leases=*/true,
-                                    ring_bytes, options_.max_frames, options_.max_metadata));
+                                    sets > 0 ? index::kSlotCount : 0, /*leases=*/true, ring_bytes,
+                                    options_.max_frames, options_.max_metadata));
   Reply(s, id, MsgType::kHello, fbb, std::move(fds));
   return Status::OK();
 }

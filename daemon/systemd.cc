@@ -1,5 +1,7 @@
 #include "daemon/systemd.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
@@ -8,9 +10,6 @@
 #include <cstddef>
 #include <cstring>
 #include <vector>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace depot {
 namespace {

@@ -149,14 +149,19 @@ void LeaseDriver::TakeLease(int slot, uint8_t size_pick) {
                 .segment = f->segment()};
 }
 
-wire::FrameLocation LeaseDriver::FrameAt(const Lease& lease, uint8_t pick,
-                                         uint8_t offset) const {
+wire::FrameLocation LeaseDriver::FrameAt(const Lease& lease, uint8_t pick, uint8_t offset) const {
   // Bits 0-2: the anchor; bits 3-5: the size; bit 6: 8 bytes off the alignment; bit 7: the next
   // segment. The offset byte is a signed count of blocks from the anchor.
-  const uint64_t anchors[] = {lease.start, lease.cursor, lease.end, lease.last,
-                              lease.start + (lease.end - lease.start) / 2, 0, 0, lease.cursor};
-  uint64_t at = anchors[pick & 7] + static_cast<uint64_t>(static_cast<int8_t>(offset)) *
-                                        proto::kBlockAlign;
+  const uint64_t anchors[] = {lease.start,
+                              lease.cursor,
+                              lease.end,
+                              lease.last,
+                              lease.start + (lease.end - lease.start) / 2,
+                              0,
+                              0,
+                              lease.cursor};
+  uint64_t at =
+      anchors[pick & 7] + static_cast<uint64_t>(static_cast<int8_t>(offset)) * proto::kBlockAlign;
   if (pick & 0x40) at += 8;
   uint64_t to_end = lease.end - std::min(at, lease.end);
   const uint64_t sizes[] = {0, 1, 64, 100, 4096, to_end, lease.end - lease.start, to_end + 64};
@@ -325,8 +330,10 @@ std::string LeaseDriver::Finish() {
   const auto* st = peers_[kAdmin]->Reply<wire::StatusReply>(MsgType::kStatus);
   if (st == nullptr) return "no status came";
   if (st->used() != 0 || st->leased() != 0) {
-    return fmt::format("after every session closed and every object was deleted: {} bytes used, "
-                       "{} leased", st->used(), st->leased());
+    return fmt::format(
+        "after every session closed and every object was deleted: {} bytes used, "
+        "{} leased",
+        st->used(), st->leased());
   }
   return "";
 }

@@ -26,13 +26,12 @@
 #define DEPOT_FUZZ_LEASE_DRIVER_H_
 
 #include <array>
+#include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
 
 #include "common/shared_mapping.h"
 #include "daemon/store.h"

@@ -343,8 +343,9 @@ Bytes StatusReply() {
 Bytes MetricsReply() {
   flatbuffers::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateMetricsReplyDirect(
-      fbb, "# HELP depot_clients Connections open now.\n# TYPE depot_clients gauge\n"
-           "depot_clients 1\n"));
+      fbb,
+      "# HELP depot_clients Connections open now.\n# TYPE depot_clients gauge\n"
+      "depot_clients 1\n"));
   return Encode(proto::ReplyType(MsgType::kMetrics), fbb);
 }
 
@@ -704,7 +705,6 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
             .bytes());
 }
 
-
 // fuzz_client: what a fake daemon sends, as records (fuzz_client.cc describes the format).
 class Records {
  public:
@@ -791,16 +791,15 @@ void WriteClientCorpus(const std::filesystem::path& dir) {
   Write(dir, "memfd-shorter-than-claimed", session(ClientCreateReply(), {4096}, ClientGetReply()));
   Write(dir, "fd-missing", session(ClientCreateReply(), {}, ClientGetReply()));
   Write(dir, "get-of-another-guid", session(ClientCreateReply(), {1 << 20}, ClientGetReply(7)));
-  Write(dir, "stray-fd", Records()
-                             .Send(ClientHelloReply(), {0})
-                             .Send(ClientCreateReply(), {1 << 20})
-                             .bytes());
-  Write(dir, "errors", Records()
-                           .Send(ClientHelloReply())
-                           .Send(proto::EncodeError(2, wire::Code::StoreFull, "full"))
-                           .Send(proto::EncodeError(3, wire::Code::QuotaExceeded, "quota"))
-                           .Send(proto::EncodeError(4, wire::Code::Timeout, "late"))
-                           .bytes());
+  Write(dir, "stray-fd",
+        Records().Send(ClientHelloReply(), {0}).Send(ClientCreateReply(), {1 << 20}).bytes());
+  Write(dir, "errors",
+        Records()
+            .Send(ClientHelloReply())
+            .Send(proto::EncodeError(2, wire::Code::StoreFull, "full"))
+            .Send(proto::EncodeError(3, wire::Code::QuotaExceeded, "quota"))
+            .Send(proto::EncodeError(4, wire::Code::Timeout, "late"))
+            .bytes());
 }
 // fuzz_index: a sets byte, the index's bytes (entries, then a 512-byte arena), slot words.
 struct IndexInput {
@@ -864,11 +863,13 @@ void WriteLeaseCorpus(const std::filesystem::path& dir) {
   Write(dir, "ring-whole-lease-then-past-start",
         {kLease, 5, kRingPut, 0, kWhole, 0, 0, kRingPut, 0, k64, 1, 1, kCheck});
   Write(dir, "puts-at-the-cursor-deleted-under-pressure",
-        {kLease, 3, kRingPut, 1, k100 | 1, 0, k64 | 1, 0, 1, kPut, 0, k100 | 1, 0, kCheck,
-         kDelete, 0, kDelete, 1, kPressure, kCheck, kRingPut, 0, kToEnd | 1, 0, 1, kClose, kCheck});
+        {kLease,    3,      kRingPut, 1, k100 | 1,   0,       k64 | 1, 0,       1,
+         kPut,      0,      k100 | 1, 0, kCheck,     kDelete, 0,       kDelete, 1,
+         kPressure, kCheck, kRingPut, 0, kToEnd | 1, 0,       1,       kClose,  kCheck});
   Write(dir, "two-clients-gaps-and-strays",
-        {kLease, 4, kLease + 1, 4, kPut, 0, k64, 4, kPut + 1, 0, k100 | 0x40, 2,
-         kRingPut + 1, 0, k64 | 0x80, 0, 1, kPut, 2, k64 | 1, 0, k64 | 1, 0xff, kCheck});
+        {kLease,      4,       kLease + 1,   4,     kPut,       0, k64, 4,    kPut + 1, 0,
+         k100 | 0x40, 2,       kRingPut + 1, 0,     k64 | 0x80, 0, 1,   kPut, 2,        k64 | 1,
+         0,           k64 | 1, 0xff,         kCheck});
 }
 
 }  // namespace

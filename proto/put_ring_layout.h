@@ -40,9 +40,9 @@ inline constexpr uint64_t kControlWords = 8;
 // polling, so that a client rings once per stop: its doorbell makes the daemon poll again, and the
 // puts it writes meanwhile are taken with the doorbell or at the next poll.
 enum PolledState : uint64_t {
-  kIdle = 0,    // not polled: ring the doorbell, once for this word's value
+  kIdle = 0,     // not polled: ring the doorbell, once for this word's value
   kPolling = 1,  // polled: no doorbell
-  kUrgent = 2,  // a get waits: ring the doorbell after every put
+  kUrgent = 2,   // a get waits: ring the doorbell after every put
 };
 inline constexpr uint64_t kStateMask = 3;
 

@@ -31,18 +31,19 @@ TEST_CASE("by default the daemon's user and the socket's group are admitted and 
           "[access]") {
   NeedRoot();
   Daemon d = StartOpen({});
-  CHECK(ConnectCode(d) == 0);                                   // root, the daemon's own user
+  CHECK(ConnectCode(d) == 0);                                        // root, the daemon's own user
   CHECK(RunAs(kAlice, 0, {}, [&] { return ConnectCode(d); }) == 0);  // the socket's group (0)
   CHECK(RunAs(kAlice, kAlice, {}, [&] { return ConnectCode(d); }) == kDenied);
   CHECK(RunAs(kAlice, kAlice, {0}, [&] { return ConnectCode(d); }) == 0);  // supplementary
   // The refusal is logged, naming the uid.
-  CHECK(WaitFor([&] { return d.Log().find("uid 41001 may not use this depotd") != std::string::npos; }));
+  CHECK(WaitFor(
+      [&] { return d.Log().find("uid 41001 may not use this depotd") != std::string::npos; }));
 }
 
 TEST_CASE("allow lists admit the users and groups they name and nobody else", "[access]") {
   NeedRoot();
-  Daemon d = StartOpen({"--allow-users", std::to_string(kAlice), "--allow-groups",
-                        std::to_string(kStaff)});
+  Daemon d = StartOpen(
+      {"--allow-users", std::to_string(kAlice), "--allow-groups", std::to_string(kStaff)});
   CHECK(RunAs(kAlice, kAlice, {}, [&] { return ConnectCode(d); }) == 0);
   CHECK(RunAs(kBob, kBob, {kStaff}, [&] { return ConnectCode(d); }) == 0);
   CHECK(RunAs(kBob, kBob, {}, [&] { return ConnectCode(d); }) == kDenied);
@@ -103,7 +104,8 @@ TEST_CASE("per-user namespaces keep each user's objects and segments apart", "[a
   for (auto [uid, seed] : {std::pair{kAlice, 1u}, std::pair{kBob, 2u}}) {
     int rc = RunAs(uid, uid, {}, [&, seed = seed] {
       auto obj = d.Connect().Get(guid, kNoWait);
-      return obj.ok() && std::memcmp(obj->frame(0).data(), Pattern(200000, seed).data(), 200000) == 0
+      return obj.ok() &&
+                     std::memcmp(obj->frame(0).data(), Pattern(200000, seed).data(), 200000) == 0
                  ? 0
                  : 1;
     });
@@ -143,7 +145,8 @@ TEST_CASE("quotas per user and per connection give QuotaExceeded naming the limi
   REQUIRE(from_b.ok());
   auto over_user = b.Put(Pattern(1000, 5));
   REQUIRE(over_user.status().IsQuotaExceeded());
-  CHECK(over_user.status().message().find("uid " + std::to_string(::getuid())) != std::string::npos);
+  CHECK(over_user.status().message().find("uid " + std::to_string(::getuid())) !=
+        std::string::npos);
   CHECK(over_user.status().message().find("user_quota_objects") != std::string::npos);
 
   // What is counted is what exists: a delete makes room again.

@@ -71,7 +71,8 @@ TEST_CASE("Allocator is exhausted exactly when the region is full", "[allocator]
   CHECK(*again == offsets[10]);
 }
 
-TEST_CASE("Free of a block that is not allocated returns false and changes nothing", "[allocator]") {
+TEST_CASE("Free of a block that is not allocated returns false and changes nothing",
+          "[allocator]") {
   Allocator a(4096);
   auto x = a.Allocate(128);
   auto y = a.Allocate(64);

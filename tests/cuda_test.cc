@@ -3,15 +3,14 @@
 //
 // CUDA does not survive fork(): the test process itself never initialises it; every process
 // that touches the GPU (the capability check included) is a child.
+#include <fmt/format.h>
 #include <signal.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "common/cuda_driver.h"
 #include "tests/daemon_fixture.h"
@@ -20,7 +19,6 @@ using namespace depot;
 using namespace depot::test;
 
 namespace {
-
 
 // Skips the test unless a child process finds `gpus` GPUs (at least) with what device pools need.
 void NeedGpu(int gpus = 1) {
@@ -36,7 +34,8 @@ void NeedGpu(int gpus = 1) {
       why.Send((*cu)->Error(r, "cuDeviceGetCount"));
       return 77;
     }
-    why.Send(count >= gpus ? "" : fmt::format("the CUDA driver sees {} GPU(s), not {}", count, gpus));
+    why.Send(count >= gpus ? ""
+                           : fmt::format("the CUDA driver sees {} GPU(s), not {}", count, gpus));
     return count >= gpus ? 0 : 77;
   });
   std::string reason = why.Receive();
@@ -58,7 +57,6 @@ std::string UuidOf(int ordinal) {
   REQUIRE(rc == 0);
   return uuid.Receive();
 }
-
 
 // Makes device `ordinal`'s primary context current in this thread (of a child process).
 const CudaDriver& Cuda(int ordinal = 0) {
@@ -85,7 +83,9 @@ uint64_t FreeOn(int ordinal) {
   return std::stoull(bytes.Receive());
 }
 
-CUdeviceptr Ptr(std::span<const std::byte> frame) { return reinterpret_cast<CUdeviceptr>(frame.data()); }
+CUdeviceptr Ptr(std::span<const std::byte> frame) {
+  return reinterpret_cast<CUdeviceptr>(frame.data());
+}
 
 // Every 32-bit word of `frame` is `value`.
 bool AllWords(const CudaDriver& cu, std::span<const std::byte> frame, uint32_t value) {
@@ -122,7 +122,8 @@ TEST_CASE("cuda: capabilities of the driver and the GPUs", "[cuda]") {
       cu.DeviceGetName(name, sizeof name - 1, dev);
       cu.DeviceGetUuid(&uuid, dev);
       cu.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
-      cu.DeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev);
+      cu.DeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                            dev);
       CUmemAllocationProp prop{};
       prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
       prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -151,7 +152,8 @@ TEST_CASE("cuda: device frames written by one process are read by another", "[cu
   Place gpu = FirstGpu(d);
   std::mt19937_64 rng(Catch::rngSeed());
   std::vector<uint64_t> sizes;
-  for (int i = 0; i < 24; ++i) sizes.push_back(4 * (1 + rng() % ((i % 3 == 0 ? 16u << 20 : 64u << 10) / 4)));
+  for (int i = 0; i < 24; ++i)
+    sizes.push_back(4 * (1 + rng() % ((i % 3 == 0 ? 16u << 20 : 64u << 10) / 4)));
   sizes.push_back(200 << 20);  // larger than half a chunk: a chunk of its own
   Channel guids;
   int producer = RunChild([&] {
@@ -163,8 +165,8 @@ TEST_CASE("cuda: device frames written by one process are read by another", "[cu
       auto draft = c.Create({sizes[i]}, o);
       if (!draft.ok()) return 1;
       // Queued on the legacy default stream; Seal waits for it.
-      if (cu.MemsetD32(Ptr(draft->frame(0)), 0xD0000000u + static_cast<uint32_t>(i), sizes[i] / 4) !=
-          CUDA_SUCCESS) {
+      if (cu.MemsetD32(Ptr(draft->frame(0)), 0xD0000000u + static_cast<uint32_t>(i),
+                       sizes[i] / 4) != CUDA_SUCCESS) {
         return 2;
       }
       if (!draft->Seal().ok()) return 3;
@@ -203,7 +205,8 @@ TEST_CASE("cuda: a mixed object and objects sharing one chunk import it once", "
       auto draft = k.Create({64, 1 << 20, 2 << 20, 4 << 10}, o);
       if (!draft.ok()) return 1;
       std::memset(draft->frame(0).data(), n, 64);
-      for (size_t f = 1; f < 4; ++f) cu.MemsetD32(Ptr(draft->frame(f)), n * 10 + f, draft->frame(f).size() / 4);
+      for (size_t f = 1; f < 4; ++f)
+        cu.MemsetD32(Ptr(draft->frame(f)), n * 10 + f, draft->frame(f).size() / 4);
       guids.push_back(draft->guid());
       if (!draft->Seal().ok()) return 2;
     }

@@ -7,10 +7,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
-
-#include <catch2/catch.hpp>
 
 #include "common/unix_socket.h"
 #include "proto/fd_passing.h"
@@ -31,8 +30,7 @@ std::string WriteConfig(const std::string& dir, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("depotd --check-config accepts a good file and names the line of a bad one",
-          "[config]") {
+TEST_CASE("depotd --check-config accepts a good file and names the line of a bad one", "[config]") {
   std::string dir = TempDir();
   std::string out, err;
   std::string good = WriteConfig(dir, "capacity = 64MiB\nmax_clients = 8\n");
@@ -118,12 +116,17 @@ TEST_CASE("configured limits on frames, metadata and message size are enforced",
   REQUIRE(::recv(fd.get(), hello_body.data(), hello_body.size(), MSG_WAITALL) ==
           static_cast<ssize_t>(hello_body.size()));
   REQUIRE(reply.type == proto::ReplyType(proto::MsgType::kHello));
-  proto::Header h{proto::kMagic, proto::kProtocolVersion,
-                  static_cast<uint16_t>(proto::MsgType::kPing), 2, 2u << 20, 0};
+  proto::Header h{proto::kMagic,
+                  proto::kProtocolVersion,
+                  static_cast<uint16_t>(proto::MsgType::kPing),
+                  2,
+                  2u << 20,
+                  0};
   REQUIRE(::send(fd.get(), &h, sizeof h, MSG_NOSIGNAL) == sizeof h);
   REQUIRE(::recv(fd.get(), &reply, sizeof reply, MSG_WAITALL) == sizeof reply);
   std::vector<uint8_t> body(reply.length);
-  REQUIRE(::recv(fd.get(), body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
+  REQUIRE(::recv(fd.get(), body.data(), body.size(), MSG_WAITALL) ==
+          static_cast<ssize_t>(body.size()));
   REQUIRE(proto::VerifyBody(reply.type, body));
   CHECK_THAT(proto::Body<wire::ErrorReply>(body)->message()->str(), Contains("limit of 1048576"));
 }

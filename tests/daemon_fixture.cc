@@ -6,17 +6,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 namespace depot::test {
 
@@ -134,7 +133,8 @@ pid_t Spawn(std::function<int()> fn) {
   REQUIRE(pid >= 0);
   if (pid == 0) {
     // The test framework's crash handlers must not report a child's fault as the parent's.
-    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTERM, SIGINT}) ::signal(sig, SIG_DFL);
+    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTERM, SIGINT})
+      ::signal(sig, SIG_DFL);
     int rc = 99;
     try {
       rc = fn();

@@ -73,8 +73,8 @@ int Wait(pid_t pid);
 int RunChild(std::function<int()> fn);
 
 // Runs a command line, capturing stdout and stderr; returns the exit code.
-int Run(const std::vector<std::string>& argv, std::string* out = nullptr, std::string* err = nullptr,
-        const std::string& input = "");
+int Run(const std::vector<std::string>& argv, std::string* out = nullptr,
+        std::string* err = nullptr, const std::string& input = "");
 
 // Polls `ready` every few milliseconds until it is true or `limit` passes.
 bool WaitFor(const std::function<bool()>& ready,

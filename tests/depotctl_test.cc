@@ -3,9 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-
 #include <catch2/catch.hpp>
+#include <fstream>
 
 #include "daemon/shm_source.h"
 #include "tests/daemon_fixture.h"
@@ -34,7 +33,8 @@ TEST_CASE("depotctl puts a file and gets it back", "[depotctl]") {
   }
   std::string out, err;
   REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "put", dir + "/in.bin", "--name", "blob",
-               "--metadata", "hello meta"}, &out, &err) == 0);
+               "--metadata", "hello meta"},
+              &out, &err) == 0);
   auto guid = Guid::Parse(Trim(out));
   INFO(out << err);
   REQUIRE(guid);  // stdout is the GUID alone
@@ -47,7 +47,8 @@ TEST_CASE("depotctl puts a file and gets it back", "[depotctl]") {
   CHECK(std::memcmp(back.data(), data.data(), data.size()) == 0);
 
   // stdin works too, and get writes to stdout by default.
-  REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "put", "-"}, &out, nullptr, "from stdin") == 0);
+  REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "put", "-"}, &out, nullptr, "from stdin") ==
+          0);
   std::string small = Trim(out);
   REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "get", small}, &out) == 0);
   CHECK(out == "from stdin");
@@ -78,7 +79,8 @@ TEST_CASE("depotctl status and ls speak JSON", "[depotctl]") {
   CHECK(out.find("\"daemon_pid\":" + std::to_string(d.pid())) != std::string::npos);
   REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "ls", "--json", "--limit", "2"}, &out) == 0);
   size_t count = 0;
-  for (size_t p = out.find("\"guid\""); p != std::string::npos; p = out.find("\"guid\"", p + 1)) ++count;
+  for (size_t p = out.find("\"guid\""); p != std::string::npos; p = out.find("\"guid\"", p + 1))
+    ++count;
   CHECK(count == 2);
   REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "status"}, &out) == 0);
   CHECK(out.find("3 sealed") != std::string::npos);
@@ -157,7 +159,8 @@ TEST_CASE("depotctl cat writes the bytes to stdout", "[depotctl]") {
   std::string out, err;
   REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "cat", id->ToString()}, &out) == 0);
   CHECK(out == text);
-  CHECK(Run({DEPOTCTL_PATH, "--socket", d.socket(), "cat", Guid::Random().ToString()}, &out, &err) == 3);
+  CHECK(Run({DEPOTCTL_PATH, "--socket", d.socket(), "cat", Guid::Random().ToString()}, &out,
+            &err) == 3);
   CHECK_THAT(err, StartsWith("depotctl: cat "));
 }
 
@@ -181,7 +184,7 @@ TEST_CASE("depotctl watch prints one line per event", "[depotctl]") {
   o.name = "watched";
   auto id = c.Put(Pattern(1000, 1), o);  // created, sealed
   REQUIRE(id.ok());
-  REQUIRE(c.Delete(*id).ok());            // deleted
+  REQUIRE(c.Delete(*id).ok());  // deleted
   REQUIRE(WEXITSTATUS(Wait(watcher)) == 0);
   std::ifstream in(dir + "/events");
   std::vector<std::string> lines;

@@ -4,11 +4,13 @@
 // fd passing, the client's chunk cache and cleanup. None of this is GPU coverage: that is
 // cuda_test, on a machine with a GPU.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -16,9 +18,6 @@
 #include <map>
 #include <set>
 #include <thread>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "tests/daemon_fixture.h"
 #include "tests/other_users.h"
@@ -413,7 +412,7 @@ TEST_CASE("a retired segment an idle client still maps is counted until it lets 
       }
     }
     from_child.Send("ready");
-    to_child.Receive();  // idle: reads nothing from the daemon meanwhile
+    to_child.Receive();                 // idle: reads nothing from the daemon meanwhile
     if (!k.GetStatus().ok()) return 2;  // any request reads the notice that waits
     from_child.Send("talked");
     ::pause();
@@ -437,8 +436,8 @@ TEST_CASE("a retired segment an idle client still maps is counted until it lets 
         std::string::npos);
   std::string out;
   REQUIRE(Run({DEPOTCTL_PATH, "--socket", d.socket(), "status"}, &out) == 0);
-  CHECK(out.find(device ? "in retired chunks clients still map" : "in retired segments clients still map") !=
-        std::string::npos);
+  CHECK(out.find(device ? "in retired chunks clients still map"
+                        : "in retired segments clients still map") != std::string::npos);
 
   if (killed) {
     ::kill(idle, SIGKILL);

@@ -1,5 +1,4 @@
 // Tests for SCM_RIGHTS fd passing and UniqueFd (proto/fd_passing.h).
-#include "common/unix_socket.h"
 #include "proto/fd_passing.h"
 
 #include <fcntl.h>
@@ -15,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/unix_socket.h"
 #include "proto/wire.h"
 
 namespace depot::proto {

@@ -17,8 +17,8 @@ using Cut = FrameReader::Cut;
 
 // A ping request whose body is `body_bytes` long (a multiple of 8), each byte its request id.
 std::vector<uint8_t> Message(uint64_t request_id, uint32_t body_bytes) {
-  Header h{kMagic, kProtocolVersion, static_cast<uint16_t>(MsgType::kPing), request_id,
-           body_bytes, 0};
+  Header h{kMagic,     kProtocolVersion, static_cast<uint16_t>(MsgType::kPing),
+           request_id, body_bytes,       0};
   std::vector<uint8_t> out(sizeof h + body_bytes, static_cast<uint8_t>(request_id));
   std::memcpy(out.data(), &h, sizeof h);
   return out;

@@ -2,15 +2,15 @@
 // UUID v4s, distinct, every random bit used, none shared with a forked child. Whether they can be
 // predicted is not something a test can show; why they cannot is in docs/design.md (the trust
 // model): they are the kernel's CSPRNG output, read a few KiB at a time.
+#include "depot/guid.h"
+
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <set>
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
-#include "depot/guid.h"
 #include "tests/daemon_fixture.h"
 
 using namespace depot;

@@ -1,12 +1,11 @@
 // Who holds what: `depotctl stat` lists the processes holding an object and the one creating it,
 // `depotctl ls --holder PID` what one process holds; both speak JSON; per-user namespaces keep
 // another user's holdings out of sight.
+#include <fmt/format.h>
 #include <unistd.h>
 
-#include <set>
-
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
+#include <set>
 
 #include "tests/daemon_fixture.h"
 #include "tests/other_users.h"
@@ -65,8 +64,8 @@ TEST_CASE("stat lists the holders and the creator, ls --holder what one process 
   CHECK_THAT(out, Contains("references 1"));
 
   REQUIRE(Ctl(d, {"--json", "stat", guid->ToString()}, &out) == 0);
-  CHECK_THAT(out, Contains(fmt::format("\"pid\":{},\"uid\":{},\"process\":\"holders_test\"",
-                                       h.pid, ::getuid())));
+  CHECK_THAT(out, Contains(fmt::format("\"pid\":{},\"uid\":{},\"process\":\"holders_test\"", h.pid,
+                                       ::getuid())));
   CHECK_THAT(out, Contains("\"references\":1"));
 
   // The object it is creating names it as creator, while it is connected.
@@ -109,8 +108,8 @@ TEST_CASE("references count a process's gets not yet released", "[holders]") {
 
 TEST_CASE("with per-user namespaces another user's holdings stay out of sight", "[holders]") {
   NeedRoot();
-  Daemon d = StartOpen({"--namespaces", "per_user", "--allow-users",
-                        fmt::format("{},{}", kAlice, kBob)});
+  Daemon d =
+      StartOpen({"--namespaces", "per_user", "--allow-users", fmt::format("{},{}", kAlice, kBob)});
   // Alice holds an object of her own namespace.
   Channel ready, done;
   pid_t alice = Spawn([&] {

@@ -11,8 +11,8 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstring>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,8 +77,12 @@ TEST_CASE("headers announcing large bodies before hello neither grow the daemon 
     return AsAttacker([&] {
       constexpr int kConnections = 6;
       std::vector<UniqueFd> socks;
-      proto::Header h{proto::kMagic, proto::kProtocolVersion,
-                      static_cast<uint16_t>(proto::MsgType::kHello), 1, 64u << 20, 0};
+      proto::Header h{proto::kMagic,
+                      proto::kProtocolVersion,
+                      static_cast<uint16_t>(proto::MsgType::kHello),
+                      1,
+                      64u << 20,
+                      0};
       std::vector<uint8_t> bytes(sizeof h + 4096, 0xAB);
       std::memcpy(bytes.data(), &h, sizeof h);
       for (int i = 0; i < kConnections; ++i) {
@@ -134,8 +138,8 @@ TEST_CASE("gets naming one GUID many times do not build huge replies nor swell t
   });
   REQUIRE(sent.Receive() == "sent");
   // Give the daemon time to answer every get; the replies of today's code took 35 MiB each.
-  bool swollen = WaitFor([&] { return ResidentOf(d.pid()) > before + 64 * kMiB; },
-                         std::chrono::seconds(2));
+  bool swollen =
+      WaitFor([&] { return ResidentOf(d.pid()) > before + 64 * kMiB; }, std::chrono::seconds(2));
   CHECK_FALSE(swollen);
   // Another client is served meanwhile.
   auto obj = owner.Get(*guid);
@@ -176,8 +180,8 @@ TEST_CASE("unread replies are bounded in bytes (max_pending_bytes), not only in 
     });
   });
   REQUIRE(sent.Receive() == "sent");
-  bool swollen = WaitFor([&] { return ResidentOf(d.pid()) > before + 32 * kMiB; },
-                         std::chrono::seconds(2));
+  bool swollen =
+      WaitFor([&] { return ResidentOf(d.pid()) > before + 32 * kMiB; }, std::chrono::seconds(2));
   CHECK_FALSE(swollen);
   CHECK(owner.Get(proto::FromWire(ids[0])).ok());  // others are served
   done.Send("done");

@@ -8,13 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "daemon/shm_source.h"
 #include "tests/other_users.h"

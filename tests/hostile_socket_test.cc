@@ -7,12 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <catch2/catch.hpp>
 
 #include "client/src/daemon_trust.h"
 #include "common/socket_path.h"
@@ -145,9 +144,10 @@ int ConnectAs(uid_t uid, const std::string& socket, ConnectOptions options = {},
 
 }  // namespace
 
-TEST_CASE("a /tmp/depot-$UID another user made first serves nobody: the victim's client and its "
-          "daemon refuse it",
-          "[hostile]") {
+TEST_CASE(
+    "a /tmp/depot-$UID another user made first serves nobody: the victim's client and its "
+    "daemon refuse it",
+    "[hostile]") {
   NeedRoot();
   // Alice's default socket, as no XDG_RUNTIME_DIR and no /run/user/41001 leave it.
   const std::string squat = "/tmp/depot-" + std::to_string(kAlice);

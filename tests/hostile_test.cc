@@ -47,8 +47,7 @@ TEST_CASE("another user cannot delete an object, while its creator, root and dep
   CHECK(d.Connect().Delete(other).ok());  // root administers the store
 }
 
-TEST_CASE("a proposed GUID taken first by another user is told apart by its creator",
-          "[hostile]") {
+TEST_CASE("a proposed GUID taken first by another user is told apart by its creator", "[hostile]") {
   NeedRoot();
   Daemon d = StartShared();
   const Guid proposed = Guid::Random();

@@ -5,10 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "tests/daemon_fixture.h"
 
@@ -149,9 +148,9 @@ TEST_CASE("a client killed with SIGKILL gives back its references and unsealed o
   Channel ready;
   pid_t victim = Spawn([&] {
     auto v = Client::Connect({d.socket(), "victim"});
-    auto obj = v->Get(*kept);                    // a reference
-    auto draft = v->Create({8 * kMiB, kMiB});    // an unsealed create
-    auto big = v->Create({100 * kMiB});          // one in a segment of large objects
+    auto obj = v->Get(*kept);                  // a reference
+    auto draft = v->Create({8 * kMiB, kMiB});  // an unsealed create
+    auto big = v->Create({100 * kMiB});        // one in a segment of large objects
     if (!obj.ok() || !draft.ok() || !big.ok()) return 1;
     ready.Send("ready");
     ::pause();
@@ -207,7 +206,10 @@ TEST_CASE("evictable objects are evicted least recently used first", "[lifecycle
   auto second = c.Put(Pattern(3 * kMiB, 2), evictable);
   REQUIRE(first.ok());
   REQUIRE(second.ok());
-  { auto touch = c.Get(*first); REQUIRE(touch.ok()); }  // first is now the most recently used
+  {
+    auto touch = c.Get(*first);
+    REQUIRE(touch.ok());
+  }  // first is now the most recently used
 
   auto third = c.Put(Pattern(3 * kMiB, 3), evictable);
   REQUIRE(third.ok());

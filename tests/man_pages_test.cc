@@ -2,15 +2,15 @@
 // prints is in depotd(8) or, for a configuration key, in depotd.conf(5) with its default; every
 // command and option of `depotctl --help` is in depotctl(1) and in the completion, and the
 // completion completes them in a real bash.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <iterator>
 #include <regex>
 #include <set>
 #include <sstream>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "daemon/options.h"
 #include "tests/daemon_fixture.h"
@@ -83,8 +83,7 @@ TEST_CASE("depotd(8) and depotd.conf(5) hold every option and key of depotd --he
   }
 }
 
-TEST_CASE("depotctl(1) and the bash completion hold every command and option of --help",
-          "[man]") {
+TEST_CASE("depotctl(1) and the bash completion hold every command and option of --help", "[man]") {
   std::string help = Help(DEPOTCTL_PATH);
   std::string page = Page("man/depotctl.1");
   std::string completion = Page("bash-completion/depotctl");
@@ -104,7 +103,8 @@ TEST_CASE("depotctl(1) and the bash completion hold every command and option of 
   }
   // In bash: the first word completes to the commands; ls's options include --holder.
   std::string out, err;
-  std::string script = "source " DEPOT_SOURCE_DIR "/packaging/bash-completion/depotctl && "
+  std::string script = "source " DEPOT_SOURCE_DIR
+                       "/packaging/bash-completion/depotctl && "
                        "complete_line() { COMP_LINE=$1; COMP_POINT=${#1}; "
                        "read -ra COMP_WORDS <<<\"$1\"; [[ $1 == *' ' ]] && COMP_WORDS+=(''); "
                        "COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); "

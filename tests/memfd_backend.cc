@@ -1,9 +1,9 @@
 #include "tests/memfd_backend.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "daemon/shm_source.h"
 

@@ -3,20 +3,19 @@
 // endpoint's bounds against slow and hostile scrapers; docs/metrics.md against the output.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "tests/daemon_fixture.h"
 #include "tests/other_users.h"
@@ -445,8 +444,8 @@ TEST_CASE("a real Prometheus scrapes the endpoint and answers queries about a pu
     std::string config = "--config.file=" + dir + "/prometheus.yml";
     std::string storage = "--storage.tsdb.path=" + dir + "/data";
     std::string listen = "--web.listen-address=127.0.0.1:" + std::to_string(web);
-    ::execl(prometheus.c_str(), prometheus.c_str(), config.c_str(), storage.c_str(),
-            listen.c_str(), nullptr);
+    ::execl(prometheus.c_str(), prometheus.c_str(), config.c_str(), storage.c_str(), listen.c_str(),
+            nullptr);
     return 127;
   });
   struct Stop {
@@ -463,8 +462,9 @@ TEST_CASE("a real Prometheus scrapes the endpoint and answers queries about a pu
       [&] {
         int fd = Dial(web);
         if (fd < 0) return false;
-        std::string q = "GET /api/v1/query?query=depot_object_bytes%7Bstate%3D%22sealed%22%7D "
-                        "HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+        std::string q =
+            "GET /api/v1/query?query=depot_object_bytes%7Bstate%3D%22sealed%22%7D "
+            "HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
         (void)!::write(fd, q.data(), q.size());
         answer = ReadAll(fd, std::chrono::seconds(2));
         ::close(fd);

@@ -7,8 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -32,8 +32,7 @@ double Median(const std::function<bool()>& op) {
   for (int i = 0; i < kSamples; ++i) {
     auto start = std::chrono::steady_clock::now();
     if (!op()) return -1;
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                           start)
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                      .count());
   }
   std::sort(ms.begin(), ms.end());
@@ -138,13 +137,13 @@ TEST_CASE("garbage in many sessions' slots and a pin held for ever slow nobody d
     for (int i = 0; i < kSessions; ++i) {
       std::vector<UniqueFd> fds = s.Open(d);
       if (fds.size() < 2) return 4;
-      void* p = ::mmap(nullptr, index::kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                       fds[1].get(), 0);
+      void* p =
+          ::mmap(nullptr, index::kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1].get(), 0);
       if (p == MAP_FAILED) return 5;
       auto* words = static_cast<uint64_t*>(p);
       for (uint64_t n = 0; n < index::kSlotCount; ++n) {
-        words[n] = i == 0 ? n + 1
-                          : (uint64_t{1} << 62) + static_cast<uint64_t>(i) * index::kSlotCount + n;
+        words[n] =
+            i == 0 ? n + 1 : (uint64_t{1} << 62) + static_cast<uint64_t>(i) * index::kSlotCount + n;
       }
       words[index::kSlotHighWater] = index::kSlotCount;
       ::munmap(p, index::kSlotBytes);
@@ -162,11 +161,11 @@ TEST_CASE("garbage in many sessions' slots and a pin held for ever slow nobody d
   done.Send("done");
   CHECK(ExitedOk(Wait(mallory)));
   INFO(d.Log());
-  INFO("median ms before / during: ping " << before.ping << " / " << during.ping << ", contains "
-                                       << before.contains << " / " << during.contains << ", stat "
-                                       << before.stat << " / " << during.stat << ", status "
-                                       << before.status << " / " << during.status << ", clients "
-                                       << before.clients << " / " << during.clients);
+  INFO("median ms before / during: ping "
+       << before.ping << " / " << during.ping << ", contains " << before.contains << " / "
+       << during.contains << ", stat " << before.stat << " / " << during.stat << ", status "
+       << before.status << " / " << during.status << ", clients " << before.clients << " / "
+       << during.clients);
   // A stat compares the 512 Ki slots with one id, and clients reads them: a pass over 4 MiB.
   CHECK(during.ping < Bound(before.ping, 5));
   CHECK(during.contains < Bound(before.contains, 5));
@@ -205,7 +204,7 @@ TEST_CASE("many leases held by another uid do not make misses slow", "[hostile][
   CHECK(ExitedOk(Wait(mallory)));
   INFO(d.Log());
   INFO("median ms before / during: ping " << before.ping << " / " << during.ping << ", contains "
-                                       << before.contains << " / " << during.contains);
+                                          << before.contains << " / " << during.contains);
   // A miss still looks at each put ring's head: 2000 loads.
   CHECK(during.ping < Bound(before.ping, 2));
   CHECK(during.contains < Bound(before.contains, 2));

@@ -310,9 +310,8 @@ TEST_CASE("the client keeps its slots low and the daemon reads only up to the hi
   CHECK(SlotTable::Map(bare, 17).status().IsProtocolError());
 }
 
-TEST_CASE(
-    "deleted objects slots held are freed together once let go and unindexed ones at once",
-    "[index]") {
+TEST_CASE("deleted objects slots held are freed together once let go and unindexed ones at once",
+          "[index]") {
   TableWithSlots t;
   std::vector<ObjectId> ids;
   for (uint64_t n = 1; n <= 5; ++n) ids.push_back(t.Put(n));

@@ -408,10 +408,10 @@ TEST_CASE("ObjectTable tells its observer about every transition and who caused 
   ObjectId d = make(G(4), false);
   t.DropSession(1);
   using E = TableEvent;
-  std::vector<Seen> want = {
-      {E::kCreated, a, 1}, {E::kSealed, a, 1},  {E::kCreated, b, 1}, {E::kAborted, b, 1},
-      {E::kCreated, c, 1}, {E::kSealed, c, 1},  {E::kEvicted, c, 4}, {E::kDeleted, a, 3},
-      {E::kFreed, a, 2},   {E::kCreated, d, 1}, {E::kAborted, d, 1}};
+  std::vector<Seen> want = {{E::kCreated, a, 1}, {E::kSealed, a, 1},  {E::kCreated, b, 1},
+                            {E::kAborted, b, 1}, {E::kCreated, c, 1}, {E::kSealed, c, 1},
+                            {E::kEvicted, c, 4}, {E::kDeleted, a, 3}, {E::kFreed, a, 2},
+                            {E::kCreated, d, 1}, {E::kAborted, d, 1}};
   CHECK(seen == want);
 }
 
@@ -430,8 +430,10 @@ TEST_CASE("ObjectTable sums what a session holds", "[object_table]") {
   CHECK(f.table_.HoldingsOf(9).references == 0);
 }
 
-TEST_CASE_METHOD(TableFixture, "spill candidates are sealed, unreferenced, non-evictable objects in memory, LRU first",
-          "[object_table][spill]") {
+TEST_CASE_METHOD(
+    TableFixture,
+    "spill candidates are sealed, unreferenced, non-evictable objects in memory, LRU first",
+    "[object_table][spill]") {
   ObjectTable& t = table_;
   t.set_spilling(true);
   ObjectId a = CreateSealed(G(1), 1);
@@ -450,8 +452,10 @@ TEST_CASE_METHOD(TableFixture, "spill candidates are sealed, unreferenced, non-e
         std::vector<ObjectId>{a});
 }
 
-TEST_CASE_METHOD(TableFixture, "an object goes to disk and back: gets wait, counts follow, nothing is freed twice",
-          "[object_table][spill]") {
+TEST_CASE_METHOD(
+    TableFixture,
+    "an object goes to disk and back: gets wait, counts follow, nothing is freed twice",
+    "[object_table][spill]") {
   ObjectTable& t = table_;
   t.set_spilling(true);
   ObjectId a = CreateSealed(G(1), 1, false, {100, 200});
@@ -508,14 +512,16 @@ TEST_CASE_METHOD(TableFixture, "an object goes to disk and back: gets wait, coun
   CHECK(t.counts().sealed == 0);
 }
 
-TEST_CASE_METHOD(TableFixture, "objects a previous daemon spilled are adopted on disk", "[object_table][spill]") {
+TEST_CASE_METHOD(TableFixture, "objects a previous daemon spilled are adopted on disk",
+                 "[object_table][spill]") {
   ObjectTable& t = table_;
   NewObject n;
   n.guid = G(1);
   n.frames = {Location{.size = 4096}};
   n.name = "kept";
   n.creator_uid = 1000;
-  auto adopted = t.Adopt(n, {.checksum = 42, .has_checksum = true, .created_ns = 5, .sealed_ns = 6});
+  auto adopted =
+      t.Adopt(n, {.checksum = 42, .has_checksum = true, .created_ns = 5, .sealed_ns = 6});
   REQUIRE(adopted.ok());
   CHECK((*adopted)->state == ObjectState::kSealed);
   CHECK((*adopted)->residence == Residence::kDisk);

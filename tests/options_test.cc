@@ -152,7 +152,8 @@ TEST_CASE("ParseOptions: switches", "[options]") {
   CHECK(ParseOptions({"--prefault=yes"}, 16 * kGiB, 8 * kGiB)->prefault);
   CHECK_FALSE(ParseOptions({"--prefault=off"}, 16 * kGiB, 8 * kGiB)->prefault);
   CHECK_FALSE(ParseOptions({"--prefault=maybe"}, 16 * kGiB, 8 * kGiB).ok());
-  CHECK_FALSE(ParseOptions({"--eviction", "off"}, 16 * kGiB, 8 * kGiB).ok());  // "off" is not a flag
+  CHECK_FALSE(
+      ParseOptions({"--eviction", "off"}, 16 * kGiB, 8 * kGiB).ok());  // "off" is not a flag
   CHECK_FALSE(ParseOptions({"--eviction=off"}, 16 * kGiB, 8 * kGiB)->eviction);
   CHECK(ParseOptions({"--keep-warm", "0"}, 16 * kGiB, 8 * kGiB)->keep_warm == 0);
   CHECK(ParseOptions({"--keep-warm", "25%"}, 16 * kGiB, 8 * kGiB)->keep_warm == 4 * kGiB);
@@ -295,8 +296,7 @@ TEST_CASE("devices reads all, none, or a list of GPU UUIDs", "[options]") {
   CHECK_FALSE(ParseOptions({"--devices", " , "}, 16 * kGiB, 8 * kGiB).ok());
 }
 
-TEST_CASE("Validate refuses keys that cannot go together, before the daemon starts",
-          "[options]") {
+TEST_CASE("Validate refuses keys that cannot go together, before the daemon starts", "[options]") {
   auto ok = ParseOptions({"--prefault"}, 16 * kGiB, 8 * kGiB);
   CHECK(Validate(*ok).ok());
   auto both = ParseOptions({"--prefault", "--namespaces", "per_user"}, 16 * kGiB, 8 * kGiB);
@@ -312,8 +312,8 @@ TEST_CASE("Flags override the config file wherever they stand", "[options]") {
   std::string path = WriteFile("capacity = 1GiB\nlog_level = warn\n");
   auto o = ParseOptions({"--capacity", "3GiB", "--config", path}, 16 * kGiB, 8 * kGiB);
   REQUIRE(o.ok());
-  CHECK(o->capacity == 3 * kGiB);   // the flag wins even before --config
-  CHECK(o->log_level == "warn");    // the file wins over the default
+  CHECK(o->capacity == 3 * kGiB);  // the flag wins even before --config
+  CHECK(o->log_level == "warn");   // the file wins over the default
   ::unlink(path.c_str());
 }
 
@@ -361,8 +361,8 @@ TEST_CASE("config/depotd.conf documents every key at its default", "[options]") 
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::string defaults;  // every key's line, uncommented
   for (const ConfigKey& k : ConfigKeys()) {
-    std::string line = std::string("# ") + k.name + " =" + (*k.default_text ? " " : "") +
-                       k.default_text + "\n";
+    std::string line =
+        std::string("# ") + k.name + " =" + (*k.default_text ? " " : "") + k.default_text + "\n";
     INFO(k.name);
     CHECK_THAT(text, Contains(line));
     if (std::string_view(k.name) != "socket") defaults += line.substr(2);

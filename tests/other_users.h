@@ -9,11 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "tests/daemon_fixture.h"
 

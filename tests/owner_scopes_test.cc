@@ -1,6 +1,8 @@
 // Owner-scoped objects (CreateOptions::owner_scoped): deleted when the connection that created
 // them closes, whether it closes cleanly or its process is killed; others' objects, and views
 // readers hold, are untouched. And daemon/owner_scopes.h's memory stays bounded.
+#include "daemon/owner_scopes.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,7 +10,6 @@
 #include <catch2/catch.hpp>
 
 #include "daemon/object_table.h"
-#include "daemon/owner_scopes.h"
 #include "tests/daemon_fixture.h"
 
 using namespace depot;

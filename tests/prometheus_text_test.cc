@@ -1,8 +1,9 @@
 // PrometheusText alone: the exposition format's escaping and histogram lines.
+#include "daemon/prometheus_text.h"
+
 #include <catch2/catch.hpp>
 
 #include "daemon/histogram.h"
-#include "daemon/prometheus_text.h"
 
 using namespace depot;
 

@@ -4,10 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "tests/daemon_fixture.h"
 

@@ -3,6 +3,7 @@
 // connections per user (max_sessions_per_user). The attacker runs as another uid in a process of
 // its own; the daemon's memory is read from /proc/PID/status; a victim of a third uid is served
 // meanwhile, and status and the metrics show each figure against its limit.
+#include <fmt/format.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,8 +12,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
@@ -90,8 +89,9 @@ int PutAndGetAs(const Daemon& d, uid_t uid, uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("gets waiting are bounded in GUIDs per connection and per user, and the daemon stays small",
-          "[limits]") {
+TEST_CASE(
+    "gets waiting are bounded in GUIDs per connection and per user, and the daemon stays small",
+    "[limits]") {
   NeedRoot();
   // The default limits: 16,384 GUIDs a connection, 65,536 a user.
   Daemon d = StartOpen({"--allow-users", fmt::format("{},{}", kAlice, kMallory)});
@@ -186,8 +186,11 @@ TEST_CASE("one user's connections are bounded (max_sessions_per_user), with a cl
       done.Receive();
       // One closed makes room for one more.
       clients.pop_back();
-      bool again = WaitFor([&] { return Client::Connect({d.socket(), "mallory"}).ok(); },
-                           std::chrono::seconds(30));
+      bool again = WaitFor(
+          [&] {
+            return Client::Connect({d.socket(), "mallory"}).ok();
+          },
+          std::chrono::seconds(30));
       return again ? 0 : 2;
     });
   });
@@ -209,8 +212,7 @@ TEST_CASE("one user's connections are bounded (max_sessions_per_user), with a cl
   CHECK(Wait(attacker) == 0);
 }
 
-TEST_CASE("creates waiting for disk are bounded in bytes per connection and per user",
-          "[limits]") {
+TEST_CASE("creates waiting for disk are bounded in bytes per connection and per user", "[limits]") {
   ParkedCreates parked({.per_session = 3, .bytes_per_session = 1000, .bytes_per_user = 1500});
   constexpr uid_t kUser = 7, kOther = 8;
   REQUIRE(parked.Admit(1, kUser, 600).ok());

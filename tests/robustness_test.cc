@@ -9,16 +9,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
 
-#include <catch2/catch.hpp>
-
-#include "daemon/shm_source.h"
 #include "common/unix_socket.h"
+#include "daemon/shm_source.h"
 #include "proto/fd_passing.h"
 #include "proto/wire.h"
 #include "tests/daemon_fixture.h"
@@ -92,8 +91,12 @@ TEST_CASE("malformed messages are refused with ProtocolError", "[robustness]") {
   }
   SECTION("a body that does not verify") {
     raw.Hello();
-    proto::Header h{proto::kMagic, proto::kProtocolVersion,
-                    static_cast<uint16_t>(proto::MsgType::kCreate), 2, 16, 0};
+    proto::Header h{proto::kMagic,
+                    proto::kProtocolVersion,
+                    static_cast<uint16_t>(proto::MsgType::kCreate),
+                    2,
+                    16,
+                    0};
     auto bytes = HeaderBytes(h);
     for (int i = 0; i < 16; ++i) bytes.push_back(0xff);
     raw.Write(bytes);
@@ -103,8 +106,12 @@ TEST_CASE("malformed messages are refused with ProtocolError", "[robustness]") {
   }
   SECTION("a message larger than the limit") {
     raw.Hello();
-    proto::Header h{proto::kMagic, proto::kProtocolVersion,
-                    static_cast<uint16_t>(proto::MsgType::kCreate), 2, 1u << 30, 0};
+    proto::Header h{proto::kMagic,
+                    proto::kProtocolVersion,
+                    static_cast<uint16_t>(proto::MsgType::kCreate),
+                    2,
+                    1u << 30,
+                    0};
     raw.Write(HeaderBytes(h));
     Status st = raw.ReadFinalError();
     CHECK(st.IsProtocolError());
@@ -133,8 +140,12 @@ TEST_CASE("a peer that sends half a frame and leaves harms nobody", "[robustness
   {
     Raw raw(d.socket());
     raw.Hello();
-    proto::Header h{proto::kMagic, proto::kProtocolVersion,
-                    static_cast<uint16_t>(proto::MsgType::kStatus), 2, 64, 0};
+    proto::Header h{proto::kMagic,
+                    proto::kProtocolVersion,
+                    static_cast<uint16_t>(proto::MsgType::kStatus),
+                    2,
+                    64,
+                    0};
     raw.Write(HeaderBytes(h));  // the header promises 64 bytes that never come
   }
   REQUIRE(WaitFor([&] { return good.GetStatus()->clients == 1; }));

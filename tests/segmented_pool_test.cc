@@ -57,11 +57,10 @@ struct Fixture {
           uint64_t warm)
       : budget{capacity, 0, warm} {
     o.budget = &budget;
-    auto r =
-        SegmentedPool::Create(std::move(source), o, [this](uint32_t id) {
-          retired.push_back(id);
-          return held;
-        });
+    auto r = SegmentedPool::Create(std::move(source), o, [this](uint32_t id) {
+      retired.push_back(id);
+      return held;
+    });
     REQUIRE(r.ok());
     pool = std::move(*r);
   }

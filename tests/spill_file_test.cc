@@ -7,14 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/thread_pool.hpp>
-#include <catch2/catch.hpp>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

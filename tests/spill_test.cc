@@ -3,20 +3,19 @@
 // disk, crashes during a spill and during a restore, a restart with a thousand objects, one
 // restore for many readers, and per-user namespaces that never see each other's files.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <thread>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "tests/daemon_fixture.h"
 #include "tests/other_users.h"

@@ -168,8 +168,8 @@ class Child {
     indexed_counted_ = indexed;
     std::ostringstream x;
     x << "X " << t_.puts << ' ' << t_.gets << ' ' << t_.multi_gets << ' ' << t_.deletes << ' '
-      << t_.aborts << ' ' << t_.verified << ' ' << t_.store_full << ' ' << t_.lists << ' '
-      << t_.got << ' ' << t_.indexed;
+      << t_.aborts << ' ' << t_.verified << ' ' << t_.store_full << ' ' << t_.lists << ' ' << t_.got
+      << ' ' << t_.indexed;
     Say(x.str());
     t_ = Totals{};
   }
@@ -642,9 +642,9 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
                 << totals.multi_gets << " multi-gets, " << totals.deletes << " deletes, "
                 << totals.aborts << " aborts, " << totals.verified << " checksums verified, "
                 << totals.store_full << " store full, " << end.evictions << " evictions, "
-                << end.spills << " spills, " << end.restores << " restores, "
-                << checked << " survivors checked, RssAnon " << rss_start / 1024 << " -> "
-                << rss_end / 1024 << " KiB");
+                << end.spills << " spills, " << end.restores << " restores, " << checked
+                << " survivors checked, RssAnon " << rss_start / 1024 << " -> " << rss_end / 1024
+                << " KiB");
 
   WARN("soak: " << totals.indexed << " of " << totals.got
                 << " objects got (not held before) came from the shared index");

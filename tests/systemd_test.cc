@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,8 +23,6 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
-
-#include <catch2/catch.hpp>
 
 #include "daemon/shm_source.h"
 #include "proto/fd_passing.h"
@@ -34,7 +33,6 @@ using namespace depot::test;
 using namespace std::chrono_literals;
 
 namespace {
-
 
 // Skips the test, naming the tool, when `tool` cannot be run here.
 void RequireTool(const std::string& tool, const std::string& package) {
@@ -458,7 +456,8 @@ TEST_CASE("under systemd, depotd logs to the journal with priorities and fields"
     Daemon d(dir + "/depot.sock", {"--capacity", "64MiB", "--socket-mode", "0666"},
              {"unshare", "-m", "sh", "-c",
               "mount --make-rprivate / && mount -t tmpfs tmpfs /run/systemd && "
-              "mkdir /run/systemd/journal && mount --bind " + journal +
+              "mkdir /run/systemd/journal && mount --bind " +
+                  journal +
                   " /run/systemd/journal && "
                   "JOURNAL_STREAM=$(stat -L -c %d:%i /dev/stderr) exec \"$0\" \"$@\""});
     // A refused client is logged as a warning.

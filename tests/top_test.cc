@@ -1,9 +1,9 @@
 // depotctl top in a real terminal (tmux: a detached session, keys sent with send-keys, the
 // screen read with capture-pane) and as plain text when stdout is not a terminal.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "tests/daemon_fixture.h"
 

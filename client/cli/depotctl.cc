@@ -1,5 +1,6 @@
 // depotctl: inspect and manage a running depotd. Built only on the public client API. This
 // file reads the command line and hands it to the command (commands.h).
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,8 +11,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "client/cli/commands.h"
 #include "client/cli/format.h"
@@ -126,8 +125,8 @@ int Main(int argc, char** argv) {
   std::string cmd = pos[0];
   std::vector<std::string> args(pos.begin() + 1, pos.end());
   static const std::map<std::string, std::pair<size_t, size_t>> kArity = {
-      {"status", {0, 0}},  {"ls", {0, 0}},   {"stat", {1, 1}},         {"put", {1, 1}},
-      {"get", {1, 1}},     {"cat", {1, 1}},  {"rm", {1, SIZE_MAX}},    {"watch", {0, 0}},
+      {"status", {0, 0}},  {"ls", {0, 0}},   {"stat", {1, 1}},          {"put", {1, 1}},
+      {"get", {1, 1}},     {"cat", {1, 1}},  {"rm", {1, SIZE_MAX}},     {"watch", {0, 0}},
       {"clients", {0, 0}}, {"ping", {0, 0}}, {"verify", {1, SIZE_MAX}}, {"metrics", {0, 0}},
       {"top", {0, 0}}};
   auto arity = kArity.find(cmd);

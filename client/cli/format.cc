@@ -1,10 +1,10 @@
 #include "client/cli/format.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-
-#include <fmt/format.h>
 
 namespace depotctl {
 namespace {

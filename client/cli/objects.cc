@@ -1,5 +1,6 @@
 // depotctl's commands on objects: ls, stat, put, get and cat, verify, rm.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <fnmatch.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "client/cli/commands.h"
 #include "client/cli/format.h"
@@ -52,8 +51,9 @@ std::string InfoJson(const depot::ObjectInfo& o, bool with_metadata) {
       "{{\"guid\":\"{}\",\"name\":{},\"state\":\"{}\",\"size\":{},\"frames\":[{}],\"refcount\":{},"
       "\"evictable\":{},\"created_unix_ns\":{},\"sealed_unix_ns\":{},\"creator_pid\":{},"
       "\"creator_uid\":{},\"metadata_size\":{}",
-      o.guid.ToString(), Json(o.name), depot::ObjectInfo::StateName(o.state), o.size, frames, o.refcount, o.evictable,
-      o.created_unix_ns, o.sealed_unix_ns, o.creator_pid, o.creator_uid, o.metadata_size);
+      o.guid.ToString(), Json(o.name), depot::ObjectInfo::StateName(o.state), o.size, frames,
+      o.refcount, o.evictable, o.created_unix_ns, o.sealed_unix_ns, o.creator_pid, o.creator_uid,
+      o.metadata_size);
   if (o.checksum) out += fmt::format(",\"checksum\":\"{:016x}\"", *o.checksum);
   out += fmt::format(",\"residence\":\"{}\"", depot::ObjectInfo::ResidenceName(o.residence));
   if (with_metadata) {
@@ -65,8 +65,8 @@ std::string InfoJson(const depot::ObjectInfo& o, bool with_metadata) {
           holders.empty() ? "" : ",", h.session_id, h.pid, h.uid, Json(h.process), Json(h.name),
           h.references);
     }
-    out += fmt::format(",\"holders\":[{}],\"creator_session\":{},\"creator_process\":{}",
-                       holders, o.creator_session, Json(o.creator_process));
+    out += fmt::format(",\"holders\":[{}],\"creator_session\":{},\"creator_process\":{}", holders,
+                       o.creator_session, Json(o.creator_process));
     std::string hex;
     for (std::byte b : o.metadata) hex += fmt::format("{:02x}", static_cast<unsigned>(b));
     out += fmt::format(",\"metadata_hex\":\"{}\"", hex);
@@ -177,8 +177,8 @@ int Stat(depot::Client& c, bool json, const std::string& arg) {
     return kOk;
   }
   fmt::print("guid:      {}\nname:      {}\nstate:     {}\nsize:      {} ({} bytes)\n",
-             o->guid.ToString(), o->name, depot::ObjectInfo::StateName(o->state), depot::FormatBytes(o->size),
-             o->size);
+             o->guid.ToString(), o->name, depot::ObjectInfo::StateName(o->state),
+             depot::FormatBytes(o->size), o->size);
   fmt::print("refcount:  {}\nevictable: {}\ncreator:   pid {} uid {}{}\ncreated:   {} ago\n",
              o->refcount, o->evictable ? "yes" : "no", o->creator_pid, o->creator_uid,
              o->creator_session == 0

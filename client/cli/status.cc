@@ -1,4 +1,6 @@
 // depotctl's commands on the daemon itself: status, clients, ping, metrics.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -7,8 +9,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "client/cli/commands.h"
 #include "client/cli/format.h"

@@ -1,6 +1,7 @@
 // depotctl top: a live view of the store, refreshed every interval: the pools, the rates of puts,
 // gets and bytes put, the largest objects and the busiest clients. In a terminal it redraws in
 // the alternate screen and quits on q (or Ctrl-C); otherwise it prints plain snapshots.
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <termios.h>
@@ -14,8 +15,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "client/cli/commands.h"
 #include "client/cli/format.h"
@@ -75,9 +74,9 @@ depot::Result<Sample> Take(depot::Client& c) {
 
 std::string Render(const Sample& now, const Sample* before, std::string_view footer) {
   const depot::StoreStatus& st = now.status;
-  std::string out = fmt::format(
-      "depotd {} pid {}, up {}s, {} clients, {} gets waiting\n", st.daemon_version,
-      st.daemon_pid, st.uptime_ms / 1000, st.clients, st.gets_waiting);
+  std::string out =
+      fmt::format("depotd {} pid {}, up {}s, {} clients, {} gets waiting\n", st.daemon_version,
+                  st.daemon_pid, st.uptime_ms / 1000, st.clients, st.gets_waiting);
   out += fmt::format("host pool: {} of {} used, {} reserved in {} segments, largest free {}\n",
                      depot::FormatBytes(st.used), depot::FormatBytes(st.capacity),
                      depot::FormatBytes(st.reserved), st.segments,
@@ -89,8 +88,7 @@ std::string Render(const Sample& now, const Sample* before, std::string_view foo
   out += fmt::format("objects: {} sealed, {} creating, {} deleted but held; {} evictions\n",
                      st.objects_sealed, st.objects_creating, st.objects_deleted, st.evictions);
   if (before != nullptr) {
-    double seconds =
-        std::chrono::duration<double>(now.counters.at - before->counters.at).count();
+    double seconds = std::chrono::duration<double>(now.counters.at - before->counters.at).count();
     auto rate = [&](double a, double b) { return seconds > 0 ? (a - b) / seconds : 0.0; };
     out += fmt::format("rates: {:.1f} puts/s, {:.1f} gets/s, {}/s put\n",
                        rate(now.counters.puts, before->counters.puts),
@@ -101,8 +99,8 @@ std::string Render(const Sample& now, const Sample* before, std::string_view foo
     out += "rates: (after the next refresh)\n";
   }
   out += fmt::format("\nlargest objects{}:\n", now.scanned_all ? "" : " (of the first 10000)");
-  out += fmt::format("  {:<36}  {:>10}  {:<8}  {:>4}  {}\n", "GUID", "SIZE", "STATE", "REFS",
-                     "NAME");
+  out +=
+      fmt::format("  {:<36}  {:>10}  {:<8}  {:>4}  {}\n", "GUID", "SIZE", "STATE", "REFS", "NAME");
   for (const auto& o : now.largest) {
     out += fmt::format("  {:<36}  {:>10}  {:<8}  {:>4}  {}\n", o.guid.ToString(),
                        depot::FormatBytes(o.size), depot::ObjectInfo::StateName(o.state),
@@ -121,9 +119,9 @@ std::string Render(const Sample& now, const Sample* before, std::string_view foo
                      "PID", "PROCESS", "UID", "REQUESTS", "HOLDS", "HELD", "NAME");
   for (size_t i = 0; i < busy.size() && i < kRows; ++i) {
     const depot::ClientInfo& c = *busy[i].second;
-    out += fmt::format("  {:>8}  {:<16}  {:>6}  {:>9}  {:>6}  {:>10}  {}\n", c.pid, c.process,
-                       c.uid, busy[i].first, c.references, depot::FormatBytes(c.bytes_held),
-                       c.name);
+    out +=
+        fmt::format("  {:>8}  {:<16}  {:>6}  {:>9}  {:>6}  {:>10}  {}\n", c.pid, c.process, c.uid,
+                    busy[i].first, c.references, depot::FormatBytes(c.bytes_held), c.name);
   }
   out += footer;
   return out;

@@ -1,9 +1,9 @@
 // depotctl watch: the store's events as they happen.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-
-#include <fmt/format.h>
 
 #include "client/cli/commands.h"
 #include "client/cli/format.h"

@@ -1,5 +1,6 @@
 #include "client/src/channel.h"
 
+#include <fmt/format.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -8,8 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "proto/fd_passing.h"
 
@@ -36,9 +35,9 @@ Status CheckSegmentFd(const wire::SegmentInfo& info, int fd) {
         fmt::format("depotd sent an fd for host segment {} that is not a memory file", info.id()));
   }
   if (file && static_cast<uint64_t>(st.st_size) < info.size()) {
-    return Status::ProtocolError(fmt::format(
-        "depotd claimed {} bytes for segment {}, but its fd holds {}", info.size(), info.id(),
-        st.st_size));
+    return Status::ProtocolError(
+        fmt::format("depotd claimed {} bytes for segment {}, but its fd holds {}", info.size(),
+                    info.id(), st.st_size));
   }
   return Status::OK();
 }
@@ -244,9 +243,8 @@ Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body, 
     named = (hello->index_sets() > 0 ? 2 : 0) + (hello->put_ring_bytes() > 0 ? 1 : 0);
   }
   if (fds.size() != named) {
-    return Status::ProtocolError(
-        fmt::format("depotd sent {} fds with a {} that names {} segments", fds.size(),
-                    proto::TypeName(h.type), named));
+    return Status::ProtocolError(fmt::format("depotd sent {} fds with a {} that names {} segments",
+                                             fds.size(), proto::TypeName(h.type), named));
   }
   if (h.type == static_cast<uint16_t>(proto::MsgType::kError) && h.request_id == 0) {
     // An error about the connection itself (too many clients, for one): it ends the connection.
@@ -297,4 +295,3 @@ Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body, 
 }
 
 }  // namespace depot::internal
-

@@ -1,11 +1,11 @@
 #include "depot/client.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "client/src/checksum.h"
 #include "client/src/connection.h"
@@ -90,15 +90,14 @@ ObjectInfo FromWire(const wire::ObjectInfo& w) {
   return o;
 }
 
-fb::Offset<wire::CreateRequest> BuildCreate(fb::FlatBufferBuilder& fbb,
-                                           std::span<const uint64_t> sizes,
-                                           std::span<const uint32_t> pools, const CreateOptions& o,
-                                           std::span<const std::span<const std::byte>> inline_frames) {
+fb::Offset<wire::CreateRequest> BuildCreate(
+    fb::FlatBufferBuilder& fbb, std::span<const uint64_t> sizes, std::span<const uint32_t> pools,
+    const CreateOptions& o, std::span<const std::span<const std::byte>> inline_frames) {
   auto frame_sizes = fbb.CreateVector(sizes.data(), sizes.size());
   fb::Offset<fb::Vector<uint32_t>> frame_pools;
   if (!pools.empty()) frame_pools = fbb.CreateVector(pools.data(), pools.size());
-  auto metadata = fbb.CreateVector(reinterpret_cast<const uint8_t*>(o.metadata.data()),
-                                   o.metadata.size());
+  auto metadata =
+      fbb.CreateVector(reinterpret_cast<const uint8_t*>(o.metadata.data()), o.metadata.size());
   fb::Offset<fb::String> name;
   if (!o.name.empty()) name = fbb.CreateString(o.name);
   fb::Offset<fb::Vector<uint8_t>> data;
@@ -197,15 +196,16 @@ Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOption
   std::vector<uint32_t> pools;
   if (!options.places.empty()) {
     if (options.places.size() != sizes.size()) {
-      return Status::InvalidArgument(fmt::format("{} places given for {} frames",
-                                                 options.places.size(), sizes.size()));
+      return Status::InvalidArgument(
+          fmt::format("{} places given for {} frames", options.places.size(), sizes.size()));
     }
     for (const Place& p : options.places) {
       auto pool = conn_->PoolOf(p);
       if (!pool.ok()) return pool.status();
       if (*pool != 0 && options.checksum) {
-        return Status::InvalidArgument("checksums cover host frames only; this object has a "
-                                       "frame on a GPU");
+        return Status::InvalidArgument(
+            "checksums cover host frames only; this object has a "
+            "frame on a GPU");
       }
       pools.push_back(*pool);
     }
@@ -214,8 +214,7 @@ Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOption
   fbb.Finish(BuildCreate(fbb, sizes, pools, options, {}));
   auto reply = conn_->CallCreate(fbb);
   if (!reply.ok()) return reply.status();
-  auto draft =
-      conn_->MakeDraft(*proto::Body<wire::CreateReply>(reply->body), *reply, sizes, pools);
+  auto draft = conn_->MakeDraft(*proto::Body<wire::CreateReply>(reply->body), *reply, sizes, pools);
   if (draft.ok()) draft->checksum_ = options.checksum;
   return draft;
 }
@@ -381,9 +380,7 @@ Result<std::string> Client::Metrics() {
   return text ? text->str() : std::string();
 }
 
-Status Client::Ping() {
-  return CallWithoutArguments(*conn_, MsgType::kPing).status();
-}
+Status Client::Ping() { return CallWithoutArguments(*conn_, MsgType::kPing).status(); }
 
 Result<std::vector<ClientInfo>> Client::Clients() {
   auto reply = CallWithoutArguments(*conn_, MsgType::kClients);
@@ -439,8 +436,9 @@ Result<Event> Subscription::Next(std::chrono::milliseconds timeout) {
 
 std::string_view Event::KindName(Kind k) {
   static constexpr std::string_view kNames[] = {
-      "created", "sealed", "aborted", "deleted", "evicted", "freed", "client-connected",
-      "client-disconnected", "spilled", "restored"};
+      "created", "sealed",  "aborted",          "deleted",
+      "evicted", "freed",   "client-connected", "client-disconnected",
+      "spilled", "restored"};
   size_t i = static_cast<size_t>(k);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }

@@ -1,13 +1,12 @@
 #include "client/src/connection.h"
 
+#include <fmt/format.h>
 #include <sched.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "client/src/daemon_trust.h"
 #include "common/unix_socket.h"
@@ -169,9 +168,9 @@ std::optional<Object> Connection::FromIndexAfterOwnPut(const Guid& guid) {
 Status Connection::CheckGetReply(std::span<const Guid> asked, const wire::GetReply& reply) {
   const auto* results = reply.results();
   if (results == nullptr || results->size() != asked.size()) {
-    return channel_.Break(Status::ProtocolError(
-        fmt::format("depotd answered a get of {} objects with {} results", asked.size(),
-                    results == nullptr ? 0 : results->size())));
+    return channel_.Break(
+        Status::ProtocolError(fmt::format("depotd answered a get of {} objects with {} results",
+                                          asked.size(), results == nullptr ? 0 : results->size())));
   }
   for (size_t i = 0; i < asked.size(); ++i) {
     const wire::Guid* g = results->Get(i)->guid();
@@ -215,8 +214,8 @@ void Connection::Forget(Holding& h) {
 }
 
 Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg,
-                                     std::span<const uint64_t> sizes,
-                                     std::span<const uint32_t> pools) {
+                                    std::span<const uint64_t> sizes,
+                                    std::span<const uint32_t> pools) {
   if (reply.guid() == nullptr) {
     return channel_.Break(Status::ProtocolError("depotd sent a create reply without a GUID"));
   }
@@ -228,9 +227,9 @@ Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg
   if (!same) {
     // The caller writes every byte of the frames it asked for: frames of other sizes, or in
     // other memory, would have it write outside them.
-    return channel_.Break(Status::ProtocolError(fmt::format(
-        "depotd answered a create of {} frames with frames of other sizes or places",
-        sizes.size())));
+    return channel_.Break(Status::ProtocolError(
+        fmt::format("depotd answered a create of {} frames with frames of other sizes or places",
+                    sizes.size())));
   }
   std::vector<uint64_t> uses;
   std::vector<std::span<std::byte>> unpopulated;

@@ -86,8 +86,8 @@ Result<CudaMapper::Device> CudaMapper::DeviceOf(uint32_t pool) {
   prop.location.id = dev;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   size_t granularity = 0;
-  if (CUresult r = (*cu)->MemGetAllocationGranularity(&granularity, &prop,
-                                                      CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (CUresult r =
+          (*cu)->MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
       r != CUDA_SUCCESS) {
     return Failed(**cu, r, "cuMemGetAllocationGranularity");
   }
@@ -108,9 +108,9 @@ Result<void*> CudaMapper::Map(int fd, uint64_t size, uint32_t pool, bool writabl
   if (Status st = current.status(); !st.ok()) return st;
   // Chunks are imported per mapping; the mapping keeps the memory alive after the handle goes.
   CUmemGenericAllocationHandle handle;
-  CUresult r = cu.MemImportFromShareableHandle(&handle,
-                                               reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  CUresult r =
+      cu.MemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (r != CUDA_SUCCESS) return Failed(cu, r, "cuMemImportFromShareableHandle");
   CUdeviceptr ptr = 0;
   // The range is aligned to the device's granularity, as cuMemMap requires of its address.
@@ -155,9 +155,8 @@ Result<bool> CudaMapper::Pin(void* base, uint64_t size, bool read_only) {
   unsigned flags = CU_MEMHOSTREGISTER_PORTABLE;
   if (read_only) {
     int supported = 0;
-    CUresult r = cu.DeviceGetAttribute(&supported,
-                                       CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
-                                       device->ordinal);
+    CUresult r = cu.DeviceGetAttribute(
+        &supported, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, device->ordinal);
     if (r != CUDA_SUCCESS) return Failed(cu, r, "cuDeviceGetAttribute");
     if (supported) flags |= CU_MEMHOSTREGISTER_READ_ONLY;
   }
@@ -178,8 +177,7 @@ void CudaMapper::Unpin(void* base) {
   cu.MemHostUnregister(base);
 }
 
-Status CudaMapper::CopyIn(std::span<std::byte> dst, std::span<const std::byte> src,
-                          uint32_t pool) {
+Status CudaMapper::CopyIn(std::span<std::byte> dst, std::span<const std::byte> src, uint32_t pool) {
   auto device = DeviceOf(pool);
   if (!device.ok()) return device.status();
   const CudaDriver& cu = **LoadCudaDriver();

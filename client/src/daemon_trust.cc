@@ -1,5 +1,6 @@
 #include "client/src/daemon_trust.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "common/unix_socket.h"
 #include "common/users.h"
@@ -25,7 +24,8 @@ std::string WhyNotPlacedByRoot(const std::string& socket_path, uid_t daemon) {
   std::error_code ec;
   std::filesystem::path socket = std::filesystem::absolute(socket_path, ec);
   std::filesystem::path dir = std::filesystem::canonical(socket.parent_path(), ec);
-  struct stat d {}, p {};
+  struct stat d {
+  }, p{};
   if (ec || ::stat(dir.c_str(), &d) != 0) {
     return fmt::format("its directory cannot be examined ({})",
                        ec ? ec.message() : std::strerror(errno));
@@ -36,8 +36,8 @@ std::string WhyNotPlacedByRoot(const std::string& socket_path, uid_t daemon) {
   }
   std::filesystem::path parent = dir.parent_path();
   if (::stat(parent.c_str(), &p) != 0) {
-    return fmt::format("the directory above its own, {}, cannot be examined ({})",
-                       parent.string(), std::strerror(errno));
+    return fmt::format("the directory above its own, {}, cannot be examined ({})", parent.string(),
+                       std::strerror(errno));
   }
   if (p.st_uid != 0 || (p.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     return fmt::format(
@@ -66,8 +66,8 @@ Status TrustDaemon(const std::string& socket_path, uid_t daemon, uid_t self,
 Status CheckDaemon(int fd, const std::string& socket_path, std::optional<uid_t> named) {
   auto cred = PeerCredentialsOf(fd);
   if (!cred.ok()) {
-    return Status::PermissionDenied(fmt::format("refusing the depotd at {}: {}", socket_path,
-                                                cred.status().message()));
+    return Status::PermissionDenied(
+        fmt::format("refusing the depotd at {}: {}", socket_path, cred.status().message()));
   }
   return TrustDaemon(socket_path, cred->uid, ::geteuid(), named);
 }
@@ -80,9 +80,8 @@ Result<std::optional<uid_t>> NamedDaemonUid(std::optional<uid_t> option) {
   uid_t uid = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), uid);
   if (ec != std::errc() || end != text.data() + text.size() || uid == static_cast<uid_t>(-1)) {
-    return Status::InvalidArgument(
-        fmt::format("DEPOT_DAEMON_UID={} is not a uid (a number, such as `id -u depot` prints)",
-                    text));
+    return Status::InvalidArgument(fmt::format(
+        "DEPOT_DAEMON_UID={} is not a uid (a number, such as `id -u depot` prints)", text));
   }
   return std::optional<uid_t>(uid);
 }

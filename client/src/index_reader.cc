@@ -1,11 +1,10 @@
 #include "client/src/index_reader.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "proto/index_layout.h"
 

@@ -13,9 +13,9 @@ namespace depot::internal {
 namespace {
 
 // Any put's record fits in the ring (an empty one at worst: see Put).
-static_assert(put_ring::kRecordBytes >= 2 * (proto::kMaxMetadataSize + proto::kMaxNameSize +
-                                             proto::kMaxFrames * sizeof(wire::FrameLocation) +
-                                             1024));
+static_assert(put_ring::kRecordBytes >=
+              2 * (proto::kMaxMetadataSize + proto::kMaxNameSize +
+                   proto::kMaxFrames * sizeof(wire::FrameLocation) + 1024));
 
 }  // namespace
 
@@ -155,8 +155,9 @@ bool Lease::Place(std::span<const uint64_t> sizes, std::vector<uint64_t>& offset
     ring_->TakeReturns(returned_);
     // Only whole blocks inside this lease: anything else is not this lease's to write.
     auto foreign = [this](const PutRing::Block& r) {
-      return r.segment != segment_ || r.size == 0 || r.size % proto::kBlockAlign != 0 || r.offset < offset_ ||
-             r.offset - offset_ > size_ || r.size > size_ - (r.offset - offset_);
+      return r.segment != segment_ || r.size == 0 || r.size % proto::kBlockAlign != 0 ||
+             r.offset < offset_ || r.offset - offset_ > size_ ||
+             r.size > size_ - (r.offset - offset_);
     };
     returned_.erase(std::remove_if(returned_.begin() + static_cast<ptrdiff_t>(before),
                                    returned_.end(), foreign),

@@ -104,11 +104,11 @@ class Lease {
   uint32_t segment_ = 0;
   uint64_t offset_ = 0;  // of the lease in its segment
   uint64_t size_ = 0;
-  uint64_t cursor_ = 0;         // bytes of the lease used
-  bool writing_ = false;        // between Begin and End
+  uint64_t cursor_ = 0;   // bytes of the lease used
+  bool writing_ = false;  // between Begin and End
   std::optional<PutRing> ring_;
   std::vector<PutRing::Block> returned_;  // blocks of this lease handed back, not used yet
-  std::vector<uint64_t> uses_;  // the segment use the mapping holds
+  std::vector<uint64_t> uses_;            // the segment use the mapping holds
   std::chrono::steady_clock::time_point refused_until_{};
   static constexpr size_t kRecentPuts = 32;
   struct RingPut {

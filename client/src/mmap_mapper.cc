@@ -1,11 +1,10 @@
 #include "client/src/mmap_mapper.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace depot::internal {
 

@@ -3,13 +3,12 @@
 // written (a Draft, through its connection).
 #include "depot/object.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "client/src/checksum.h"
 #include "client/src/connection.h"
@@ -45,9 +44,10 @@ Status Object::Verify() const {
   }
   uint64_t now = Checksum(h_->frames);
   if (now != *h_->checksum) {
-    return Status::DataLoss(fmt::format("object {}: its bytes hash to {:016x}, not the {:016x} "
-                                        "recorded at seal",
-                                        h_->guid.ToString(), now, *h_->checksum));
+    return Status::DataLoss(
+        fmt::format("object {}: its bytes hash to {:016x}, not the {:016x} "
+                    "recorded at seal",
+                    h_->guid.ToString(), now, *h_->checksum));
   }
   return Status::OK();
 }
@@ -69,13 +69,20 @@ Status Object::Populate() const {
 
 Draft::Draft(std::shared_ptr<Connection> conn, Guid guid, std::vector<std::span<std::byte>> frames,
              std::vector<uint64_t> segment_uses, std::vector<Place> places)
-    : conn_(std::move(conn)), guid_(guid), frames_(std::move(frames)),
-      segment_uses_(std::move(segment_uses)), places_(std::move(places)) {}
+    : conn_(std::move(conn)),
+      guid_(guid),
+      frames_(std::move(frames)),
+      segment_uses_(std::move(segment_uses)),
+      places_(std::move(places)) {}
 
 Draft::Draft(Draft&& o) noexcept
-    : conn_(std::move(o.conn_)), guid_(o.guid_), frames_(std::move(o.frames_)),
-      segment_uses_(std::move(o.segment_uses_)), places_(std::move(o.places_)),
-      open_(std::exchange(o.open_, false)), checksum_(o.checksum_) {}
+    : conn_(std::move(o.conn_)),
+      guid_(o.guid_),
+      frames_(std::move(o.frames_)),
+      segment_uses_(std::move(o.segment_uses_)),
+      places_(std::move(o.places_)),
+      open_(std::exchange(o.open_, false)),
+      checksum_(o.checksum_) {}
 
 Draft& Draft::operator=(Draft&& o) noexcept {
   if (this != &o) {

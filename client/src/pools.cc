@@ -1,8 +1,8 @@
 #include "client/src/pools.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace depot::internal {
 

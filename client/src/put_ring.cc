@@ -1,12 +1,11 @@
 #include "client/src/put_ring.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "proto/index_layout.h"
 #include "proto/put_ring_layout.h"
@@ -17,12 +16,12 @@ using index::Load;
 using index::Store;
 
 Result<PutRing> PutRing::Map(const UniqueFd& fd, uint64_t bytes) {
-  struct stat st{};
+  struct stat st {};
   if (bytes != put_ring::kRingFileBytes || ::fstat(fd.get(), &st) != 0 ||
       static_cast<uint64_t>(st.st_size) < bytes) {
     return Status::ProtocolError(fmt::format(
-        "depotd sent a put ring of {} bytes ({} in the file), not the {} this library knows",
-        bytes, st.st_size, put_ring::kRingFileBytes));
+        "depotd sent a put ring of {} bytes ({} in the file), not the {} this library knows", bytes,
+        st.st_size, put_ring::kRingFileBytes));
   }
   auto map = SharedMapping::Map(fd.get(), bytes, true, "put ring");
   if (!map.ok()) return map.status();
@@ -36,8 +35,7 @@ std::optional<uint64_t> PutRing::Append(std::span<const uint8_t> body) {
     return std::nullopt;
   }
   auto* records = reinterpret_cast<uint8_t*>(map_.words() + put_ring::kRecordsWord);
-  Store(map_.words() + put_ring::kRecordsWord + (head_ % put_ring::kRecordBytes) / 8,
-        body.size());
+  Store(map_.words() + put_ring::kRecordsWord + (head_ % put_ring::kRecordBytes) / 8, body.size());
   uint64_t at = (head_ + put_ring::kHeaderBytes) % put_ring::kRecordBytes;
   uint64_t first = std::min<uint64_t>(body.size(), put_ring::kRecordBytes - at);
   std::memcpy(records + at, body.data(), first);
@@ -57,7 +55,7 @@ bool PutRing::Hold(uint64_t position, uint64_t length) {
       map_.words() + put_ring::kRecordsWord + (position % put_ring::kRecordBytes) / 8;
   uint64_t expected = length;
   return std::atomic_ref<uint64_t>(*header).compare_exchange_strong(expected,
-                                                                     length | put_ring::kHeld);
+                                                                    length | put_ring::kHeld);
 }
 
 bool PutRing::NeedsDoorbell() {

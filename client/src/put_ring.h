@@ -59,8 +59,8 @@ class PutRing {
   explicit PutRing(SharedMapping map) : map_(std::move(map)) {}
 
   SharedMapping map_;
-  uint64_t head_ = 0;     // bytes published
-  uint64_t returns_ = 0;  // returns taken
+  uint64_t head_ = 0;             // bytes published
+  uint64_t returns_ = 0;          // returns taken
   uint64_t rang_ = ~uint64_t{0};  // the kPolled word when this connection last rang
 };
 

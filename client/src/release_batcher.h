@@ -38,9 +38,9 @@ class ReleaseBatcher {
   std::vector<uint8_t> Take();
 
  private:
-  std::vector<uint8_t> TakeLocked();  // Take, with mu_ held
+  std::vector<uint8_t> TakeLocked();              // Take, with mu_ held
   void Queued(std::unique_lock<std::mutex>& lk);  // after a release was queued: sends or wakes
-  void Flush();                       // the flusher thread
+  void Flush();                                   // the flusher thread
 
   Channel& channel_;
   std::mutex mu_;

@@ -1,10 +1,9 @@
 #include "client/src/segment_map.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 
 #include <algorithm>
-
-#include <fmt/format.h>
 
 namespace depot::internal {
 namespace {

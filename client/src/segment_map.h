@@ -99,8 +99,8 @@ class SegmentMap {
     // Granules of the read-write mapping whose page tables are filled. Filling them once per
     // process in one call is cheaper than a fault per page, and filling them again is not free.
     std::vector<bool> rw_populated;
-    uint32_t pool = 0;    // 0: host; otherwise a device chunk
-    bool cuda = false;    // mapped by CudaMapper: ro and rw are device addresses
+    uint32_t pool = 0;       // 0: host; otherwise a device chunk
+    bool cuda = false;       // mapped by CudaMapper: ro and rw are device addresses
     void* pinned = nullptr;  // the mapping registered with CUDA (ro, else rw), if any
   };
 

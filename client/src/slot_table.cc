@@ -1,10 +1,9 @@
 #include "client/src/slot_table.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <atomic>
-
-#include <fmt/format.h>
 
 #include "proto/index_layout.h"
 
@@ -20,8 +19,8 @@ Result<SlotTable> SlotTable::Map(const UniqueFd& fd, uint32_t count) {
   }
   bool has_high_word = static_cast<uint64_t>(st.st_size) >= size + 8;
   // The touches follow a full table of slots only (this layout's).
-  bool has_touches = count == index::kSlotCount &&
-                     static_cast<uint64_t>(st.st_size) >= index::kSlotBytes;
+  bool has_touches =
+      count == index::kSlotCount && static_cast<uint64_t>(st.st_size) >= index::kSlotBytes;
   uint64_t mapped = has_touches ? index::kSlotBytes : size + (has_high_word ? 8 : 0);
   auto map = SharedMapping::Map(fd.get(), mapped, true, "reference slots");
   if (!map.ok()) return map.status();

@@ -65,22 +65,36 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
 
   // "NotFound: object 5f0c... does not exist", or "OK".
-  std::string ToString() const { return ok() ? "OK" : std::string(CodeName(code_)) + ": " + message_; }
+  std::string ToString() const {
+    return ok() ? "OK" : std::string(CodeName(code_)) + ": " + message_;
+  }
 
   static std::string_view CodeName(Code c) {
     switch (c) {
-      case Code::kOk: return "OK";
-      case Code::kNotFound: return "NotFound";
-      case Code::kTimeout: return "Timeout";
-      case Code::kStoreFull: return "StoreFull";
-      case Code::kAlreadyExists: return "AlreadyExists";
-      case Code::kInvalidArgument: return "InvalidArgument";
-      case Code::kProtocolError: return "ProtocolError";
-      case Code::kDisconnected: return "Disconnected";
-      case Code::kPermissionDenied: return "PermissionDenied";
-      case Code::kUnavailable: return "Unavailable";
-      case Code::kQuotaExceeded: return "QuotaExceeded";
-      case Code::kDataLoss: return "DataLoss";
+      case Code::kOk:
+        return "OK";
+      case Code::kNotFound:
+        return "NotFound";
+      case Code::kTimeout:
+        return "Timeout";
+      case Code::kStoreFull:
+        return "StoreFull";
+      case Code::kAlreadyExists:
+        return "AlreadyExists";
+      case Code::kInvalidArgument:
+        return "InvalidArgument";
+      case Code::kProtocolError:
+        return "ProtocolError";
+      case Code::kDisconnected:
+        return "Disconnected";
+      case Code::kPermissionDenied:
+        return "PermissionDenied";
+      case Code::kUnavailable:
+        return "Unavailable";
+      case Code::kQuotaExceeded:
+        return "QuotaExceeded";
+      case Code::kDataLoss:
+        return "DataLoss";
     }
     return "Unknown";
   }
@@ -95,8 +109,8 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}           // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {}    // NOLINT: must not be OK
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT: must not be OK
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return ok(); }

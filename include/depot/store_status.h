@@ -67,11 +67,13 @@
   X(spill_ms, uint64_t, "spill", "spill_ms", "milliseconds the I/O threads spent writing them")   \
   X(restores, uint64_t, "spill", "restores", "objects read back from disk since start")           \
   X(restore_bytes, uint64_t, "spill", "restore_bytes", "bytes of the objects read back")          \
-  X(restore_ms, uint64_t, "spill", "restore_ms", "milliseconds the I/O threads spent reading them") \
-  X(spill_failures, uint64_t, "spill", "failures", "spills that failed: a full disk, an I/O error") \
-  X(objects_lost, uint64_t, "spill", "lost", "objects whose spill file could not be read back") \
+  X(restore_ms, uint64_t, "spill", "restore_ms",                                                  \
+    "milliseconds the I/O threads spent reading them")                                            \
+  X(spill_failures, uint64_t, "spill", "failures",                                                \
+    "spills that failed: a full disk, an I/O error")                                              \
+  X(objects_lost, uint64_t, "spill", "lost", "objects whose spill file could not be read back")   \
   X(leased, uint64_t, "host_pool", "leased",                                                      \
-    "bytes leased to clients for puts, with blocks handed back, not used yet")                   \
+    "bytes leased to clients for puts, with blocks handed back, not used yet")                    \
   X(leases_revoked, uint64_t, "host_pool", "leases_revoked",                                      \
     "idle leases taken back because memory ran short, since start")                               \
   X(pending_guids, uint64_t, "limits", "pending_guids", "GUIDs the gets waiting name")            \
@@ -94,7 +96,7 @@
   X(indexed, uint64_t, "index", "indexed", "objects in the shared indexes now")                   \
   X(index_entries, uint64_t, "index", "entries", "entries of the shared indexes")                 \
   X(index_over_share, uint64_t, "index", "over_share",                                            \
-    "objects left out of an index since start: their user had its equal part of it")            \
+    "objects left out of an index since start: their user had its equal part of it")              \
   X(index_taken_back, uint64_t, "index", "taken_back",                                            \
     "entries taken back since start from a user over its part, for another user's object")
 

@@ -32,12 +32,12 @@ class PyClient {
   std::string socket() { return client().socket_path(); }
 
   std::string Put(py::handle data, std::optional<std::string> name, py::object metadata,
-                  std::optional<std::string> guid, bool evictable, bool checksum,
-                  bool owner_scoped, const Places& places);
+                  std::optional<std::string> guid, bool evictable, bool checksum, bool owner_scoped,
+                  const Places& places);
 
   PyDraft Create(std::vector<uint64_t> sizes, std::optional<std::string> name, py::object metadata,
-                 std::optional<std::string> guid, bool evictable, bool checksum,
-                 bool owner_scoped, const Places& places);
+                 std::optional<std::string> guid, bool evictable, bool checksum, bool owner_scoped,
+                 const Places& places);
 
   depot::Object Get(const std::string& guid, std::optional<double> timeout);
 

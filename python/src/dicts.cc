@@ -14,11 +14,11 @@ py::dict ToDict(const depot::ObjectInfo& o) {
                            "size"_a = f.size));
   }
   py::dict d("guid"_a = o.guid.ToString(), "name"_a = o.name,
-             "state"_a = depot::ObjectInfo::StateName(o.state),
-             "size"_a = o.size, "frames"_a = frames, "refcount"_a = o.refcount,
-             "evictable"_a = o.evictable, "created_unix_ns"_a = o.created_unix_ns,
-             "sealed_unix_ns"_a = o.sealed_unix_ns, "creator_pid"_a = o.creator_pid,
-             "creator_uid"_a = o.creator_uid, "metadata_size"_a = o.metadata_size);
+             "state"_a = depot::ObjectInfo::StateName(o.state), "size"_a = o.size,
+             "frames"_a = frames, "refcount"_a = o.refcount, "evictable"_a = o.evictable,
+             "created_unix_ns"_a = o.created_unix_ns, "sealed_unix_ns"_a = o.sealed_unix_ns,
+             "creator_pid"_a = o.creator_pid, "creator_uid"_a = o.creator_uid,
+             "metadata_size"_a = o.metadata_size);
   d["residence"] = depot::ObjectInfo::ResidenceName(o.residence);
   if (!o.metadata.empty()) {
     d["metadata"] = py::bytes(reinterpret_cast<const char*>(o.metadata.data()), o.metadata.size());
