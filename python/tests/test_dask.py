@@ -102,7 +102,7 @@ def test_owning_ref_deletes_the_object_when_dropped(daemon):
 def test_refs_in_task_arguments_arrive_as_their_values(cluster, daemon):
     """With the plugin, a Ref at top level or inside lists, tuples and dicts of a task's
     arguments (submitted or in a graph) is the value in the task, zero-copy on every worker."""
-    cluster.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket, transfers=False))
+    depot.dask.register_plugin(cluster, depot.dask.DepotPlugin(daemon.socket, transfers=False))
     array = np.arange(MIB, dtype=np.float64)
     ref = depot.dask.put(array)
     nested = [ref, (ref,), {"x": ref}]
@@ -146,7 +146,7 @@ def test_transparent_transfers_give_identical_results_through_depot(cluster, dae
     plain_seen, plain_big, plain_mixed = exchange(cluster)
     assert not plain_seen[0]["shared"]  # Dask's own path: a copy in the receiver
 
-    cluster.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket))
+    depot.dask.register_plugin(cluster, depot.dask.DepotPlugin(daemon.socket))
     events = observer.subscribe()
     before = cluster.run(depot.dask.transfer_stats)
     seen, big, mixed = exchange(cluster)
@@ -193,7 +193,8 @@ def test_preload_setting_and_cleanup_after_workers_exit(daemon):
 
     def orphan():
         from distributed.protocol.serialize import serialize
-        assert distributed.get_worker().rpc.deserializers[:2] == ("depot-cuda", depot.dask.FAMILY)
+        listener = distributed.get_worker().listener
+        assert issubclass(listener.comm_class, depot.dask_comm.DepotComm)
         recipient = {"depot-node": depot.dask.node_identity()}
         header, _ = serialize(np.ones(2 * MIB), serializers=("depot",),
                               context={"recipient": recipient})
