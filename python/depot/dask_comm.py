@@ -22,7 +22,7 @@ the package declares; importing depot.dask registers it too. A cluster that alre
 from distributed.comm import registry
 from distributed.comm.tcp import TCP, TCPBackend, TCPConnector, TCPListener
 
-from depot import dask_device, dask_family
+from depot import connection, dask_device, dask_family
 
 __all__ = ["DepotBackend", "DepotComm", "FAMILIES", "SCHEME", "TcpBackend", "enable", "enabled"]
 
@@ -33,6 +33,17 @@ FAMILIES = (dask_device.FAMILY, dask_family.FAMILY)
 _DEFAULT_SERIALIZERS = ("dask", "pickle")  # what Dask uses when a write names none
 
 _enabled = True
+_families = None
+
+
+def _families_here():
+    """FAMILIES, less the device one when the daemon has no device pools: each family tried
+    costs every value of a message a refusal (Dask tries them value by value in collections)."""
+    global _families
+    if _families is None:
+        pools = connection.client().status().get("device_pools")
+        _families = FAMILIES if pools else (dask_family.FAMILY,)
+    return _families
 
 
 def enable(on=True):
@@ -61,7 +72,7 @@ class DepotComm(TCP):
 
     async def write(self, msg, serializers=None, on_error="message"):
         if _enabled and dask_family.shares_daemon({"recipient": self.remote_info}):
-            serializers = (*FAMILIES, *(serializers or _DEFAULT_SERIALIZERS))
+            serializers = (*_families_here(), *(serializers or _DEFAULT_SERIALIZERS))
         return await super().write(msg, serializers, on_error)
 
     async def read(self, deserializers=None):

@@ -185,8 +185,10 @@ def test_recipients_on_another_daemon_fall_back():
 
 
 def test_preload_setting_and_cleanup_after_workers_exit(daemon):
-    """The one setting `distributed.worker.preload: [depot.dask]` enables transfers; transfers
-    no receiver took are deleted when their worker closes, and its connections go with it."""
+    """The one setting `distributed.worker.preload: [depot.dask]` enables transfers (an array
+    between two workers arrives as a view of shared memory, not by TCP, which a release where
+    the preload fails would do with only a log line); transfers no receiver took are deleted
+    when their worker closes, and its connections go with it."""
     os.environ["DEPOT_SOCKET"] = daemon.socket
     observer = depot.Client(daemon.socket)
     clients_before = observer.status()["clients"]
@@ -201,9 +203,14 @@ def test_preload_setting_and_cleanup_after_workers_exit(daemon):
         return header["guid"]
 
     with dask.config.set({"distributed.worker.preload": ["depot.dask"]}):
-        cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                            dashboard_address=":0", silence_logs=40)
     with cluster, distributed.Client(cluster) as c:
+        a, b = workers(c)
+        x = c.submit(make, MIB, 1.0, 1, workers=[a], pure=False)
+        seen = c.submit(describe, x, workers=[b], pure=False).result(timeout=60)
+        assert seen["shared"] and not seen["writeable"]
+        del x
         guid = c.submit(orphan, pure=False).result()
         assert observer.contains(guid)
     assert not observer.contains(guid)
