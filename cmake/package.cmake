@@ -154,7 +154,13 @@ if(TARGET depot_python)
   find_package(Python3 COMPONENTS Interpreter)
   math(EXPR depot_python_next "${Python3_VERSION_MINOR} + 1")
   set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
-      "python3 (>= ${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}), python3 (<< ${Python3_VERSION_MAJOR}.${depot_python_next})")
+      "python3 (>= ${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}), python3 (<< ${Python3_VERSION_MAJOR}.${depot_python_next}), python3-numpy")
+  # depot.dask: the Dask releases it is tested with (docs/python-and-dask.md, "Dask releases"),
+  # as pyproject.toml's optional dependencies declare them.
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_RECOMMENDS
+      "python3-dask (>= 2022.12.1), python3-distributed (>= 2022.12.1)")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_BREAKS
+      "python3-dask (<< 2022.12.1), python3-dask (>= 2026.8~), python3-distributed (<< 2022.12.1), python3-distributed (>= 2026.8~)")
 endif()
 set(CPACK_COMPONENT_PYTHON_DESCRIPTION "${PROJECT_DESCRIPTION}: Python module
 ${depot_about}

@@ -304,7 +304,7 @@ def main():
                     distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                              dashboard_address=":0", silence_logs=40) as cluster, \
                     distributed.Client(cluster) as client:
-                client.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket))
+                depot.dask.register_plugin(client, depot.dask.DepotPlugin(daemon.socket))
                 bench = Bench(client, daemon, rounds)
                 bench.warm_up()
                 for size in sizes:

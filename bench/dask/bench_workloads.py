@@ -3,8 +3,8 @@
 
 For each cluster size (2 and 4 worker processes of 1 thread each), two LocalClusters run at once,
 each against a depotd of its own: one with the pool created on demand (the defaults), one with
-the pool prefaulted (--prefault). Three columns are measured round by round, the order rotating,
-so that all three see the same state of the machine:
+the pool prefaulted (--prefault; --no-prefaulted leaves it out). Three columns (two without it)
+are measured round by round, the order rotating, so that all see the same state of the machine:
 
 - Dask over TCP: the first cluster with depot.dask's transfers off (the plugin disabled);
 - depot, default pool: the first cluster with its transfers on;
@@ -15,9 +15,16 @@ finds replicas a previous one left on a worker):
 
 - transpose-sum: (x + x.T).sum() on an 8000 × 8000 random array persisted in 8 × 8 blocks of
   8 MB: every off-diagonal block needs its transposed block, which another worker may hold;
-- shuffle: a dataframe of 4M rows (a random int64 key, a float64 value) in 16 partitions,
-  shuffled on the key (task-based shuffle: 256 pieces of about 256 KiB) and summed;
-- map, reduce on one: 32 arrays of 16 MiB made on all workers, summed by one task on one worker.
+- bag shuffle: a dask.bag of 200k (key, 1 KiB bytes) records in 16 partitions, grouped on a random
+  key (task-based shuffle: 256 pieces of about 800 KiB, 780 records each) and counted;
+- map, reduce on one: 32 arrays of 16 MiB made on all workers, summed by one task on one worker;
+- P2P rechunk: an n × n float64 array (--rechunk-mib, 512 MiB by default) persisted in column
+  blocks of 256, rechunked to row blocks of 256 by Dask's P2P method (every output block takes a
+  piece of every input block: 512 KiB shards) and summed; on a release without P2P rechunk
+  (before 2023.2), by the task method, and the row says so.
+
+Each row names the release (dask and distributed) it ran on: run the script once per release
+(the venvs of ../shared/python-compat/make-venv for the newer ones).
 
 Threshold sweep: one array of each size moved from worker A to worker B for a task there,
 depot's threshold set to that size, so that the array's frame, and only it, goes through depot
@@ -31,7 +38,7 @@ of the prefaulted one. Each row carries the 1-minute load average when it finish
 markdown.
 
 Usage: bench_workloads.py [--quick] [--depotd PATH] [--workers 2,4] [--capacity 4GiB]
-                          [--only workloads|sweep]
+                          [--only workloads|sweep] [--no-prefaulted] [--rechunk-mib 512]
 Needs PYTHONPATH to hold the built package (BUILD_DIR/python); the daemon is $DEPOTD or --depotd.
 """
 
@@ -45,17 +52,17 @@ import statistics
 import time
 
 import numpy as np
-import pandas as pd
 
 import dask
 import dask.array as da
-import dask.dataframe as dd
+import dask.bag as db
 import distributed
 import depot.dask
 
 from bench_dask import MIB, Daemon, fmt_bytes, fmt_time, log, machine, settle, summary
 
 KIB = 1 << 10
+RELEASE = f"dask {dask.__version__}, distributed {distributed.__version__}"
 
 
 # --- what the workers run ------------------------------------------------------------------------
@@ -80,9 +87,17 @@ def total(*arrays):
     return float(sum(a.sum() for a in arrays))
 
 
-def partition(seed, rows):
+def records(seed, count):
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({"key": rng.integers(0, 1 << 40, rows), "value": rng.random(rows)})
+    return [(int(k), bytes(1024)) for k in rng.integers(0, 1 << 40, count)]
+
+
+def first(record):
+    return record[0]
+
+
+def group_size(group):
+    return len(group[1])
 
 
 # --- the workloads: each makes its data, then times what it measures ------------------------------
@@ -96,13 +111,30 @@ def transpose_sum(client, n=8000, blocks=8):
     return time.perf_counter() - start, result
 
 
-def shuffle(client, rows=4_000_000, partitions=16):
-    parts = [dask.delayed(partition)(i, rows // partitions) for i in range(partitions)]
-    df = client.persist(dd.from_delayed(parts, meta=partition(0, 0)))
-    distributed.wait(df)
+def bag_shuffle(client, count=200_000, partitions=16):
+    bag = client.persist(db.from_delayed(
+        [dask.delayed(records)(i, count // partitions) for i in range(partitions)]))
+    distributed.wait(bag)
     start = time.perf_counter()
-    result = client.compute(df.shuffle("key", shuffle="tasks").value.sum()).result()
+    grouped = bag.groupby(first, shuffle="tasks", npartitions=partitions)
+    result = client.compute(grouped.map(group_size).sum()).result()
     return time.perf_counter() - start, result
+
+
+HAS_P2P_RECHUNK = "method" in __import__("inspect").signature(da.Array.rechunk).parameters
+
+
+def p2p_rechunk(mib, block=256):
+    n = int(math.sqrt(mib * MIB / 8)) // block * block
+
+    def run(client):
+        x = client.persist(da.random.RandomState(0).random((n, n), chunks=(n, block)))
+        distributed.wait(x)
+        start = time.perf_counter()
+        y = x.rechunk((block, n), method="p2p") if HAS_P2P_RECHUNK else x.rechunk((block, n))
+        result = client.compute(y.sum()).result()
+        return time.perf_counter() - start, result
+    return run, n
 
 
 def map_reduce_on_one(client, count=32, size=16 * MIB):
@@ -145,9 +177,11 @@ class Column:
 
     def run(self, workload, threshold):
         self.client.run(set_transfers, self.transfers, threshold)
+        before = received_through_depot(self.client)
         with self.client.as_current():  # distributed.wait looks for it there
             seconds, result = workload(self.client)
         settle(self.client)  # the workload's data goes with its last reference, here
+        self.moved = received_through_depot(self.client) - before
         return seconds, result
 
 
@@ -165,22 +199,27 @@ class Bench:
         """Runs the workload in every column, round by round, the order rotating; checks that
         the columns agree on the result."""
         samples = {c.label: [] for c in self.columns}
+        moved = []
         expected = None
         for r in range(rounds or self.rounds):
             k = r % len(self.columns)
             for column in self.columns[k:] + self.columns[:k]:
                 seconds, result = column.run(workload, threshold)
                 samples[column.label].append(seconds)
+                if column is self.columns[1]:
+                    moved.append(column.moved)
                 expected = result if expected is None else expected
                 assert math.isclose(result, expected, rel_tol=1e-9), \
                     f"{name}: {column.label} gives {result}, another column {expected}"
         medians = [statistics.median(samples[c.label]) for c in self.columns]
         texts = [summary(samples[c.label], fmt)[1] for c in self.columns]
-        tcp, default, prefaulted = medians
-        ratios = [f"{tcp / default:.2f}×", f"{tcp / prefaulted:.2f}×",
-                  f"{default / prefaulted:.2f}×"]
+        tcp, default, prefaulted = (medians + [None])[:3]
+        ratios = [f"{tcp / default:.2f}×"] + (
+            [f"{tcp / prefaulted:.2f}×", f"{default / prefaulted:.2f}×"] if prefaulted else [])
         load = f"{os.getloadavg()[0]:.1f}"
-        self.rows.append((name, self.workers, *texts, *ratios, load, note))
+        self.rows.append((name, RELEASE, self.workers, *texts, *ratios,
+                          fmt_bytes(int(statistics.median(moved))),
+                          load, note))
         log(f"  {name}: " + ", ".join(f"{c.label} {t}" for c, t in zip(self.columns, texts)) +
             f"; {' '.join(ratios)}; load {load}")
         return medians
@@ -190,7 +229,7 @@ def pays_from(sweep):
     """The smallest size from which depot's median (default pool) beats TCP's at that size and
     every larger one; None when it never does."""
     found = None
-    for size, (tcp, default, _) in sorted(sweep.items(), reverse=True):
+    for size, (tcp, default, *_) in sorted(sweep.items(), reverse=True):
         if default >= tcp:
             break
         found = size
@@ -202,18 +241,25 @@ def cluster(workers, daemon):
     with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                   dashboard_address=":0", silence_logs=40) as c, \
             distributed.Client(c, set_as_default=False) as client:
-        client.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket))
+        depot.dask.register_plugin(client, depot.dask.DepotPlugin(daemon.socket))
         yield client
+
+
+def received_through_depot(client):
+    return sum(s["received_bytes"] for s in client.run(depot.dask.transfer_stats).values())
 
 
 def sent_through_depot(client):
     return sum(s["sent"] for s in client.run(depot.dask.transfer_stats).values())
 
 
-def table(rows, first):
-    lines = [f"| {first} | workers | Dask over TCP | depot, default pool | depot, prefaulted pool "
-             "| TCP / default | TCP / prefaulted | default / prefaulted | load | note |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+def table(rows, first, prefaulted):
+    both = ("depot, prefaulted pool", "TCP / prefaulted", "default / prefaulted")
+    heads = ["release", "workers", "Dask over TCP", "depot, default pool", both[0],
+             "TCP / default", *both[1:], "through depot (median)", "load", "note"]
+    heads = [h for h in heads if prefaulted or h not in both]
+    lines = [f"| {first} | " + " | ".join(heads) + " |",
+             "|---|---|" + "---:|" * (len(heads) - 2) + "---|"]
     lines += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -227,6 +273,10 @@ def main():
     parser.add_argument("--only", choices=("workloads", "sweep"),
                         help="the workloads or the threshold sweep alone")
     parser.add_argument("--note", default="", help="a line for the header")
+    parser.add_argument("--no-prefaulted", dest="prefaulted", action="store_false",
+                        help="leave out the cluster on a prefaulted pool")
+    parser.add_argument("--rechunk-mib", type=int, default=512,
+                        help="the size of the P2P rechunk's array, MiB")
     args = parser.parse_args()
     if not args.depotd:
         parser.error("give --depotd or set DEPOTD")
@@ -239,32 +289,36 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     on_demand = Daemon(args.depotd, args.capacity, prefault=False)
-    prefaulted = Daemon(args.depotd, args.capacity, prefault=True)
+    prefaulted = Daemon(args.depotd, args.capacity, prefault=True) if args.prefaulted else None
     workload_rows, sweep_rows, verdicts, sent = [], [], [], []
     settings = {"distributed.worker.memory.target": False, "distributed.worker.memory.spill": False,
                 "distributed.worker.memory.pause": False,
                 "distributed.worker.memory.terminate": False}
     try:
         for n in (int(w) for w in args.workers.split(",")):
-            log(f"two LocalClusters of {n} worker processes")
+            log(f"LocalClusters of {n} worker processes")
             with dask.config.set(settings), cluster(n, on_demand) as first, \
-                    cluster(n, prefaulted) as second:
+                    (cluster(n, prefaulted) if prefaulted else contextlib.nullcontext()) as second:
                 columns = [Column("Dask over TCP", first, False),
-                           Column("depot, default pool", first, True),
-                           Column("depot, prefaulted pool", second, True)]
+                           Column("depot, default pool", first, True)]
+                if second:
+                    columns.append(Column("depot, prefaulted pool", second, True))
                 bench = Bench(columns, rounds, n)
                 for c in columns:  # connections between workers are opened lazily
                     c.run(transfer(MIB), depot.dask.DEFAULT_THRESHOLD)
                 if args.only != "sweep":
                     bench.measure("transpose-sum: (x + x.T).sum(), x 8000² in 8×8 blocks of "
                                   "8 MB", transpose_sum)
-                    bench.measure("shuffle: 4M rows in 16 partitions on a random key, then "
-                                  "sum", shuffle, note="pieces of ~256 KiB, " + (
-                                      "under the threshold: Dask's path in every column"
-                                      if 256 * KIB < depot.dask.DEFAULT_THRESHOLD
-                                      else "through depot"))
+                    bench.measure("bag shuffle: 200k records of 1 KiB in 16 partitions, grouped on "
+                                  "a random key, counted", bag_shuffle,
+                                  note="Dask serializes a piece record by record")
                     bench.measure("map, reduce on one: 32 arrays of 16 MiB summed on one "
                                   "worker", map_reduce_on_one)
+                    rechunk, side = p2p_rechunk(args.rechunk_mib)
+                    bench.measure(f"P2P rechunk: {side}² float64 ({fmt_bytes(side * side * 8)}),"
+                                  " 256-column blocks to 256-row blocks, sum", rechunk,
+                                  note="method p2p" if HAS_P2P_RECHUNK else
+                                  "no P2P rechunk in this release: method tasks")
                     workload_rows += bench.rows
                     bench.rows = []
                 if args.only != "workloads":
@@ -274,33 +328,37 @@ def main():
                              for size in sweep_sizes}
                     sweep_rows += bench.rows
                     verdicts.append((n, pays_from(sweep)))
-                sent.append((n, sent_through_depot(first), sent_through_depot(second)))
+                sent.append((n, sent_through_depot(first),
+                             sent_through_depot(second) if second else None))
     finally:
         on_demand.stop()
-        prefaulted.stop()
+        if prefaulted:
+            prefaulted.stop()
 
     print("# Dask on real workloads, with and without depot, on both pools\n")
     print(f"{started:%Y-%m-%d %H:%M} UTC; {'quick' if args.quick else 'full'} run.\n")
     print(f"- machine: {machine()}")
     print(f"- load average (1, 5, 15 min) at start: {load}; at the end: "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    print(f"- Python {platform.python_version()}, numpy {np.__version__}, pandas "
-          f"{pd.__version__}, dask {dask.__version__}, distributed {distributed.__version__}")
-    print(f"- two depotd, {args.capacity} pools: one created on demand (the defaults), one "
-          "prefaulted (--prefault); two LocalClusters of the same size at once, one on each")
+    print(f"- Python {platform.python_version()}, numpy {np.__version__}, {RELEASE}")
+    print(f"- depotd with {args.capacity} pools: " + (
+        "one created on demand (the defaults), one prefaulted (--prefault); two LocalClusters "
+        "of the same size at once, one on each" if args.prefaulted else
+        "created on demand (the defaults); one LocalCluster"))
     print(f"- method: {rounds} rounds for the workloads, {sweep_rounds} for the sweep, the three "
           "columns alternating (the order rotating); median with the range of the rounds; "
           "ratios divide medians; load: the 1-minute load average when the row finished")
     print("- transfers through depot: " + "; ".join(
-        f"{n} workers: {a} on the default pool, {b} on the prefaulted one" for n, a, b in sent))
+        f"{n} workers: {a} on the default pool" + (f", {b} on the prefaulted one" if b else "")
+        for n, a, b in sent))
     if args.note:
         print(f"- {args.note}")
     if workload_rows:
         print(f"\n## Workloads (depot's threshold: {fmt_bytes(depot.dask.DEFAULT_THRESHOLD)})\n")
-        print(table(workload_rows, "workload"))
+        print(table(workload_rows, "workload", args.prefaulted))
     if sweep_rows:
         print("\n## Threshold sweep (depot's threshold set to the array's size)\n")
-        print(table(sweep_rows, "one array from A to B"))
+        print(table(sweep_rows, "one array from A to B", args.prefaulted))
         print()
     for n, size in verdicts:
         print(f"- {n} workers: depot (default pool) beats TCP "

@@ -7,16 +7,16 @@ device, into one owner-scoped depot object of device frames (depot.device_copy),
 header crosses the socket; the receiver gets the object and hands its frames, as DeviceFrames
 (``__cuda_array_interface__``), to Dask's ``cuda`` deserializer. Frames are never merged nor
 copied through the host, which Dask's own path does with ``merge_frames``. Like the ``"depot"``
-family it declines (so Dask falls back) unless the recipient announced the same daemon, the
-value is large enough, and the daemon has device pools.
+family (depot.dask_family) it declines (so Dask falls back) unless the recipient announced the
+same daemon, the value is large enough, and the daemon has device pools.
 
-depot.dask's worker plugin asks peers for this family first. Device frames land on the first GPU
+depot's comms (depot.dask_comm) ask for this family first. Device frames land on the first GPU
 of the daemon's pools. Nothing here has run on a GPU yet: it is tested against the test daemon
 whose GPUs are memfd stand-ins.
 """
 
 import depot
-from depot import connection, device_copy
+from depot import connection, dask_family, device_copy
 from distributed.protocol.cuda import cuda_serialize
 from distributed.protocol.serialize import deserialize, register_serialization_family, serialize
 from distributed.utils import nbytes
@@ -28,9 +28,7 @@ FAMILY = "depot-cuda"
 
 
 def _dumps(x, context=None):
-    from depot import dask as depot_dask  # imports this module: the names are there by now
-
-    if not depot_dask.shares_daemon(context):
+    if not dask_family.shares_daemon(context):
         raise NotImplementedError("the recipient does not share this process's depot")
     # Most values are not device values: decline on the type, before serialize() would, as its
     # refusal formats the value and a traceback (milliseconds for a dataframe, on every transfer).
@@ -38,7 +36,7 @@ def _dumps(x, context=None):
         cuda_serialize.dispatch(type(x))
     except TypeError:
         raise NotImplementedError("not a device value") from None
-    threshold = depot_dask.threshold()
+    threshold = dask_family.threshold()
     try:
         header, frames = serialize(x, serializers=("cuda",), on_error="raise")
     except Exception as e:  # not a device value: the next family tries

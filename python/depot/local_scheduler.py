@@ -53,7 +53,7 @@ class ProcessScheduler:
         kwargs.setdefault("chunksize", 1)
         return dask.multiprocessing.get(
             dsk, keys, pool=self._pool, func_dumps=functools.partial(_dumps, self.threshold),
-            func_loads=_loads, **kwargs)
+            func_loads=handoff.loads, **kwargs)
 
     def close(self):
         self._pool.shutdown()
@@ -65,25 +65,16 @@ class ProcessScheduler:
         self.close()
 
 
-# True in the worker processes of a ProcessScheduler (set by their initializer): what they load
-# is a task and its inputs, where Refs are resolved; what the scheduler loads is a result.
-_in_worker = False
-
-
 def _start_worker(socket_path):
-    global _in_worker
-    _in_worker = True
+    # What a worker loads is a task and its inputs, where Refs arrive as their values; what the
+    # scheduler loads is a result, where they stay Refs.
+    refs.resolve_when_unpickled(True)
     connection.configure(socket_path)
     dask.multiprocessing.default_initializer()
 
 
 def _dumps(threshold, value):
     return handoff.dumps(value, threshold)
-
-
-def _loads(payload):
-    value = handoff.loads(payload)
-    return refs.resolve(value) if _in_worker else value
 
 
 _schedulers = {}

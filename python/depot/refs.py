@@ -1,9 +1,12 @@
 """Refs: values put into the node's depot once and named by a small picklable handle.
 
 ``ref = depot.refs.put(value)`` (also ``depot.dask.put``) copies a value into depot and returns
-a :class:`Ref`; any process of the node gets the value back zero-copy with ``ref.get()``, and
-:func:`resolve` replaces the Refs inside task arguments by their values, which is how Dask tasks
-receive values instead of Refs (``depot.dask``'s worker plugin and local scheduler use it).
+a :class:`Ref`; any process of the node gets the value back zero-copy with ``ref.get()``.
+
+In a process where :func:`resolve_when_unpickled` is on (Dask workers with depot.dask's plugin,
+the workers of depot's local scheduler), a Ref that is unpickled becomes its value: this is how
+tasks receive values instead of Refs, whatever the Dask release's representation of tasks (their
+arguments reach a worker process pickled, however they are represented).
 """
 
 import os
@@ -13,9 +16,18 @@ import weakref
 import depot
 from depot import connection
 
-__all__ = ["Ref", "put", "resolve", "store", "value_of"]
+__all__ = ["Ref", "UnresolvedRef", "put", "resolve_when_unpickled", "store", "value_of"]
 
 _PICKLE_METADATA = b'{"depot.pickle": 5}'
+
+_resolving = False
+
+
+def resolve_when_unpickled(on=True):
+    """In this process, from now on, a Ref being unpickled becomes its value (on) or stays a Ref
+    (off, the default)."""
+    global _resolving
+    _resolving = on
 
 
 class Ref:
@@ -59,7 +71,7 @@ class Ref:
             _delete_quietly(self.guid, os.getpid())
 
     def __reduce__(self):
-        return (Ref, (self.guid, self.node))
+        return (_unpickle, (self.guid, self.node))
 
     def __eq__(self, other):
         return isinstance(other, Ref) and other.guid == self.guid
@@ -121,20 +133,35 @@ def _delete_quietly(guid, pid):
         pass  # already deleted, or the daemon is gone: nothing left to free
 
 
-def resolve(x):
-    """``x`` with every Ref in it, at top level or inside lists, tuples and dicts (at any
-    depth), replaced by its value. Containers without Refs come back as they are (no copy)."""
-    kind = type(x)
-    if kind is Ref:
-        return x.get()
-    if kind is list or kind is tuple:
-        items = [resolve(item) for item in x]
-        if any(new is not old for new, old in zip(items, x)):
-            return kind(items)
-        return x
-    if kind is dict:
-        values = {key: resolve(value) for key, value in x.items()}
-        if any(values[key] is not value for key, value in x.items()):
-            return values
-        return x
-    return x
+def _unpickle(guid, node):
+    """A Ref, or its value where Refs are resolved as they are unpickled. A Ref that cannot be
+    resolved (another node's) becomes an :class:`UnresolvedRef`: an error here could be raised
+    while Dask reads a message, far from the task that should fail."""
+    ref = Ref(guid, node)
+    if not _resolving:
+        return ref
+    try:
+        return ref.get()
+    except depot.Error as e:
+        return UnresolvedRef(ref, e)
+
+
+class UnresolvedRef:
+    """What a task receives for a Ref whose value could not be got where it was unpickled: any
+    attribute raises the error that the get raised (depot.NotFound naming the Ref's node, for a
+    Ref of another node)."""
+
+    __slots__ = ("ref", "error")
+
+    def __init__(self, ref, error):
+        self.ref = ref
+        self.error = error
+
+    def __getattr__(self, name):
+        raise self.error
+
+    def __reduce__(self):
+        return (_unpickle, (self.ref.guid, self.ref.node))
+
+    def __repr__(self):
+        return f"depot.refs.UnresolvedRef({self.ref.guid!r}: {self.error})"

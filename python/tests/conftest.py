@@ -73,3 +73,17 @@ def other_daemon():
     d = Daemon("256MiB")
     yield d
     d.stop()
+
+
+@pytest.fixture(autouse=True)
+def deadline():
+    """Fails a test that runs past 120 s (a cluster whose comms fail hangs rather than fails),
+    with a traceback of where it waited; ctest's timeout would end the whole suite instead."""
+    def expire(signum, frame):
+        raise TimeoutError("the test ran past its 120 s deadline")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)

@@ -102,7 +102,7 @@ def test_owning_ref_deletes_the_object_when_dropped(daemon):
 def test_refs_in_task_arguments_arrive_as_their_values(cluster, daemon):
     """With the plugin, a Ref at top level or inside lists, tuples and dicts of a task's
     arguments (submitted or in a graph) is the value in the task, zero-copy on every worker."""
-    cluster.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket, transfers=False))
+    depot.dask.register_plugin(cluster, depot.dask.DepotPlugin(daemon.socket, transfers=False))
     array = np.arange(MIB, dtype=np.float64)
     ref = depot.dask.put(array)
     nested = [ref, (ref,), {"x": ref}]
@@ -146,7 +146,7 @@ def test_transparent_transfers_give_identical_results_through_depot(cluster, dae
     plain_seen, plain_big, plain_mixed = exchange(cluster)
     assert not plain_seen[0]["shared"]  # Dask's own path: a copy in the receiver
 
-    cluster.register_worker_plugin(depot.dask.DepotPlugin(daemon.socket))
+    depot.dask.register_plugin(cluster, depot.dask.DepotPlugin(daemon.socket))
     events = observer.subscribe()
     before = cluster.run(depot.dask.transfer_stats)
     seen, big, mixed = exchange(cluster)
@@ -185,24 +185,32 @@ def test_recipients_on_another_daemon_fall_back():
 
 
 def test_preload_setting_and_cleanup_after_workers_exit(daemon):
-    """The one setting `distributed.worker.preload: [depot.dask]` enables transfers; transfers
-    no receiver took are deleted when their worker closes, and its connections go with it."""
+    """The one setting `distributed.worker.preload: [depot.dask]` enables transfers (an array
+    between two workers arrives as a view of shared memory, not by TCP, which a release where
+    the preload fails would do with only a log line); transfers no receiver took are deleted
+    when their worker closes, and its connections go with it."""
     os.environ["DEPOT_SOCKET"] = daemon.socket
     observer = depot.Client(daemon.socket)
     clients_before = observer.status()["clients"]
 
     def orphan():
         from distributed.protocol.serialize import serialize
-        assert distributed.get_worker().rpc.deserializers[:2] == ("depot-cuda", depot.dask.FAMILY)
+        listener = distributed.get_worker().listener
+        assert issubclass(listener.comm_class, depot.dask_comm.DepotComm)
         recipient = {"depot-node": depot.dask.node_identity()}
         header, _ = serialize(np.ones(2 * MIB), serializers=("depot",),
                               context={"recipient": recipient})
         return header["guid"]
 
     with dask.config.set({"distributed.worker.preload": ["depot.dask"]}):
-        cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                            dashboard_address=":0", silence_logs=40)
     with cluster, distributed.Client(cluster) as c:
+        a, b = workers(c)
+        x = c.submit(make, MIB, 1.0, 1, workers=[a], pure=False)
+        seen = c.submit(describe, x, workers=[b], pure=False).result(timeout=60)
+        assert seen["shared"] and not seen["writeable"]
+        del x
         guid = c.submit(orphan, pure=False).result()
         assert observer.contains(guid)
     assert not observer.contains(guid)

@@ -43,7 +43,7 @@ def test_device_values_move_between_workers_as_device_frames(stand_in):
         if previous is not None:
             os.environ["DEPOT_SOCKET"] = previous
     with cluster, distributed.Client(cluster) as client:
-        client.register_worker_plugin(depot.dask.DepotPlugin(stand_in.socket))
+        depot.dask.register_plugin(client, depot.dask.DepotPlugin(stand_in.socket))
         a, b = sorted(client.scheduler_info()["workers"])
         x = client.submit(make, 7, workers=[a], pure=False)
         seen = client.submit(lambda v: v, x, workers=[b], pure=False).result()

@@ -42,7 +42,7 @@ def two_nodes(daemon, other_daemon):
         nannies.append((node, cluster.sync(start, nodes[node])))
     with distributed.Client(cluster) as client:
         client.wait_for_workers(3)
-        client.register_worker_plugin(depot.dask.DepotPlugin())
+        depot.dask.register_plugin(client)
         by_node = {"a": [], "b": []}
         for node, nanny in nannies:
             by_node[node].append(nanny.worker_address)

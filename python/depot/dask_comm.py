@@ -1,0 +1,116 @@
+"""Dask comms that send large values through depot: the ``depot://`` comm backend.
+
+A ``depot://`` address is a TCP address (``depot://10.0.0.5:8786``): the connection is Dask's
+own TCP comm, and a :class:`DepotComm` on top of it
+
+- announces, in its handshake, the daemon its process uses (when it deserializes what it reads:
+  the scheduler, which passes data on without reading it, announces nothing, so nothing meant for
+  a worker on another node is left in this node's depot), and
+- writes to a peer that announced the same daemon with the ``"depot-cuda"`` and ``"depot"``
+  serialization families first (depot.dask_device, depot.dask_family): each large value's large
+  frames go through depot, zero-copy on the receiving side, and only headers cross the socket.
+
+Every message benefits: results fetched between workers, P2P shuffle and rechunk shards, scatter,
+results sent to a client, whichever Dask release. A peer on another node, or without depot,
+announces no daemon or another one: the families decline and Dask's own path is taken.
+
+Dask finds the backend by its scheme through the ``distributed.comm.backends`` entry point that
+the package declares; importing depot.dask registers it too. A cluster that already runs on
+``tcp://`` gets the same comms from the worker plugin (depot.dask_compat.adopt_worker).
+"""
+
+from distributed.comm import registry
+from distributed.comm.tcp import TCP, TCPBackend, TCPConnector, TCPListener
+
+from depot import connection, dask_device, dask_family
+
+__all__ = ["DepotBackend", "DepotComm", "FAMILIES", "SCHEME", "TcpBackend", "enable", "enabled"]
+
+#: The address scheme of the comm backend.
+SCHEME = "depot"
+#: The families a DepotComm asks for first, in order: device values, then host values.
+FAMILIES = (dask_device.FAMILY, dask_family.FAMILY)
+_DEFAULT_SERIALIZERS = ("dask", "pickle")  # what Dask uses when a write names none
+
+_enabled = True
+_families = None
+
+
+def _families_here():
+    """FAMILIES, less the device one when the daemon has no device pools: each family tried
+    costs every value of a message a refusal (Dask tries them value by value in collections)."""
+    global _families
+    if _families is None:
+        pools = connection.client().status().get("device_pools")
+        _families = FAMILIES if pools else (dask_family.FAMILY,)
+    return _families
+
+
+def enable(on=True):
+    """Turns this process's DepotComms' transfers through depot on or off (on by default)."""
+    global _enabled
+    _enabled = on
+
+
+def enabled():
+    return _enabled
+
+
+class DepotComm(TCP):
+    """Dask's TCP comm, with large values sent through depot to peers of the same daemon.
+    As thread-safe as Dask's comms (one event loop)."""
+
+    def handshake_info(self):
+        # Comm.handshake_info is a staticmethod before distributed 2023.5 and a method since:
+        # super() calls either.
+        info = super().handshake_info()
+        if _enabled and self.deserialize:
+            identity = dask_family.node_identity()
+            if identity is not None:
+                info[dask_family.HANDSHAKE_KEY] = identity
+        return info
+
+    async def write(self, msg, serializers=None, on_error="message"):
+        if _enabled and dask_family.shares_daemon({"recipient": self.remote_info}):
+            serializers = (*_families_here(), *(serializers or _DEFAULT_SERIALIZERS))
+        return await super().write(msg, serializers, on_error)
+
+    async def read(self, deserializers=None):
+        if deserializers is not None:  # a reader that names its families accepts ours too
+            deserializers = (*FAMILIES, *deserializers)
+        return await super().read(deserializers)
+
+
+class _DepotConnector(TCPConnector):
+    prefix = SCHEME + "://"
+    comm_class = DepotComm
+
+
+class _DepotListener(TCPListener):
+    prefix = SCHEME + "://"
+    comm_class = DepotComm
+
+
+class DepotBackend(TCPBackend):
+    """The ``depot://`` backend: Dask's TCP backend with DepotComms."""
+
+    def get_connector(self):
+        return _DepotConnector()
+
+    def get_listener(self, loc, handle_comm, deserialize, **connection_args):
+        return _DepotListener(loc, handle_comm, deserialize, **connection_args)
+
+
+class _TcpConnector(TCPConnector):
+    comm_class = DepotComm
+
+
+class TcpBackend(TCPBackend):
+    """The ``tcp://`` backend with DepotComms, for the connections a worker of a ``tcp://``
+    cluster opens once depot is enabled in it."""
+
+    def get_connector(self):
+        return _TcpConnector()
+
+
+registry.backends.setdefault(SCHEME, DepotBackend())

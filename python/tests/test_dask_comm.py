@@ -1,0 +1,138 @@
+"""depot's Dask comms on every release: a cluster on depot:// addresses (no plugin, no preload:
+the comm backend found through its entry point), P2P rechunk shards, scatter and results, and
+the refusals that keep depot from falling back to TCP without saying so."""
+
+import os
+import sys
+import types
+
+import dask
+import dask.array as da
+import distributed
+import numpy as np
+import pytest
+from distributed.protocol.pickle import cloudpickle
+
+import depot
+import depot.dask
+import mappings
+from mappings import in_shared_memory
+
+MIB = 1 << 20
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(mappings)
+
+# P2P rechunk came with distributed 2023.2; Debian's 2022.12 has none.
+HAS_P2P_RECHUNK = "method" in __import__("inspect").signature(da.Array.rechunk).parameters
+
+
+@pytest.fixture(scope="module")
+def depot_cluster(daemon):
+    os.environ["DEPOT_SOCKET"] = daemon.socket
+    depot.dask.configure(daemon.socket)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       protocol="depot://", dashboard_address=":0",
+                                       silence_logs=40)
+    with cluster, distributed.Client(cluster) as client:
+        yield client
+
+
+def describe(array):
+    return {"sum": float(array.sum()), "shared": in_shared_memory(array),
+            "writeable": bool(array.flags.writeable)}
+
+
+def make(n, seed):
+    return np.random.default_rng(seed).random(n)
+
+
+def received(client):
+    return sum(s["received_bytes"] for s in client.run(depot.dask.transfer_stats).values())
+
+
+def test_a_depot_cluster_moves_large_values_through_depot(depot_cluster):
+    """Fails on any release where the values go by TCP instead (silently): the array arrives
+    as a read-only view of shared memory, and the workers count its bytes."""
+    client = depot_cluster
+    a, b = sorted(client.scheduler_info()["workers"])
+    assert a.startswith("depot://") and b.startswith("depot://")
+    before = received(client)
+    x = client.submit(make, MIB, 1, workers=[a], pure=False)
+    seen = client.submit(describe, x, workers=[b], pure=False).result(timeout=60)
+    assert seen == {"sum": float(make(MIB, 1).sum()), "shared": True, "writeable": False}
+    assert received(client) - before >= 8 * MIB
+
+
+def test_scatter_and_results_to_the_client_go_through_depot(depot_cluster):
+    client = depot_cluster
+    a = sorted(client.scheduler_info()["workers"])[0]
+    before = received(client)
+    array = make(MIB, 2)
+    [scattered] = client.scatter([array], workers=[a], direct=True)
+    assert client.submit(describe, scattered, workers=[a], pure=False).result(timeout=60) == \
+        {"sum": float(array.sum()), "shared": True, "writeable": False}
+    assert received(client) - before >= 8 * MIB
+    mine = depot.dask.transfer_stats()["received_bytes"]
+    # Gathered from the worker directly: what passes through the scheduler stays on Dask's path
+    # (the scheduler forwards values unread, to clients that may be on other nodes).
+    back = client.gather(client.submit(make, MIB, 3, workers=[a], pure=False), direct=True)
+    assert np.array_equal(back, make(MIB, 3)) and in_shared_memory(back)
+    assert depot.dask.transfer_stats()["received_bytes"] - mine >= 8 * MIB
+
+
+def rechunk_through_depot(client):
+    """A P2P rechunk of a 32 MiB array between two workers: every output block takes a piece of
+    every input block, so about half of the bytes cross between the workers as P2P shards."""
+    x = da.random.RandomState(5).random((2048, 2048), chunks=(2048, 256))
+    expected = x.compute(scheduler="sync").sum(axis=1)
+    before = received(client)
+    got = x.rechunk((256, 2048), method="p2p").sum(axis=1).compute()
+    assert np.allclose(got, expected)
+    return (received(client) - before) / x.nbytes
+
+
+@pytest.mark.skipif(not HAS_P2P_RECHUNK, reason=f"distributed {distributed.__version__} has no "
+                    "P2P rechunk (it came with 2023.2)")
+def test_p2p_rechunk_shards_go_through_depot_on_a_depot_cluster(depot_cluster):
+    assert rechunk_through_depot(depot_cluster) >= 0.4
+
+
+@pytest.mark.skipif(not HAS_P2P_RECHUNK, reason=f"distributed {distributed.__version__} has no "
+                    "P2P rechunk (it came with 2023.2)")
+def test_p2p_rechunk_shards_go_through_depot_with_the_plugin(daemon):
+    """On a tcp:// cluster with the plugin: shards travel by shuffle_receive, not by the
+    fetches of gather_dep, and must go through depot all the same."""
+    os.environ["DEPOT_SOCKET"] = daemon.socket
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0", silence_logs=40) as cluster, \
+            distributed.Client(cluster) as client:
+        depot.dask.register_plugin(client, depot.dask.DepotPlugin(daemon.socket))
+        assert rechunk_through_depot(client) >= 0.4
+
+
+def test_refs_resolve_on_a_depot_cluster(depot_cluster):
+    """Refs arrive as values with the plugin's refs setting, on whatever tasks a release makes."""
+    client = depot_cluster
+    depot.dask.register_plugin(client, depot.dask.DepotPlugin())
+    ref = depot.dask.put(make(MIB, 4))
+    graph = dask.delayed(lambda n: describe(n[0]["x"]))([{"x": ref}])
+    assert graph.compute() == {"sum": float(make(MIB, 4).sum()), "shared": True,
+                               "writeable": False}
+
+
+def test_register_plugin_refuses_a_client_it_does_not_know():
+    with pytest.raises(depot.dask.UnsupportedDask, match="register_plugin"):
+        depot.dask.register_plugin(types.SimpleNamespace(), depot.dask.DepotPlugin())
+
+
+def test_transfers_refuse_a_worker_they_cannot_adopt(daemon):
+    """A listener depot cannot give its comms to (another transport, or another release's
+    class) raises instead of leaving the worker on Dask's path."""
+    depot.dask.configure(daemon.socket)
+    listener = types.SimpleNamespace(contact_address="ucx://10.0.0.1:1234", comm_class=object)
+    worker = types.SimpleNamespace(listeners=[listener], rpc=None)
+    with pytest.raises(depot.dask.UnsupportedDask, match="ucx://"):
+        depot.dask.enable_transfers(worker)
+    with pytest.raises(depot.dask.UnsupportedDask, match="listeners"):
+        depot.dask.enable_transfers(types.SimpleNamespace(rpc=None))
