@@ -63,6 +63,27 @@ Status CheckCreate(const wire::CreateRequest& req, const RequestLimits& limits) 
   return Status::OK();
 }
 
+Status CheckLease(const wire::LeaseRequest& req) {
+  if (req.size() == 0 || req.size() > proto::kMaxLease) {
+    return Status::InvalidArgument(fmt::format("a lease of {} bytes: leases are 1 byte to {} bytes",
+                                               req.size(), proto::kMaxLease));
+  }
+  return Status::OK();
+}
+
+Status CheckPut(const wire::PutRequest& req, const proto::ObjectLimits& limits) {
+  if (req.guid() == nullptr || (req.guid()->hi() == 0 && req.guid()->lo() == 0)) {
+    return Status::ProtocolError("put without a GUID");
+  }
+  if (Status shape = proto::CheckObjectShape(req.frames() ? req.frames()->size() : 0,
+                                             req.metadata() ? req.metadata()->size() : 0,
+                                             req.name() ? req.name()->size() : 0, limits);
+      !shape.ok()) {
+    return Status::ProtocolError("put refused: " + shape.message());
+  }
+  return Status::OK();
+}
+
 Status CheckGuidCount(const flatbuffers::Vector<const wire::Guid*>* guids) {
   size_t n = guids ? guids->size() : 0;
   if (n == 0 || n > proto::kMaxGuidsPerRequest) {

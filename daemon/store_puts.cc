@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "daemon/replies.h"
+#include "daemon/request_limits.h"
 #include "daemon/store.h"
 #include "proto/object_rules.h"
 
@@ -36,12 +37,7 @@ void Store::OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req) {
   if (quotas_.user_quota().objects != 0 || quotas_.client_quota().objects != 0) {
     return ReplyError(s, id, Status::Unavailable("no leases while a quota limits objects"));
   }
-  if (req.size() == 0 || req.size() > proto::kMaxLease) {
-    return ReplyError(
-        s, id,
-        Status::InvalidArgument(fmt::format("a lease of {} bytes: leases are 1 byte to {} bytes",
-                                            req.size(), proto::kMaxLease)));
-  }
+  if (Status invalid = CheckLease(req); !invalid.ok()) return ReplyError(s, id, invalid);
   // From the shared segments, which are kept warm, never a segment of large objects; and at most
   // a sixteenth of the capacity, so that leases held by idle clients cannot fill a small pool.
   uint64_t most =
@@ -88,17 +84,13 @@ Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
     NoteProtocolError();
     return Status::ProtocolError(std::move(why));
   };
-  Guid guid = req.guid() ? FromWire(*req.guid()) : Guid{};
-  if (guid.is_nil()) return refuse("put without a GUID");
+  // The same rules as a create's, which the library checked before it wrote the put.
+  if (Status invalid = CheckPut(req, {options_.max_frames, options_.max_metadata}); !invalid.ok()) {
+    return refuse(invalid.message());
+  }
+  Guid guid = FromWire(*req.guid());
   if (table.Find(guid) != nullptr) {
     return refuse(fmt::format("put of object {}, which exists already", guid.ToString()));
-  }
-  // The same rules as a create's, which the library checked before it wrote the put.
-  if (Status shape = proto::CheckObjectShape(
-          req.frames() ? req.frames()->size() : 0, req.metadata() ? req.metadata()->size() : 0,
-          req.name() ? req.name()->size() : 0, {options_.max_frames, options_.max_metadata});
-      !shape.ok()) {
-    return refuse("put refused: " + shape.message());
   }
   NewObject n;
   n.guid = guid;
