@@ -111,7 +111,8 @@ void RunAttack(Attack attack, const std::string& socket, bool quick, Channel& ch
       // Every other slot of every connection holds an id.
       for (std::span<uint64_t> slots : SlotMappings()) {
         for (size_t i = 0; i < index::kSlotCount; ++i) {
-          if (slots[i] == 0) slots[i] = 1 + i % 4096;
+          uint64_t& slot = slots[index::kSlotsWord + i];
+          if (slot == 0) slot = 1 + i % 4096;
         }
         slots[index::kSlotHighWater] = index::kSlotCount;
       }

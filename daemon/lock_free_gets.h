@@ -47,6 +47,12 @@ class LockFreeGets : public SlotReaders {
   // `session` closed: its slots keep nothing from now on.
   void Leave(SessionId session) { slots_.erase(session); }
 
+  // Whether `session`'s slots, if it has any, still have their layout words (ReferenceSlots::
+  // Intact).
+  bool SlotsIntact(SessionId session) const {
+    auto it = slots_.find(session);
+    return it == slots_.end() || it->second->Intact();
+  }
   // Whether one of `session`'s slots holds `id` now.
   bool HeldBy(SessionId session, ObjectId id) const {
     auto it = slots_.find(session);

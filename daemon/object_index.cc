@@ -16,10 +16,12 @@ Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Create(uint64_t entries,
                                                          const std::string& name) {
   uint64_t sets = std::bit_ceil(std::max<uint64_t>(1, (entries + index::kWays - 1) / index::kWays));
   uint64_t table = sets * index::kWays * index::kEntryBytes;
-  auto memory = SealedMemfd(name, table * 2);  // the arena: as many bytes as the entries
+  // The arena: as many bytes as the entries.
+  auto memory = SealedMemfd(name, index::IndexBytes(sets, table));
   if (!memory.ok()) return memory.status();
   auto map = SharedMapping::Map(memory->fd.get(), memory->size, true, "object index");
   if (!map.ok()) return map.status();
+  layout::Write(map->words(), index::kIndexLayout);
   return std::unique_ptr<ObjectIndex>(new ObjectIndex(
       std::move(memory->fd), std::move(memory->read_only_fd), std::move(*map), sets));
 }

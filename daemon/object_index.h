@@ -63,7 +63,7 @@ class ObjectIndex {
 
  private:
   struct Placed {
-    uint64_t entry;   // word offset of its entry
+    uint64_t entry;   // word offset of its entry, from the first entry
     uint64_t record;  // byte offset of its record in the arena
     uint64_t record_bytes;
     uint32_t uid;  // its creator's
@@ -82,8 +82,9 @@ class ObjectIndex {
   void TakeBackBytes(uint64_t uids);
 
   ObjectIndex(UniqueFd fd, UniqueFd read_only_fd, SharedMapping map, uint64_t sets);
-  uint64_t* entry(uint64_t word) { return map_.words() + word; }
-  uint64_t* arena() { return map_.words() + sets_ * index::kWays * index::kEntryWords; }
+  // `word`: a word offset from the first entry.
+  uint64_t* entry(uint64_t word) { return map_.words() + index::kEntriesWord + word; }
+  uint64_t* arena() { return map_.words() + index::ArenaWord(sets_); }
 
   UniqueFd fd_;
   UniqueFd read_only_fd_;

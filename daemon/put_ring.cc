@@ -20,20 +20,33 @@ Result<std::unique_ptr<PutRing>> PutRing::Create(const std::string& name) {
   if (!memory.ok()) return memory.status();
   auto map = SharedMapping::Map(memory->fd.get(), memory->size, true, "put ring");
   if (!map.ok()) return map.status();
+  layout::Write(map->words(), put_ring::kPutRingLayout);
   return std::unique_ptr<PutRing>(new PutRing(std::move(memory->fd), std::move(*map)));
 }
 
+bool PutRing::Intact() const { return layout::Intact(map_.words(), put_ring::kPutRingLayout); }
+
 bool PutRing::Pending() const {
-  return !broken_ && Load(map_.words() + put_ring::kHead, std::memory_order_acquire) != tail_;
+  // A ring whose layout words were overwritten is pending: its Take closes the session.
+  return !broken_ &&
+         (Load(map_.words() + put_ring::kHead, std::memory_order_acquire) != tail_ || !Intact());
 }
 
 Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>& take) {
   if (broken_) return Status::OK();
-  uint64_t head = Load(map_.words() + put_ring::kHead, std::memory_order_acquire);
   auto fail = [this](std::string why) {
     broken_ = true;
     return Status::ProtocolError("put ring: " + why);
   };
+  // The layout words, read once: what the message shows is what was checked.
+  uint64_t magic = Load(map_.words() + layout::kMagic, std::memory_order_acquire);
+  uint64_t version = Load(map_.words() + layout::kVersion, std::memory_order_acquire);
+  if (magic != put_ring::kPutRingLayout.magic || version != put_ring::kPutRingLayout.version) {
+    return fail(fmt::format(
+        "its layout words were overwritten ({:#018x}, version {}): a client must not write them",
+        magic, version));
+  }
+  uint64_t head = Load(map_.words() + put_ring::kHead, std::memory_order_acquire);
   if (head - tail_ > put_ring::kRecordBytes || head % 8 != 0) {
     return fail(fmt::format("head at {} while the tail is at {}", head, tail_));
   }
@@ -73,7 +86,7 @@ void PutRing::LeaseGranted() {
 }
 
 bool PutRing::Revoke() {
-  if (broken_ || tail_ == 0) return false;
+  if (broken_ || tail_ == 0 || !Intact()) return false;
   std::atomic_ref<uint64_t> word(map_.words()[put_ring::kLease]);
   uint64_t idle = put_ring::kLeaseIdle;
   if (!word.compare_exchange_strong(idle, put_ring::kLeaseRevoked)) return false;
@@ -86,6 +99,7 @@ bool PutRing::Revoke() {
 }
 
 bool PutRing::CanReturn() const {
+  if (!Intact()) return false;
   uint64_t taken = Load(map_.words() + put_ring::kReturnTail, std::memory_order_acquire);
   return taken <= returns_ && returns_ - taken < put_ring::kReturnSlots;
 }

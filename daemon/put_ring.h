@@ -6,8 +6,9 @@
 // through the ring (Return).
 //
 // The ring is the client's to write: the daemon copies each record before it reads it, and a
-// ring whose positions or lengths make no sense is the session's protocol error (it closes). The
-// memfd is sealed against shrinking, so no client can make the daemon's reads fault.
+// ring whose positions or lengths make no sense, or whose layout words (proto/layout_words.h)
+// the client overwrote, is the session's protocol error (it closes). The memfd is sealed
+// against shrinking, so no client can make the daemon's reads fault.
 //
 // Not thread-safe: the daemon's single loop owns it; the client writes the memory concurrently.
 #ifndef DEPOT_DAEMON_PUT_RING_H_
@@ -41,8 +42,12 @@ class PutRing {
   // Stops at the first error, `take`'s or the ring's own (a ProtocolError: the session must
   // close); the ring is broken from then on and takes nothing more.
   Status Take(const std::function<Status(std::span<const uint8_t>, bool held)>& take);
-  // Whether the client published records not taken yet.
+  // Whether the client published records not taken yet, or overwrote the layout words (then
+  // Take fails).
   bool Pending() const;
+  // Whether the layout words are as the daemon wrote them. While they are not, Revoke and
+  // CanReturn answer false and Take breaks the ring.
+  bool Intact() const;
 
   // Tells the client how to ring the doorbell: the kPolled word (proto/put_ring_layout.h).
   void SetPolled(uint64_t word);

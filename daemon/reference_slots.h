@@ -1,6 +1,6 @@
-// ReferenceSlots is one session's reference slots (proto/index_layout.h): a sealed memfd of
-// index::kSlotCount words and a high-water word that the daemon maps and sends read-write to the
-// session at hello. The
+// ReferenceSlots is one session's reference slots (proto/index_layout.h): a sealed memfd of the
+// layout words, index::kSlotCount words and a high-water word that the daemon maps and sends
+// read-write to the session at hello. The
 // client publishes in a slot the ObjectId of an object it took from the index, and clears the
 // slot when it lets the object go: a hold that costs no message. The daemon reads the slots
 // before it frees, evicts or spills an object that left the index (see LockFreeGets).
@@ -9,7 +9,9 @@
 // against shrinking, so no client can make the daemon's reads fault; an id that names nothing
 // keeps nothing, and one that names an object of the namespace keeps it as a get would. Only the
 // slots below the high-water word are read, the word clamped to the slot count: a client that
-// writes it too low gives up the protection of its own views only (docs/design.md).
+// writes it too low gives up the protection of its own views only (docs/design.md). So does one
+// that overwrites the layout words: while they are not intact, the slots read as empty and no
+// touches are taken, and the daemon closes the session at its next request (Intact).
 //
 // Not thread-safe: the daemon's single loop owns it; the client writes the memory concurrently.
 #ifndef DEPOT_DAEMON_REFERENCE_SLOTS_H_
@@ -39,6 +41,8 @@ class ReferenceSlots {
 
   // Sent to the session: read-write.
   int fd() const { return fd_.get(); }
+  // Whether the layout words are as the daemon wrote them (the client may overwrite them).
+  bool Intact() const;
 
   // Adds every id the slots hold now to `ids` (zeros left out).
   void Collect(std::unordered_set<ObjectId>& ids) const;
@@ -77,7 +81,8 @@ class ReferenceSlots {
   void TakeTouches(std::vector<ObjectId>& ids);
 
  private:
-  // The slots in use now, as the client says, clamped to the slot count.
+  // The slots in use now, as the client says, clamped to the slot count; none when the layout
+  // words are not intact.
   std::span<const uint64_t> Used() const;
   // A hash of the slots in use now and of their count.
   uint64_t Fingerprint() const;

@@ -83,6 +83,7 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
   try {
     // Its puts written into its ring come before this request.
     if (Status taken = rings_.Take(s); !taken.ok()) return taken;
+    if (Status words = CheckSlotWords(s); !words.ok()) return words;
     Status st = Dispatch(s, it->second, h, body);
     counters_.ObserveRequest(h.type, std::chrono::steady_clock::now() - start);
     // The session closes on these; protocol errors were counted where they were found.

@@ -133,6 +133,9 @@ class Store {
   Status Dispatch(SessionId s, SessionState& st, const proto::Header& h,
                   std::span<const uint8_t> body);
   Status OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req);
+  // The ProtocolError that closes session `s` when it overwrote the layout words of its reference
+  // slots (proto/layout_words.h); checked before each of its requests.
+  Status CheckSlotWords(SessionId s);
   // The greeted sessions of each user (max_sessions_per_user).
   std::map<uid_t, uint32_t> SessionsByUser() const;
   void OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body);

@@ -59,6 +59,16 @@ void Store::Close(SessionId session) {
   namespaces_.MaybeDrop(ns);
 }
 
+Status Store::CheckSlotWords(SessionId s) {
+  const SessionState& st = sessions_.at(s);
+  if (st.ns == nullptr || st.ns->gets() == nullptr || st.ns->gets()->SlotsIntact(s)) {
+    return Status::OK();
+  }
+  NoteProtocolError();
+  return Status::ProtocolError(
+      "reference slots: their layout words were overwritten; a client must not write them");
+}
+
 std::map<uid_t, uint32_t> Store::SessionsByUser() const {
   std::map<uid_t, uint32_t> open;
   for (const auto& [sid, st] : sessions_) {

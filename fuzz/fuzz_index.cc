@@ -6,7 +6,8 @@
 //     evicts, frees what no slot holds; then the slots are emptied.
 //
 // Input: one byte (bits 0-1: the index has 1 << n sets), then the index's bytes (its entries, then
-// a 512-byte arena; zeros past the input's end), then up to 1024 8-byte slot words.
+// a 512-byte arena; zeros past the input's end; the layout words before them are the target's),
+// then up to 1024 8-byte slot words.
 //
 // Checks, besides the sanitizers: the reader never returns more frames or metadata than an
 // object may have; every object is freed exactly once, none while a slot still named it when
@@ -38,11 +39,16 @@ void Check(bool ok) {
 }
 
 void ReadIndex(const uint8_t*& data, size_t& size, uint64_t sets) {
-  uint64_t bytes = sets * index::kWays * index::kEntryBytes + kArena;
+  // The input is the entries and the arena; the layout words are the daemon's.
+  uint64_t bytes = index::IndexBytes(sets, kArena);
   UniqueFd fd(::memfd_create("fuzz-index", MFD_CLOEXEC));
   Check(fd.valid() && ::ftruncate(fd.get(), static_cast<off_t>(bytes)) == 0);
-  size_t take = std::min<size_t>(size, bytes);
-  Check(::pwrite(fd.get(), data, take, 0) == static_cast<ssize_t>(take));
+  const uint64_t layout_words[] = {index::kIndexLayout.magic, index::kIndexLayout.version};
+  Check(::pwrite(fd.get(), layout_words, sizeof layout_words, 0) ==
+        static_cast<ssize_t>(sizeof layout_words));
+  constexpr uint64_t kFirst = index::kEntriesWord * 8;
+  size_t take = std::min<size_t>(size, bytes - kFirst);
+  Check(::pwrite(fd.get(), data, take, kFirst) == static_cast<ssize_t>(take));
   data += take;
   size -= take;
   auto reader = internal::IndexReader::Map(fd, sets, kArena);
@@ -50,7 +56,7 @@ void ReadIndex(const uint8_t*& data, size_t& size, uint64_t sets) {
   std::vector<uint64_t> words(bytes / 8);
   Check(::pread(fd.get(), words.data(), bytes, 0) == static_cast<ssize_t>(bytes));
   for (uint64_t e = 0; e < sets * index::kWays; ++e) {
-    const uint64_t* entry = words.data() + e * index::kEntryWords;
+    const uint64_t* entry = words.data() + index::kEntriesWord + e * index::kEntryWords;
     auto hit = reader->Find(Guid{entry[index::kGuidHi], entry[index::kGuidLo]});
     if (!hit) continue;
     Check(hit->frames.size() >= 1 && hit->frames.size() <= proto::kMaxFrames);
@@ -81,18 +87,19 @@ void UseSlots(const uint8_t* data, size_t size) {
     Check(table.Seal(2, Guid{n, n}).ok());
   }
   size_t count = std::min<size_t>(size / 8, index::kSlotCount);
-  std::memcpy(slots, data, count * 8);
+  uint64_t* first = slots + index::kSlotsWord;
+  std::memcpy(first, data, count * 8);
   // The high-water word as an honest client writes it, too high, or too low (clamped, read as is).
   const uint64_t high[] = {count, ~uint64_t{0}, count / 2};
   slots[index::kSlotHighWater] = high[size % 3];
-  uint64_t* used = slots + std::min<uint64_t>(high[size % 3], index::kSlotCount);
-  auto slot_holds = [&](ObjectId id) { return std::find(slots, used, id) != used; };
+  uint64_t* used = first + std::min<uint64_t>(high[size % 3], index::kSlotCount);
+  auto slot_holds = [&](ObjectId id) { return std::find(first, used, id) != used; };
   for (uint64_t n = 1; n <= 4; ++n) Check(table.Delete(Guid{n, n}).ok());
   while (table.EvictLru()) {
   }
   table.FreeUnpinned();
   for (auto [id, times] : freed) Check(times == 1 && !slot_holds(id));
-  std::memset(slots, 0, index::kSlotBytes);
+  std::memset(first, 0, (index::kSlotBytes - index::kSlotsWord * 8));  // the layout words stay
   Check(!table.FreeUnpinned());
   while (table.EvictLru()) {
   }

@@ -2,17 +2,23 @@
 // without a round trip"), used by the daemon, which writes them, and by the client library, which
 // reads the index and writes its own reference slots.
 //
-// The index of a namespace is one memfd: `sets` sets of kWays entries of 64 bytes, then the
-// record arena. An entry is eight 64-bit words under a seqlock (kSeq: odd while written); it
-// names one sealed object and points at its record in the arena: each frame as kFrameWords
-// words, then the metadata padded to whole words. Every word is read and written as an atomic
-// (std::atomic_ref, relaxed, with fences), so racing readers and the writer are no data race.
+// Both start with the layout words (proto/layout_words.h): kIndexLayout's and kSlotsLayout's
+// magic and version, in one cache line of their own, which the daemon writes when it makes the
+// memfd. The client checks them when it maps either; the daemon checks the slots' (which the
+// client may write) before it reads any slot.
 //
-// The reference slots of a session are one memfd of kSlotCount words, then one high-water word: a
-// slot holds the ObjectId of an object the session holds without a daemon reference, or 0. The
-// high-water word says how many leading slots may be in use (the client takes the lowest free
-// slot and raises the word before it writes a slot beyond it), so that the daemon reads only
-// those: an idle session costs it one word, not kSlotCount.
+// The index of a namespace is one memfd: the layout words, then `sets` sets of kWays entries of
+// 64 bytes (from word kEntriesWord), then the record arena (ArenaWord). An entry is eight 64-bit
+// words under a seqlock (kSeq: odd while written); it names one sealed object and points at its
+// record in the arena: each frame as kFrameWords words, then the metadata padded to whole words.
+// Every word is read and written as an atomic (std::atomic_ref, relaxed, with fences), so racing
+// readers and the writer are no data race.
+//
+// The reference slots of a session are one memfd: the layout words, then kSlotCount words (from
+// word kSlotsWord), then one high-water word: a slot holds the ObjectId of an object the session
+// holds without a daemon reference, or 0. The high-water word says how many leading slots may be in
+// use (the client takes the lowest free slot and raises the word before it writes a slot beyond
+// it), so that the daemon reads only those: an idle session costs it one word, not kSlotCount.
 //
 // Nothing here trusts the other side: the client checks everything it reads like a reply, and
 // the daemon reads slots only as ids to keep.
@@ -24,8 +30,12 @@
 #include <cstdint>
 
 #include "depot/guid.h"
+#include "proto/layout_words.h"
 
 namespace depot::index {
+
+inline constexpr layout::Layout kIndexLayout{"object index", layout::Magic("DEPOTIDX"), 1};
+inline constexpr layout::Layout kSlotsLayout{"reference slots", layout::Magic("DEPOTSLT"), 1};
 
 inline constexpr uint32_t kWays = 4;  // entries per set: one set is four cache lines
 inline constexpr uint64_t kEntryWords = 8;
@@ -33,14 +43,25 @@ inline constexpr uint64_t kEntryBytes = kEntryWords * 8;
 inline constexpr uint64_t kFrameWords = 3;  // offset, size, pool << 32 | segment
 // A record is placed at a multiple of this in the arena.
 inline constexpr uint64_t kRecordAlign = 64;
+// The entries' first word, after the layout words; the arena's first word, after the entries of
+// `sets` sets; the bytes of an index of `sets` sets and `arena` bytes of records.
+inline constexpr uint64_t kEntriesWord = layout::kHeaderWords;
+inline constexpr uint64_t ArenaWord(uint64_t sets) {
+  return kEntriesWord + sets * kWays * kEntryWords;
+}
+inline constexpr uint64_t IndexBytes(uint64_t sets, uint64_t arena) {
+  return ArenaWord(sets) * 8 + arena;
+}
+
 inline constexpr uint32_t kSlotCount = 1024;
-inline constexpr uint32_t kSlotHighWater = kSlotCount;  // the word after the slots
+inline constexpr uint32_t kSlotsWord = layout::kHeaderWords;  // slot n is word kSlotsWord + n
+inline constexpr uint32_t kSlotHighWater = kSlotsWord + kSlotCount;  // the word after the slots
 // Then the touches: a count of the objects the client took from the index, and a ring of the
 // last kTouchRingSize of their ids, which the daemon reads before it evicts or spills so that
 // gets without a message still keep an object recently used. Untrusted like the slots: an id
 // only moves an object of the namespace to the recent end of its LRU, as a get would.
-inline constexpr uint32_t kTouchCount = kSlotCount + 1;
-inline constexpr uint32_t kTouchRing = kSlotCount + 2;
+inline constexpr uint32_t kTouchCount = kSlotHighWater + 1;
+inline constexpr uint32_t kTouchRing = kSlotHighWater + 2;
 inline constexpr uint32_t kTouchRingSize = 256;
 inline constexpr uint64_t kSlotBytes = (uint64_t{kTouchRing} + kTouchRingSize) * 8;
 

@@ -3,7 +3,10 @@
 // library, which writes the puts.
 //
 // The ring is one memfd of kRingFileBytes, sent read-write with the hello reply:
-//   - control words (kHead.. kReturnTail), each read and written as an atomic;
+//   - the layout words (proto/layout_words.h): kPutRingLayout's magic and version, in a cache
+//     line of their own, which the daemon writes when it makes the ring; the client checks them
+//     when it maps the ring, and the daemon before each time it reads the ring;
+//   - control words (kHead.. kLease), each read and written as an atomic;
 //   - the returns: kReturnSlots entries of kReturnWords words, blocks of the session's lease the
 //     daemon hands back warm after the objects cut from them were deleted;
 //   - the records: kRecordBytes bytes used as a ring. A record is a header word (its body's
@@ -24,15 +27,20 @@
 
 #include <cstdint>
 
+#include "proto/layout_words.h"
+
 namespace depot::put_ring {
 
+inline constexpr layout::Layout kPutRingLayout{"put ring", layout::Magic("DEPOTRNG"), 1};
+
+// The control words, after the layout words.
 enum Word : uint64_t {
-  kHead = 0,        // client: bytes of records published
-  kTail = 1,        // daemon: bytes of records taken
-  kPolled = 2,      // daemon: how puts ring the doorbell (PolledState), with an epoch above it
-  kReturnHead = 3,  // daemon: returns written
-  kReturnTail = 4,  // client: returns taken
-  kLease = 5,       // both: whether the client writes into its lease now (LeaseState)
+  kHead = layout::kHeaderWords,  // client: bytes of records published
+  kTail,                         // daemon: bytes of records taken
+  kPolled,      // daemon: how puts ring the doorbell (PolledState), with an epoch above it
+  kReturnHead,  // daemon: returns written
+  kReturnTail,  // client: returns taken
+  kLease,       // both: whether the client writes into its lease now (LeaseState)
 };
 inline constexpr uint64_t kControlWords = 8;
 
@@ -61,7 +69,7 @@ enum LeaseState : uint64_t {
 // lease the client holds: the client skips those written before its last lease's reply.
 inline constexpr uint64_t kReturnWords = 3;
 inline constexpr uint64_t kReturnSlots = 64;
-inline constexpr uint64_t kReturnsWord = kControlWords;
+inline constexpr uint64_t kReturnsWord = layout::kHeaderWords + kControlWords;
 
 inline constexpr uint64_t kRecordsWord = kReturnsWord + kReturnSlots * kReturnWords;
 inline constexpr uint64_t kRecordBytes = uint64_t{64} << 10;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/index_layout.h"
 #include "tests/other_users.h"
 
 using namespace depot;
@@ -251,8 +252,11 @@ TEST_CASE("garbage another user writes into its own slots harms nobody", "[index
     }
     auto* words = static_cast<uint64_t*>(slots[0].addr);
     size_t count = slots[0].size / 8;
-    // Every id the daemon has handed out so far, and then garbage.
-    for (size_t i = 0; i < count; ++i) words[i] = i < 64 ? i : ~uint64_t{0} - i;
+    // Every id the daemon has handed out so far, and then garbage, everywhere but the layout
+    // words (layout_words_test overwrites those).
+    for (size_t i = index::kSlotsWord; i < count; ++i) {
+      words[i] = i - index::kSlotsWord < 64 ? i - index::kSlotsWord : ~uint64_t{0} - i;
+    }
     // The index cannot be made writable.
     if (::mprotect(indexes[0].addr, 4096, PROT_READ | PROT_WRITE) == 0) return 4;
     scribbled.Send("scribbled");

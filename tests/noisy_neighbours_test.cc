@@ -142,7 +142,7 @@ TEST_CASE("garbage in many sessions' slots and a pin held for ever slow nobody d
       if (p == MAP_FAILED) return 5;
       auto* words = static_cast<uint64_t*>(p);
       for (uint64_t n = 0; n < index::kSlotCount; ++n) {
-        words[n] =
+        words[index::kSlotsWord + n] =
             i == 0 ? n + 1 : (uint64_t{1} << 62) + static_cast<uint64_t>(i) * index::kSlotCount + n;
       }
       words[index::kSlotHighWater] = index::kSlotCount;

@@ -113,22 +113,23 @@ TEST_CASE("an object that does not fit is left out of the index, and the rest st
 TEST_CASE("a corrupt index makes the reader miss, never crash or read outside it", "[index]") {
   uint64_t sets = 4;
   uint64_t arena = 4096;
-  uint64_t size = sets * index::kWays * index::kEntryBytes + arena;
+  uint64_t size = index::IndexBytes(sets, arena);
   UniqueFd fd(::memfd_create("corrupt-index", MFD_CLOEXEC));
   REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(size)) == 0);
   auto* words = static_cast<uint64_t*>(
       ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0));
   REQUIRE(words != MAP_FAILED);
+  layout::Write(words, index::kIndexLayout);
   auto reader = IndexReader::Map(fd, sets, arena);
   REQUIRE(reader.ok());
   std::mt19937_64 rng(13);
   for (int round = 0; round < 2000; ++round) {
-    for (uint64_t i = 0; i < size / 8; ++i) words[i] = rng();
+    for (uint64_t i = index::kEntriesWord; i < size / 8; ++i) words[i] = rng();
     // Entries that name the GUID looked up, with garbage everywhere else in them.
     Guid g{rng(), rng()};
     uint64_t set = index::SetOf(g, sets);
     for (uint64_t way = 0; way < index::kWays; ++way) {
-      uint64_t* e = words + (set * index::kWays + way) * index::kEntryWords;
+      uint64_t* e = words + index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
       e[index::kSeq] &= ~uint64_t{1};
       e[index::kGuidHi] = g.hi;
       e[index::kGuidLo] = g.lo;
@@ -289,7 +290,7 @@ TEST_CASE("the client keeps its slots low and the daemon reads only up to the hi
   CHECK((*slots)->Holds(21));
   // A client that writes an id above its high-water word, or lowers the word under its own
   // holds, gives up those holds: the daemon does not read them.
-  words[7] = 77;
+  words[index::kSlotsWord + 7] = 77;
   CHECK_FALSE((*slots)->Holds(77));
   high = 0;
   CHECK_FALSE((*slots)->Holds(21));
@@ -301,13 +302,11 @@ TEST_CASE("the client keeps its slots low and the daemon reads only up to the hi
   (*slots)->Collect(ids);
   CHECK(ids == std::unordered_set<ObjectId>{21, 77});
   ::munmap(words, index::kSlotBytes);
-  // Slots without the word after them (a daemon that reads every slot) map, and work, as slots.
+  // Slots without the layout (a daemon older than the layout words, whose file held the slots and
+  // the word only) are refused.
   UniqueFd bare(::memfd_create("slots-bare", MFD_CLOEXEC));
-  REQUIRE(::ftruncate(bare.get(), 16 * 8) == 0);
-  auto old = SlotTable::Map(bare, 16);
-  REQUIRE(old.ok());
-  CHECK(*old->Publish(5) == 0);
-  CHECK(SlotTable::Map(bare, 17).status().IsProtocolError());
+  REQUIRE(::ftruncate(bare.get(), (index::kSlotCount + 1) * 8) == 0);
+  CHECK(SlotTable::Map(bare, index::kSlotCount).status().IsProtocolError());
 }
 
 TEST_CASE("deleted objects slots held are freed together once let go and unindexed ones at once",

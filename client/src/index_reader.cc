@@ -25,7 +25,7 @@ Result<IndexReader> IndexReader::Map(const UniqueFd& fd, uint64_t sets, uint64_t
     return Status::ProtocolError(fmt::format(
         "depotd described an index of {} sets and {} bytes of records", sets, arena_bytes));
   }
-  uint64_t size = sets * index::kWays * index::kEntryBytes + arena_bytes;
+  uint64_t size = index::IndexBytes(sets, arena_bytes);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
       static_cast<uint64_t>(st.st_size) < size) {
@@ -34,13 +34,14 @@ Result<IndexReader> IndexReader::Map(const UniqueFd& fd, uint64_t sets, uint64_t
   }
   auto map = SharedMapping::Map(fd.get(), size, false, "object index");
   if (!map.ok()) return map.status();
+  if (Status words = layout::Check(map->words(), index::kIndexLayout); !words.ok()) return words;
   return IndexReader(std::move(*map), sets, arena_bytes);
 }
 
 std::optional<IndexHit> IndexReader::Find(const Guid& guid) const {
   uint64_t set = index::SetOf(guid, sets_);
   for (uint64_t way = 0; way < index::kWays; ++way) {
-    uint64_t entry = (set * index::kWays + way) * index::kEntryWords;
+    uint64_t entry = index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
     std::optional<IndexHit> hit;
     for (int tries = 0; tries < kTries; ++tries) {
       if (Read(entry, guid, hit)) break;
@@ -75,7 +76,7 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, std::optional<IndexHit>
               metadata <= proto::kMaxMetadataSize && record % 8 == 0 && record <= arena_bytes_ &&
               index::RecordBytes(frames, metadata) <= arena_bytes_ - record;
   if (sane) {
-    const uint64_t* r = map_.words() + sets_ * index::kWays * index::kEntryWords + record / 8;
+    const uint64_t* r = map_.words() + index::ArenaWord(sets_) + record / 8;
     hit.frames.reserve(frames);
     for (uint64_t i = 0; i < frames; ++i, r += index::kFrameWords) {
       uint64_t place = Load(&r[2]);
@@ -99,7 +100,8 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, std::optional<IndexHit>
 bool IndexReader::HasRoomFor(const Guid& guid) const {
   uint64_t set = index::SetOf(guid, sets_);
   for (uint64_t way = 0; way < index::kWays; ++way) {
-    const uint64_t* e = map_.words() + (set * index::kWays + way) * index::kEntryWords;
+    const uint64_t* e =
+        map_.words() + index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
     if (Load(&e[index::kId]) == 0) return true;
   }
   return false;

@@ -40,7 +40,8 @@ struct IndexHit {
 class IndexReader {
  public:
   // Maps the index of `sets` sets and an arena of `arena_bytes` from `fd` (read-only).
-  // ProtocolError when the file is smaller than that or the geometry makes no sense.
+  // ProtocolError when the file is smaller than that, the geometry makes no sense, or its layout
+  // words are not this library's (proto/layout_words.h).
   static Result<IndexReader> Map(const UniqueFd& fd, uint64_t sets, uint64_t arena_bytes);
 
   // The entry of `guid`, read consistently; nullopt when it is not indexed (or the entry kept

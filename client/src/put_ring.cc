@@ -25,6 +25,9 @@ Result<PutRing> PutRing::Map(const UniqueFd& fd, uint64_t bytes) {
   }
   auto map = SharedMapping::Map(fd.get(), bytes, true, "put ring");
   if (!map.ok()) return map.status();
+  if (Status words = layout::Check(map->words(), put_ring::kPutRingLayout); !words.ok()) {
+    return words;
+  }
   return PutRing(std::move(*map));
 }
 

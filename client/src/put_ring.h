@@ -29,7 +29,7 @@ class PutRing {
   };
 
   // Maps the ring from `fd`, which the hello reply said is `bytes` long. ProtocolError for another
-  // size or a smaller file.
+  // size, a smaller file, or layout words that are not this library's (proto/layout_words.h).
   static Result<PutRing> Map(const UniqueFd& fd, uint64_t bytes);
 
   // Writes `body` as one record and publishes it, then fences (seq_cst) so that Polled reads the

@@ -11,33 +11,27 @@ namespace depot::internal {
 
 Result<SlotTable> SlotTable::Map(const UniqueFd& fd, uint32_t count) {
   struct stat st {};
-  uint64_t size = uint64_t{count} * 8;
   if (count == 0 || count > index::kSlotCount || ::fstat(fd.get(), &st) != 0 ||
-      !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < size) {
+      !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < index::kSlotBytes) {
     return Status::ProtocolError(
         fmt::format("depotd's reference slots fd does not hold the {} slots it claimed", count));
   }
-  bool has_high_word = static_cast<uint64_t>(st.st_size) >= size + 8;
-  // The touches follow a full table of slots only (this layout's).
-  bool has_touches =
-      count == index::kSlotCount && static_cast<uint64_t>(st.st_size) >= index::kSlotBytes;
-  uint64_t mapped = has_touches ? index::kSlotBytes : size + (has_high_word ? 8 : 0);
-  auto map = SharedMapping::Map(fd.get(), mapped, true, "reference slots");
+  auto map = SharedMapping::Map(fd.get(), index::kSlotBytes, true, "reference slots");
   if (!map.ok()) return map.status();
-  return SlotTable(std::move(*map), count, has_high_word, has_touches);
+  if (Status words = layout::Check(map->words(), index::kSlotsLayout); !words.ok()) return words;
+  return SlotTable(std::move(*map), count);
 }
 
-SlotTable::SlotTable(SharedMapping map, uint32_t count, bool has_high_word, bool has_touches)
+SlotTable::SlotTable(SharedMapping map, uint32_t count)
     : map_(std::move(map)),
-      high_word_(has_high_word ? map_.words() + count : nullptr),
-      touches_(has_touches ? map_.words() + index::kTouchCount : nullptr) {
+      slots_(map_.words() + index::kSlotsWord),
+      high_word_(map_.words() + index::kSlotHighWater),
+      touches_(map_.words() + index::kTouchCount) {
   for (uint32_t i = 0; i < count; ++i) free_.insert(free_.end(), i);
   StoreHigh();
 }
 
-void SlotTable::StoreHigh() {
-  if (high_word_ != nullptr) index::Store(high_word_, high_);
-}
+void SlotTable::StoreHigh() { index::Store(high_word_, high_); }
 
 std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
   uint32_t slot;
@@ -50,18 +44,16 @@ std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
       high_ = slot + 1;
       StoreHigh();
     }
-    if (touches_ != nullptr) {
-      index::Store(touches_ + 1 + touched_ % index::kTouchRingSize, id);
-      index::Store(touches_, ++touched_, std::memory_order_release);
-    }
+    index::Store(touches_ + 1 + touched_ % index::kTouchRingSize, id);
+    index::Store(touches_, ++touched_, std::memory_order_release);
   }
-  index::Store(map_.words() + slot, id);
+  index::Store(slots_ + slot, id);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   return slot;
 }
 
 void SlotTable::Clear(uint32_t slot) {
-  index::Store(map_.words() + slot, 0, std::memory_order_release);
+  index::Store(slots_ + slot, 0, std::memory_order_release);
   std::lock_guard lk(mu_);
   free_.insert(slot);
   uint32_t high = high_;

@@ -25,12 +25,12 @@ namespace depot::internal {
 
 class SlotTable {
  public:
-  // Maps `count` slots and the high-water word after them from `fd`; a file of `count` slots only
-  // (from a daemon that predates the word and reads every slot) is mapped without it.
-  // ProtocolError when the file is smaller than the slots.
+  // Maps the slots from `fd` and uses the first `count` of them. ProtocolError when the file is
+  // smaller than the layout or its layout words are not this library's (proto/layout_words.h).
   static Result<SlotTable> Map(const UniqueFd& fd, uint32_t count);
   SlotTable(SlotTable&& o) noexcept
       : map_(std::move(o.map_)),
+        slots_(o.slots_),
         high_word_(o.high_word_),
         touches_(o.touches_),
         free_(std::move(o.free_)),
@@ -48,12 +48,13 @@ class SlotTable {
   void Clear(uint32_t slot);
 
  private:
-  SlotTable(SharedMapping map, uint32_t count, bool has_high_word, bool has_touches);
+  SlotTable(SharedMapping map, uint32_t count);
   void StoreHigh();  // under mu_
 
   SharedMapping map_;
-  uint64_t* high_word_;  // null: the daemon reads every slot
-  uint64_t* touches_;    // the touch count, then the ring; null: an older daemon's layout
+  uint64_t* slots_;
+  uint64_t* high_word_;
+  uint64_t* touches_;  // the touch count, then the ring
   std::mutex mu_;
   std::set<uint32_t> free_;  // lowest first
   uint32_t high_ = 0;        // what the high-water word holds
