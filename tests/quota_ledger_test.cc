@@ -2,6 +2,9 @@
 #include "daemon/quota_ledger.h"
 
 #include <catch2/catch.hpp>
+#include <vector>
+
+#include "depot/store_status.h"
 
 namespace depot {
 namespace {
@@ -47,6 +50,41 @@ TEST_CASE("QuotaLedger refuses past a connection's limit and forgets a closed on
   CHECK(ledger.Check(7, 1, 30).ok());
   ledger.Credit(7, 1, 80);  // freed after its creator left: the user's count still drops
   CHECK(ledger.users().at(7).bytes == 0);
+}
+
+TEST_CASE("QuotaLedger counts a lease's bytes while it is held, and each put's object as it comes",
+          "[quota]") {
+  QuotaLedger ledger({.bytes = 1000, .objects = 0}, {});
+  ledger.ChargeBytes(7, 1, 600);  // a lease: bytes, no object
+  CHECK(ledger.users().at(7).bytes == 600);
+  CHECK(ledger.users().at(7).objects == 0);
+  CHECK(ledger.OfSession(1).bytes == 600);
+  // The lease's bytes count against the user, from another connection too.
+  CHECK_THAT(ledger.Check(7, 2, 500).message(), Contains("user_quota_bytes"));
+  CHECK(ledger.Check(7, 2, 400).ok());
+  // A put into the lease: one object more, its bytes already charged with the lease.
+  ledger.CountObject(7, 1);
+  CHECK(ledger.users().at(7).objects == 1);
+  CHECK(ledger.users().at(7).bytes == 600);
+  CHECK(ledger.OfSession(1).objects == 1);
+  // The lease ends: the bytes it still held are credited, never below zero.
+  ledger.CreditBytes(7, 1, 500);
+  CHECK(ledger.users().at(7).bytes == 100);
+  ledger.CreditBytes(7, 1, 500);
+  CHECK(ledger.users().at(7).bytes == 0);
+  CHECK(ledger.users().at(7).objects == 1);
+  // A user whose bytes are all credited but who still has an object is reported; one without
+  // objects is not.
+  ledger.ChargeBytes(8, 3, 64);
+  StoreStatus st;
+  ledger.Report(st);
+  CHECK(st.users == std::vector<StoreStatus::UserUsage>{{7, 1, 0}});
+  CHECK(st.user_quota_bytes == 1000);
+  // Credits of a forgotten session leave it forgotten.
+  ledger.ForgetSession(1);
+  ledger.CreditBytes(7, 1, 10);
+  CHECK(ledger.OfSession(1).bytes == 0);
+  CHECK(ledger.OfSession(1).objects == 0);
 }
 
 }  // namespace
