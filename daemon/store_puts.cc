@@ -20,7 +20,6 @@ namespace depot {
 
 using proto::FromWire;
 using proto::MsgType;
-using proto::ToWire;
 namespace fb = flatbuffers;
 
 namespace {

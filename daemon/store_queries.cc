@@ -16,7 +16,6 @@ namespace depot {
 
 using proto::FromWire;
 using proto::MsgType;
-using proto::ToWire;
 namespace fb = flatbuffers;
 
 void Store::OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req) {

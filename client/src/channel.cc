@@ -269,19 +269,19 @@ Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body, 
   msg.header = h;
   if (index) {
     msg.index_fds = std::move(fds);  // checked against the sizes claimed where they are mapped
-    named = 0;
-  }
-  for (size_t i = 0; i < named; ++i) {
-    const wire::SegmentInfo* info = infos->Get(i);
-    if (Status st = CheckSegmentFd(*info, fds[i].get()); !st.ok()) return st;
-  }
-  for (size_t i = 0; i < named; ++i) {
-    const wire::SegmentInfo* info = infos->Get(i);
-    SegmentFd segment{info->pool(), info->id(), info->size(), std::move(fds[i])};
-    if (info->dedicated()) {
-      msg.dedicated.push_back(std::move(segment));
-    } else {
-      segments_.AddShared(std::move(segment));
+  } else {
+    for (size_t i = 0; i < named; ++i) {
+      const wire::SegmentInfo* info = infos->Get(i);
+      if (Status st = CheckSegmentFd(*info, fds[i].get()); !st.ok()) return st;
+    }
+    for (size_t i = 0; i < named; ++i) {
+      const wire::SegmentInfo* info = infos->Get(i);
+      SegmentFd segment{info->pool(), info->id(), info->size(), std::move(fds[i])};
+      if (info->dedicated()) {
+        msg.dedicated.push_back(std::move(segment));
+      } else {
+        segments_.AddShared(std::move(segment));
+      }
     }
   }
   msg.body.assign(body.begin(), body.end());
