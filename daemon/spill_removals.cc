@@ -39,11 +39,16 @@ void SpillRemovals::Flush() {
 
 void SpillRemovals::Drain() {
   Flush();
+  // Nothing running: no wait, and the loop is left as it was (a work guard given back on a loop
+  // with no other work would stop it).
+  if (running_ == 0) return;
   // Work for the loop, so that run_one waits for a job's end rather than return for want of any.
   auto busy = boost::asio::make_work_guard(io_);
-  // A stopped loop runs nothing: then there is no end to wait for.
-  while (running_ > 0 && io_.run_one() > 0) {
-  }
+  // The daemon stops its loop before it persists; a stopped loop would run nothing, and Drain
+  // would return before the removals end (and the manifest could count a file a crash brings
+  // back).
+  if (io_.stopped()) io_.restart();
+  while (running_ > 0) io_.run_one();
 }
 
 }  // namespace depot

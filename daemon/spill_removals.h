@@ -4,7 +4,7 @@
 // directory after it, and the next start would adopt its object, deleted, again; with it, a
 // removal is on disk one job after the loop turn that asked for it, at the cost of one fsync per
 // directory per batch rather than one per file. A clean stop waits for every removal (Drain)
-// before the manifest says what the directories hold.
+// before the manifest says what the directories hold, restarting the loop if it was stopped.
 //
 // Belongs to the daemon's loop; a job touches only the names and descriptors handed to it.
 #ifndef DEPOT_DAEMON_SPILL_REMOVALS_H_
