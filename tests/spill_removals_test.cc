@@ -42,11 +42,19 @@ struct SpillDir {
   std::shared_ptr<const UniqueFd> fd;
 };
 
+// The daemon's loop, its I/O threads and the unit under test.
+struct Removals {
+  ~Removals() { threads.join(); }
+
+  boost::asio::io_context io;
+  boost::asio::thread_pool threads{1};  // one: a job posted first holds back the removals
+  SpillRemovals removals{io, threads};
+};
+
 TEST_CASE("removals wait for the loop, then remove every file queued, in every directory",
           "[spill_removals]") {
-  boost::asio::io_context io;
-  boost::asio::thread_pool threads(2);
-  SpillRemovals removals(io, threads);
+  Removals r;
+  auto& [io, threads, removals] = r;
   SpillDir a("a"), b("b");
   for (const char* name : {"1", "2", "3"}) a.Make(name);
   b.Make("4");
@@ -67,37 +75,31 @@ TEST_CASE("removals wait for the loop, then remove every file queued, in every d
   CHECK_FALSE(a.Has("3"));
   CHECK_FALSE(b.Has("4"));
   CHECK(b.Has("kept"));  // only what was named
-  threads.join();
 }
 
 TEST_CASE("a file already gone does not stop the others of its batch", "[spill_removals]") {
-  boost::asio::io_context io;
-  boost::asio::thread_pool threads(1);
-  SpillRemovals removals(io, threads);
+  Removals r;
+  auto& [io, threads, removals] = r;
   SpillDir dir("gone");
   dir.Make("there");
   removals.Remove(dir.fd, "never-written");
   removals.Remove(dir.fd, "there");
   removals.Drain();
   CHECK_FALSE(dir.Has("there"));
-  threads.join();
 }
 
 TEST_CASE("Drain returns at once with nothing queued, and leaves the loop running",
           "[spill_removals]") {
-  boost::asio::io_context io;
-  boost::asio::thread_pool threads(1);
-  SpillRemovals removals(io, threads);
+  Removals r;
+  auto& [io, threads, removals] = r;
   removals.Drain();
   CHECK_FALSE(io.stopped());
-  threads.join();
 }
 
 TEST_CASE("Drain waits for the removals when the loop was stopped, as at a clean stop",
           "[spill_removals]") {
-  boost::asio::io_context io;
-  boost::asio::thread_pool threads(1);
-  SpillRemovals removals(io, threads);
+  Removals r;
+  auto& [io, threads, removals] = r;
   SpillDir dir("stopped");
   dir.Make("x");
   // The I/O thread is busy for a while, so that the removal ends well after Drain is called.
@@ -106,7 +108,6 @@ TEST_CASE("Drain waits for the removals when the loop was stopped, as at a clean
   io.stop();  // the daemon's loop is stopped before it persists what it holds
   removals.Drain();
   CHECK_FALSE(dir.Has("x"));
-  threads.join();
 }
 
 }  // namespace
