@@ -73,8 +73,8 @@ int main(int argc, char** argv) {
   }
   using Section = void (*)(const Context&);
   const std::pair<int, Section> sections[] = {
-      {1, GetLatency},  {2, HeldGet},           {3, PutThroughput}, {4, SmallObjects},
-      {5, ManyReaders}, {6, AllocatorWorkload}, {7, Scale},         {8, FirstGet}};
+      {1, GetLatency},        {2, HeldGet}, {3, PutThroughput}, {4, SmallObjects}, {5, ManyReaders},
+      {6, AllocatorWorkload}, {7, Scale},   {8, FirstGet},      {9, ScaleGets}};
   auto started = Clock::now();
   std::string load_before = LoadAverage();
   TempDir dir;
