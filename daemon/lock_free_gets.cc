@@ -1,21 +1,51 @@
 #include "daemon/lock_free_gets.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <chrono>
 
 namespace depot {
 
-Result<std::unique_ptr<LockFreeGets>> LockFreeGets::Create(uint64_t entries,
+Result<std::unique_ptr<LockFreeGets>> LockFreeGets::Create(uint64_t entries, uint64_t max_entries,
+                                                           uint64_t max_slots_per_user,
                                                            const std::string& name_prefix,
                                                            IndexableFn indexable) {
   auto index = ObjectIndex::Create(entries, "index-" + name_prefix);
   if (!index.ok()) return index.status();
-  return std::unique_ptr<LockFreeGets>(
-      new LockFreeGets(std::move(*index), name_prefix, std::move(indexable)));
+  return std::unique_ptr<LockFreeGets>(new LockFreeGets(
+      std::move(*index), max_entries, max_slots_per_user, name_prefix, std::move(indexable)));
 }
 
 bool LockFreeGets::Publish(const StoredObject& o) {
   auto frames = o.frames();
-  return std::all_of(frames.begin(), frames.end(), indexable_) && index_->Insert(o);
+  if (!std::all_of(frames.begin(), frames.end(), indexable_)) return false;
+  uint64_t left_out = index_->left_out();
+  if (index_->Insert(o)) return true;
+  // Left out for room (not for its user's part) from a crowded index: a bigger one holds it.
+  return index_->left_out() != left_out && Grow() && index_->Insert(o);
+}
+
+bool LockFreeGets::Grow() {
+  uint64_t entries = index_->entries() * 2;
+  if (!index_->Crowded() || entries > max_entries_) return false;
+  auto bigger = index_->Grown(entries, "index-" + name_prefix_);
+  if (!bigger.ok()) {
+    spdlog::warn("the shared index stays at {} entries: {}", index_->entries(),
+                 bigger.status().message());
+    max_entries_ = index_->entries();  // not tried again at every object left out
+    return false;
+  }
+  auto started = std::chrono::steady_clock::now();
+  index_->Retire();
+  index_ = std::move(*bigger);
+  ++generation_;
+  grown_ = true;
+  spdlog::info("the shared index grew to {} entries ({} objects moved in {:.1f} ms)",
+               index_->entries(), index_->indexed(),
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+                   .count());
+  return true;
 }
 
 bool LockFreeGets::Pinned(ObjectId id) const {
@@ -51,12 +81,43 @@ std::vector<ObjectId> LockFreeGets::Touched() {
   return ids;
 }
 
-Result<const ReferenceSlots*> LockFreeGets::Join(SessionId session) {
+Result<const ReferenceSlots*> LockFreeGets::Join(SessionId session, uint32_t uid) {
   auto slots = ReferenceSlots::Create("slots-" + name_prefix_ + std::to_string(session));
   if (!slots.ok()) return slots.status();
   const ReferenceSlots* out = slots->get();
   slots_[session] = std::move(*slots);
+  uids_[session] = uid;
   return out;
+}
+
+void LockFreeGets::Leave(SessionId session) {
+  auto it = slots_.find(session);
+  if (it == slots_.end()) return;
+  uint32_t uid = uids_[session];
+  uint64_t extra = it->second->granted() - index::kSlotCount;
+  granted_ -= extra;
+  if ((granted_by_uid_[uid] -= extra) == 0) granted_by_uid_.erase(uid);
+  slots_.erase(it);
+  uids_.erase(session);
+}
+
+uint32_t LockFreeGets::Grant(SessionId session, uint32_t count) {
+  auto it = slots_.find(session);
+  if (it == slots_.end()) return 0;
+  ReferenceSlots& slots = *it->second;
+  uint32_t had = slots.granted();
+  count = std::min(count, index::kMaxSlots);
+  if (count <= had) return had;
+  uint64_t& mine = granted_by_uid_[uids_[session]];
+  uint64_t room = max_slots_per_user_ > mine ? max_slots_per_user_ - mine : 0;
+  count = static_cast<uint32_t>(std::min<uint64_t>(count, had + room));
+  if (count <= had || !slots.Grant(count).ok()) {
+    ++grants_refused_;
+    return had;
+  }
+  mine += count - had;
+  granted_ += count - had;
+  return count;
 }
 
 }  // namespace depot

@@ -5,6 +5,13 @@
 // ids: a session's slots are read for its own namespace only, so garbage in them keeps at most
 // objects its own gets could keep.
 //
+// Both grow with what they hold. When an object is left out of a crowded index (ObjectIndex::
+// Crowded), the namespace moves to an index twice as big (up to `max_entries`), retires the old
+// one and counts a new generation; sessions learn of it when a get misses in the retired index
+// and they ask (IndexRequest). A session whose slots are all taken asks for more (Grant): each
+// user's slots past the first kSlotCount of each session come out of `max_slots_per_user`, so
+// that no user can make the daemon's slot reads, which every user's deletes wait on, long.
+//
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_LOCK_FREE_GETS_H_
 #define DEPOT_DAEMON_LOCK_FREE_GETS_H_
@@ -15,6 +22,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/object_index.h"
@@ -32,7 +40,8 @@ class LockFreeGets : public SlotReaders {
   // An index of `entries` entries. Its memfds are named after the namespace's segments
   // (`name_prefix`), as index-<prefix> and slots-<prefix><session>: not depot-…, so that nothing
   // takes them for segments. The memfd's error.
-  static Result<std::unique_ptr<LockFreeGets>> Create(uint64_t entries,
+  static Result<std::unique_ptr<LockFreeGets>> Create(uint64_t entries, uint64_t max_entries,
+                                                      uint64_t max_slots_per_user,
                                                       const std::string& name_prefix,
                                                       IndexableFn indexable);
 
@@ -41,11 +50,16 @@ class LockFreeGets : public SlotReaders {
   bool Pinned(ObjectId id) const override;
   std::vector<bool> HeldAmong(std::span<const ObjectId> ids) const override;
   std::vector<ObjectId> Touched() override;
+  bool TakeGrown() override { return std::exchange(grown_, false); }
+  bool Indexed(ObjectId id) const override { return index_->Contains(id); }
 
-  // Makes `session`'s slots (sent to it at hello). The memfd's error.
-  Result<const ReferenceSlots*> Join(SessionId session);
+  // Makes `session`'s slots (sent to it at hello), of a session of user `uid`. The memfd's error.
+  Result<const ReferenceSlots*> Join(SessionId session, uint32_t uid);
   // `session` closed: its slots keep nothing from now on.
-  void Leave(SessionId session) { slots_.erase(session); }
+  void Leave(SessionId session);
+  // Grants `session` slots up to `count` in all, as far as its user's part allows; the slots it
+  // has then (0: it has none).
+  uint32_t Grant(SessionId session, uint32_t count);
 
   // Whether `session`'s slots, if it has any, still have their layout words (ReferenceSlots::
   // Intact).
@@ -78,17 +92,36 @@ class LockFreeGets : public SlotReaders {
   }
 
   const ObjectIndex& index() const { return *index_; }
+  // Which index this is: 1 for the first, one more at each move to a bigger one.
+  uint64_t generation() const { return generation_; }
+  // Slot grants refused (the user's part spent, or no memory), and the slots granted past the
+  // first kSlotCount of each session, in all.
+  uint64_t grants_refused() const { return grants_refused_; }
+  uint64_t slots_granted() const { return granted_; }
 
  private:
-  LockFreeGets(std::unique_ptr<ObjectIndex> index, std::string name_prefix, IndexableFn indexable)
+  LockFreeGets(std::unique_ptr<ObjectIndex> index, uint64_t max_entries,
+               uint64_t max_slots_per_user, std::string name_prefix, IndexableFn indexable)
       : index_(std::move(index)),
+        max_entries_(max_entries),
+        max_slots_per_user_(max_slots_per_user),
         name_prefix_(std::move(name_prefix)),
         indexable_(std::move(indexable)) {}
+  // Moves to an index twice as big when this one is crowded and may grow; whether it did.
+  bool Grow();
 
   std::unique_ptr<ObjectIndex> index_;
+  uint64_t max_entries_;
+  uint64_t max_slots_per_user_;
   std::string name_prefix_;
   IndexableFn indexable_;
   std::map<SessionId, std::unique_ptr<ReferenceSlots>> slots_;
+  std::map<SessionId, uint32_t> uids_;           // each session's user
+  std::map<uint32_t, uint64_t> granted_by_uid_;  // slots past the first kSlotCount, by user
+  uint64_t generation_ = 1;
+  bool grown_ = false;  // since TakeGrown
+  uint64_t grants_refused_ = 0;
+  uint64_t granted_ = 0;
 };
 
 }  // namespace depot

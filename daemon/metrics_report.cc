@@ -170,6 +170,18 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Family("depot_index_taken_back_total", "counter",
            "Index entries taken back from a user over its part, for another user's object.");
   t.Sample("depot_index_taken_back_total", {}, s.index_taken_back);
+  t.Family("depot_index_left_out_total", "counter",
+           "Objects left out of a shared index because their set or its records were full.");
+  t.Sample("depot_index_left_out_total", {}, s.index_left_out);
+  t.Family("depot_index_growths_total", "counter",
+           "Times a shared index moved to one twice as big.");
+  t.Sample("depot_index_growths_total", {}, s.index_growths);
+  t.Family("depot_slots_granted", "gauge",
+           "Reference slots granted past the first 1024 of each connection.");
+  t.Sample("depot_slots_granted", {}, s.slots_granted);
+  t.Family("depot_slot_grants_refused_total", "counter",
+           "Asks for more reference slots refused: the user's part was spent.");
+  t.Sample("depot_slot_grants_refused_total", {}, s.slot_grants_refused);
   t.Family("depot_leases_revoked_total", "counter",
            "Idle leases taken back because memory ran short.");
   t.Sample("depot_leases_revoked_total", {}, s.leases_revoked);
@@ -237,6 +249,7 @@ void Limits(PrometheusText& t, const MetricsSnapshot& m) {
            uint64_t{s.max_pending_guids_per_user});
   t.Sample("depot_limit", {{"key", "max_parked_bytes_per_user"}}, s.max_parked_bytes_per_user);
   t.Sample("depot_limit", {{"key", "max_sessions_per_user"}}, uint64_t{s.max_sessions_per_user});
+  t.Sample("depot_limit", {{"key", "max_slots_per_user"}}, s.max_slots_per_user);
 }
 
 }  // namespace

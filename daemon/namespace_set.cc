@@ -67,9 +67,11 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   ns->pools_.push_back(std::move(*host));
   if (Status st = AddDevicePools(*ns); !st.ok()) return st;
   if (options_.index_entries > 0) {
-    auto gets = LockFreeGets::Create(options_.index_entries, prefix, [ns](const Location& f) {
-      return f.size == 0 || !ns->SegmentOf(f.pool, f.segment).dedicated;
-    });
+    auto gets = LockFreeGets::Create(
+        options_.index_entries, std::max(options_.index_entries, options_.index_max_entries),
+        options_.max_slots_per_user, prefix, [ns](const Location& f) {
+          return f.size == 0 || !ns->SegmentOf(f.pool, f.segment).dedicated;
+        });
     if (!gets.ok()) return gets.status();
     ns->gets_ = std::move(*gets);
   }
@@ -246,6 +248,10 @@ void NamespaceSet::Report(StoreStatus& st) const {
     st.index_entries += index.entries();
     st.index_over_share += index.refused_over_share();
     st.index_taken_back += index.taken_back();
+    st.index_left_out += index.left_out();
+    st.index_growths += ns->gets()->generation() - 1;
+    st.slots_granted += ns->gets()->slots_granted();
+    st.slot_grants_refused += ns->gets()->grants_refused();
   }
   spill_.Report(st);
 }

@@ -43,9 +43,11 @@ struct HostMemoryOptions {
 
 struct NamespaceOptions {
   HostMemoryOptions host;
-  bool per_user = false;       // each uid gets a namespace of its own
-  bool eviction = false;       // evict LRU evictable objects when full
-  uint64_t index_entries = 0;  // entries of each namespace's shared index (0: no index)
+  bool per_user = false;            // each uid gets a namespace of its own
+  bool eviction = false;            // evict LRU evictable objects when full
+  uint64_t index_entries = 0;       // entries of each namespace's shared index (0: no index)
+  uint64_t index_max_entries = 0;   // ... up to which it grows
+  uint64_t max_slots_per_user = 0;  // reference slots past the first 1024 of each session
   SpillOptions spill;
 };
 

@@ -1,6 +1,9 @@
 #include "daemon/object_index.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cstring>
@@ -42,67 +45,136 @@ bool ObjectIndex::Insert(const StoredObject& o) {
   uint64_t bytes = index::RecordBytes(frames.size(), metadata.size());
   Use& use = uses_[o.creator_uid];  // (dropped again below when nothing of its is placed)
   uint64_t uids = uses_.size();
-  auto leave_out = [&] {
-    if (use.entries == 0) uses_.erase(o.creator_uid);
-    return false;
-  };
   if (use.entries + 1 > EntryShare(uids) || use.bytes + bytes > ByteShare(uids)) {
     ++refused_over_share_;
-    return leave_out();
+    if (use.entries == 0) uses_.erase(o.creator_uid);
+    return false;
   }
-  auto way = FreeWay(index::SetOf(o.guid, sets_), uids);
-  if (!way) return leave_out();
-  uint64_t n = *way;
-  auto record = arena_.Allocate(bytes);
-  if (!record) {
-    TakeBackBytes(uids);
-    record = arena_.Allocate(bytes);
-  }
-  if (!record) return leave_out();
-
-  // The record first: no entry names it yet, and the entry's release store below publishes it.
-  uint64_t* r = arena() + *record / 8;
+  std::vector<uint64_t> record;
+  record.reserve(bytes / 8);
   for (const Location& f : frames) {
-    Store(r++, f.offset);
-    Store(r++, f.size);
-    Store(r++, uint64_t{f.pool} << 32 | f.segment);
+    record.insert(record.end(), {f.offset, f.size, uint64_t{f.pool} << 32 | f.segment});
   }
   for (size_t i = 0; i < metadata.size(); i += 8) {
     uint64_t word = 0;
     std::memcpy(&word, metadata.data() + i, std::min<size_t>(8, metadata.size() - i));
-    Store(r++, word);
+    record.push_back(word);
   }
+  std::array<uint64_t, index::kEntryWords> words{};
+  words[index::kGuidHi] = o.guid.hi;
+  words[index::kGuidLo] = o.guid.lo;
+  words[index::kId] = o.id;
+  words[index::kChecksum] = o.checksum;
+  words[index::kCreator] = uint64_t{o.creator_uid} | uint64_t{static_cast<uint32_t>(o.creator_pid)}
+                                                         << 32;
+  words[index::kShape] =
+      index::Shape(frames.size(), o.has_checksum ? index::kHasChecksum : 0, metadata.size());
+  return Place(words, record, o.creator_uid, true);
+}
+
+bool ObjectIndex::Place(std::span<const uint64_t> words, std::span<const uint64_t> record,
+                        uint32_t uid, bool take_back) {
+  Use& use = uses_[uid];
+  uint64_t uids = uses_.size();
+  auto leave_out = [&] {
+    if (use.entries == 0) uses_.erase(uid);
+    ++left_out_;
+    return false;
+  };
+  Guid guid{words[index::kGuidHi], words[index::kGuidLo]};
+  auto way = FreeWay(guid, take_back ? uids : 0);
+  if (!way) return leave_out();
+  uint64_t n = *way;
+  uint64_t bytes = record.size() * 8;
+  auto at = arena_.Allocate(bytes);
+  if (!at && take_back) {
+    TakeBackBytes(uids);
+    at = arena_.Allocate(bytes);
+  }
+  if (!at) return leave_out();
+
+  // The record first: no entry names it yet, and the entry's release store below publishes it.
+  uint64_t* r = arena() + *at / 8;
+  for (uint64_t w : record) Store(r++, w);
   uint64_t* e = entry(n * index::kEntryWords);
   uint64_t seq = Load(&e[index::kSeq]);
   Store(&e[index::kSeq], seq + 1);
   std::atomic_thread_fence(std::memory_order_release);
-  Store(&e[index::kGuidHi], o.guid.hi);
-  Store(&e[index::kGuidLo], o.guid.lo);
-  Store(&e[index::kId], o.id);
-  Store(&e[index::kRecord], *record);
-  Store(&e[index::kChecksum], o.checksum);
-  Store(&e[index::kCreator],
-        uint64_t{o.creator_uid} | uint64_t{static_cast<uint32_t>(o.creator_pid)} << 32);
-  Store(&e[index::kShape],
-        index::Shape(frames.size(), o.has_checksum ? index::kHasChecksum : 0, metadata.size()));
+  for (uint64_t w = index::kGuidHi; w < index::kEntryWords; ++w) {
+    Store(&e[w], w == index::kRecord ? *at : words[w]);
+  }
   Store(&e[index::kSeq], seq + 2, std::memory_order_release);
   used_[n] = true;
-  placed_[o.id] = {n * index::kEntryWords, *record, bytes, o.creator_uid};
+  placed_[words[index::kId]] = {n * index::kEntryWords, *at, bytes, uid};
   ++use.entries;
   use.bytes += bytes;
   return true;
 }
 
-std::optional<uint64_t> ObjectIndex::FreeWay(uint64_t set, uint64_t uids) {
-  for (uint64_t n = set * index::kWays; n < (set + 1) * index::kWays; ++n) {
-    if (!used_[n]) return n;
+bool ObjectIndex::Crowded() const {
+  return placed_.size() * 2 >= used_.size() || arena_.used() * 2 >= arena_.size();
+}
+
+Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Grown(uint64_t entries,
+                                                        const std::string& name) const {
+  auto bigger = Create(entries, name);
+  if (!bigger.ok()) return bigger.status();
+  std::array<uint64_t, index::kEntryWords> words{};
+  std::vector<uint64_t> record;
+  for (const auto& [id, p] : placed_) {
+    const uint64_t* e = map_.words() + index::kEntriesWord + p.entry;
+    for (uint64_t w = 0; w < index::kEntryWords; ++w) words[w] = Load(&e[w]);
+    const uint64_t* r = map_.words() + index::ArenaWord(sets_) + p.record / 8;
+    record.assign(r, r + p.record_bytes / 8);
+    // No uid is over its part here that was not in the smaller index: nothing is taken back.
+    (void)(*bigger)->Place(words, record, p.uid, false);
   }
-  for (uint64_t n = set * index::kWays; n < (set + 1) * index::kWays; ++n) {
-    auto it = placed_.find(Load(entry(n * index::kEntryWords) + index::kId));
-    if (it != placed_.end() && uses_[it->second.uid].entries > EntryShare(uids)) {
-      ++taken_back_;
-      Remove(it->first);
-      return n;
+  return bigger;
+}
+
+void ObjectIndex::Retire() {
+  for (const auto& [id, p] : placed_) {
+    uint64_t* e = entry(p.entry);
+    uint64_t seq = Load(&e[index::kSeq]);
+    Store(&e[index::kSeq], seq + 2);  // what a client read of it no longer holds
+    Store(&e[index::kId], 0);
+  }
+  Store(map_.words() + layout::kMagic, 0);  // clients that miss ask for the index that replaced it
+  // As Remove's: a client's slot published before it re-read a seq above is seen by the slot
+  // reads that follow.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Its memory goes back now, though clients still map it: they read zeros (no entry) there.
+  (void)::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                    static_cast<off_t>(map_.size()));
+}
+
+std::optional<uint64_t> ObjectIndex::FreeWay(const Guid& guid, uint64_t uids) {
+  const uint64_t sets[] = {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)};
+  // The first free way of the set with more of them.
+  std::optional<uint64_t> best;
+  uint64_t most = 0;
+  for (uint64_t set : sets) {
+    uint64_t free = 0;
+    std::optional<uint64_t> first;
+    for (uint64_t n = set * index::kWays; n < (set + 1) * index::kWays; ++n) {
+      if (used_[n]) continue;
+      ++free;
+      if (!first) first = n;
+    }
+    if (free > most) {
+      most = free;
+      best = first;
+    }
+  }
+  if (best || uids == 0) return best;
+  for (uint64_t set : sets) {
+    for (uint64_t n = set * index::kWays; n < (set + 1) * index::kWays; ++n) {
+      auto it = placed_.find(Load(entry(n * index::kEntryWords) + index::kId));
+      if (it != placed_.end() && uses_[it->second.uid].entries > EntryShare(uids)) {
+        ++taken_back_;
+        Remove(it->first);
+        return n;
+      }
     }
   }
   return std::nullopt;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -49,12 +50,24 @@ class ObjectIndex {
   void Remove(ObjectId id);
   bool Contains(ObjectId id) const { return placed_.contains(id); }
 
+  // Whether half the entries or half the arena are taken: an object left out then is one that a
+  // bigger index would hold (below that, only GUIDs chosen to collide fill a set).
+  bool Crowded() const;
+  // A new index of at least `entries` entries in a memfd named `name`, holding every object this
+  // one holds. The memfd's error.
+  Result<std::unique_ptr<ObjectIndex>> Grown(uint64_t entries, const std::string& name) const;
+  // Withdraws every entry (fenced as Remove's), clears the layout words so that clients know to
+  // ask for the index that replaces it, and gives its memory back. Nothing is placed after.
+  void Retire();
+
   // Sent to sessions: opened O_RDONLY, it cannot back a writable mapping.
   int read_only_fd() const { return read_only_fd_.get(); }
   uint64_t sets() const { return sets_; }
   uint64_t arena_bytes() const { return arena_.size(); }
   uint64_t size() const { return map_.size(); }
   size_t indexed() const { return placed_.size(); }
+  // Objects left out because their set or the arena was full.
+  uint64_t left_out() const { return left_out_; }
   uint64_t entries() const { return used_.size(); }
   // Objects not indexed because their creator had its part of the index already, and entries
   // taken back from a uid over its part.
@@ -75,9 +88,14 @@ class ObjectIndex {
   // A uid's part of the entries and of the arena while `uids` uids have objects indexed.
   uint64_t EntryShare(uint64_t uids) const { return used_.size() / std::max<uint64_t>(uids, 1); }
   uint64_t ByteShare(uint64_t uids) const { return arena_.size() / std::max<uint64_t>(uids, 1); }
-  // A free way of `set`, taking back an entry of a uid over its part if none is free; nullopt
-  // when every entry there is within its uid's part.
-  std::optional<uint64_t> FreeWay(uint64_t set, uint64_t uids);
+  // Places an entry of `words` (kSeq and kRecord aside) and its record for `uid`, taking entries
+  // and records back from uids over their part when `take_back`. False when it does not fit.
+  bool Place(std::span<const uint64_t> words, std::span<const uint64_t> record, uint32_t uid,
+             bool take_back);
+  // A free way of one of `guid`'s two sets (of the one with more), taking back an entry of a uid
+  // over its part if none is free (not when `uids` is 0); nullopt when every entry there is
+  // within its uid's part.
+  std::optional<uint64_t> FreeWay(const Guid& guid, uint64_t uids);
   // Withdraws records of uids over their part of the arena until each is within it.
   void TakeBackBytes(uint64_t uids);
 
@@ -95,6 +113,7 @@ class ObjectIndex {
   std::unordered_map<ObjectId, Placed> placed_;
   std::unordered_map<uint32_t, Use> uses_;  // by uid, of those with objects indexed
   uint64_t refused_over_share_ = 0;
+  uint64_t left_out_ = 0;
   uint64_t taken_back_ = 0;
 };
 

@@ -452,4 +452,13 @@ std::vector<const StoredObject*> ObjectTable::ObjectsHeldBy(SessionId session) c
   return out;
 }
 
+void ObjectTable::PublishLeftOut() {
+  for (auto& [id, o] : objects_) {
+    if (o.state == ObjectState::kSealed && !o.deleted && o.residence == Residence::kMemory &&
+        !readers_->Indexed(id) && readers_->Publish(o)) {
+      o.indexed = true;
+    }
+  }
+}
+
 }  // namespace depot

@@ -181,6 +181,10 @@ class SlotReaders {
   virtual std::vector<bool> HeldAmong(std::span<const ObjectId> ids) const = 0;
   // The ids clients took from the index since the last call, oldest first (untrusted).
   virtual std::vector<ObjectId> Touched() = 0;
+  // Whether the index grew since the last call: the objects it left out may fit now.
+  virtual bool TakeGrown() { return false; }
+  // Whether `id` is in the index now.
+  virtual bool Indexed(ObjectId id) const = 0;
 };
 
 class ObjectTable {
@@ -306,8 +310,12 @@ class ObjectTable {
     return readers_->Pinned(o.id);
   }
   void Publish(StoredObject& o) {
-    if (readers_ != nullptr && readers_->Publish(o)) o.indexed = true;
+    if (readers_ == nullptr) return;
+    if (readers_->Publish(o)) o.indexed = true;
+    if (readers_->TakeGrown()) PublishLeftOut();
   }
+  // Publishes every sealed object in memory that the index does not hold (it grew).
+  void PublishLeftOut();
   void Destroy(StoredObject& o);  // frees the memory and forgets the object
   bool Evict(StoredObject& o, SessionId by);
   void LruRemove(StoredObject& o);

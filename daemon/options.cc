@@ -90,6 +90,13 @@ const std::vector<Key>& Keys() {
         "round trip (64 bytes each, and as many for their records; 0: off)"},
        [](O& o, const std::string& v, uint64_t) { return SetUint(o.index_entries, v, 0, 1 << 22); },
        [](const O& o) { return std::to_string(o.index_entries); }},
+      {{"index_max_entries", "16777216",
+        "entries up to which a shared index grows, twice as big each time it is crowded (at "
+        "most index_entries: it stays as it is)"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetUint(o.index_max_entries, v, 0, 1 << 26);
+       },
+       [](const O& o) { return std::to_string(o.index_max_entries); }},
       {{"log_level", "info",
         "trace, debug, info, warn, error, critical or off (SIGHUP re-reads it)"},
        [](O& o, const std::string& v, uint64_t) -> std::string {
@@ -240,6 +247,13 @@ const std::vector<Key>& Keys() {
          return SetUint(o.max_sessions_per_user, v, 1, 1 << 16);
        },
        [](const O& o) { return std::to_string(o.max_sessions_per_user); }},
+      {{"max_slots_per_user", "1048576",
+        "reference slots (objects held from the shared index without a round trip) one user may "
+        "be granted past the first 1024 of each connection; 8 bytes each"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetUint(o.max_slots_per_user, v, 0, uint32_t{1} << 31);
+       },
+       [](const O& o) { return std::to_string(o.max_slots_per_user); }},
       {{"handshake_timeout_ms", "10000",
         "a connection that does not say hello this soon is closed"},
        [](O& o, const std::string& v, uint64_t) {

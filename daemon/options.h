@@ -28,7 +28,9 @@ struct DaemonOptions {
   bool prefault = false;
   uint64_t keep_warm = 0;  // bytes of empty segments kept for the next objects
   bool eviction = false;
-  uint32_t index_entries = 0;  // entries of each namespace's shared index (0: off)
+  uint32_t index_entries = 0;       // entries of each namespace's shared index (0: off)
+  uint32_t index_max_entries = 0;   // ... up to which it grows
+  uint32_t max_slots_per_user = 0;  // reference slots past the first 1024 of each session
   std::string log_level;
   uint32_t max_clients = 0;
   uint32_t max_message_size = 0;

@@ -1,5 +1,6 @@
 #include "daemon/reference_slots.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -13,7 +14,7 @@
 namespace depot {
 
 Result<std::unique_ptr<ReferenceSlots>> ReferenceSlots::Create(const std::string& name) {
-  auto memory = SealedMemfd(name, index::kSlotBytes);
+  auto memory = SealedMemfd(name, index::SlotFileBytes(index::kMaxSlots), index::kSlotBytes);
   if (!memory.ok()) return memory.status();
   // The layout words are written through the file: the daemon's own mapping stays read-only.
   const uint64_t words[] = {index::kSlotsLayout.magic, index::kSlotsLayout.version};
@@ -29,26 +30,41 @@ Result<std::unique_ptr<ReferenceSlots>> ReferenceSlots::Create(const std::string
 
 bool ReferenceSlots::Intact() const { return layout::Intact(map_.words(), index::kSlotsLayout); }
 
-std::span<const uint64_t> ReferenceSlots::Used() const {
+Status ReferenceSlots::Grant(uint32_t count) {
+  count = std::min(count, index::kMaxSlots);
+  if (count <= granted_) return Status::OK();
+  // Reserved before the client may write there or the daemon read there: a page of a hole would
+  // be allocated by the fault, which may fail (SIGBUS) when memory is short.
+  if (int err = ::posix_fallocate(fd_.get(), 0, static_cast<off_t>(index::SlotFileBytes(count)));
+      err != 0) {
+    return Status::StoreFull(
+        fmt::format("cannot reserve {} reference slots: {}", count, std::strerror(err)));
+  }
+  granted_ = count;
+  return Status::OK();
+}
+
+std::array<std::span<const uint64_t>, 2> ReferenceSlots::Used() const {
   if (!Intact()) return {};
   uint64_t high = index::Load(map_.words() + index::kSlotHighWater, std::memory_order_acquire);
-  return {map_.words() + index::kSlotsWord, std::min<uint64_t>(high, index::kSlotCount)};
+  high = std::min<uint64_t>(high, granted_);
+  uint64_t first = std::min<uint64_t>(high, index::kSlotCount);
+  return {std::span<const uint64_t>(map_.words() + index::kSlotsWord, first),
+          std::span<const uint64_t>(map_.words() + index::kMoreSlotsWord, high - first)};
 }
 
 uint64_t ReferenceSlots::Fingerprint() const {
-  std::span<const uint64_t> used = Used();
-  uint64_t h = used.size();
-  for (const uint64_t& slot : used) {
-    h = (h ^ index::Load(&slot, std::memory_order_relaxed)) * 0x9E3779B97F4A7C15ull;
+  auto used = Used();
+  uint64_t h = used[0].size() + used[1].size();
+  ForEach([&](uint64_t id) {
+    h = (h ^ id) * 0x9E3779B97F4A7C15ull;
     h ^= h >> 32;
-  }
+  });
   return h;
 }
 
 void ReferenceSlots::Collect(std::unordered_set<ObjectId>& ids) const {
-  for (const uint64_t& slot : Used()) {
-    if (uint64_t id = index::Load(&slot, std::memory_order_acquire); id != 0) ids.insert(id);
-  }
+  ForEach([&](uint64_t id) { ids.insert(id); });
 }
 
 void ReferenceSlots::TakeTouches(std::vector<ObjectId>& ids) {
@@ -66,8 +82,10 @@ void ReferenceSlots::TakeTouches(std::vector<ObjectId>& ids) {
 }
 
 bool ReferenceSlots::Holds(ObjectId id) const {
-  return std::ranges::any_of(Used(), [id](const uint64_t& slot) {
-    return index::Load(&slot, std::memory_order_acquire) == id;
+  return std::ranges::any_of(Used(), [id](std::span<const uint64_t> used) {
+    return std::ranges::any_of(used, [id](const uint64_t& slot) {
+      return index::Load(&slot, std::memory_order_acquire) == id;
+    });
   });
 }
 

@@ -1,6 +1,8 @@
 // ReferenceSlots is one session's reference slots (proto/index_layout.h): a sealed memfd of the
-// layout words, index::kSlotCount words and a high-water word that the daemon maps and sends
-// read-write to the session at hello. The
+// layout words, index::kSlotCount words, a high-water word, the touches and room for more slots,
+// that the daemon maps and sends read-write to the session at hello. The session starts with
+// kSlotCount slots and may be granted more (Grant), up to index::kMaxSlots: only the granted
+// slots are backed by memory (reserved as they are granted) and read. The
 // client publishes in a slot the ObjectId of an object it took from the index, and clears the
 // slot when it lets the object go: a hold that costs no message. The daemon reads the slots
 // before it frees, evicts or spills an object that left the index (see LockFreeGets).
@@ -8,7 +10,7 @@
 // The slots are the client's to write: their contents are untrusted ids. The memfd is sealed
 // against shrinking, so no client can make the daemon's reads fault; an id that names nothing
 // keeps nothing, and one that names an object of the namespace keeps it as a get would. Only the
-// slots below the high-water word are read, the word clamped to the slot count: a client that
+// slots below the high-water word are read, the word clamped to the slots granted: a client that
 // writes it too low gives up the protection of its own views only (docs/design.md). So does one
 // that overwrites the layout words: while they are not intact, the slots read as empty and no
 // touches are taken, and the daemon closes the session at its next request (Intact).
@@ -18,6 +20,7 @@
 #define DEPOT_DAEMON_REFERENCE_SLOTS_H_
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -41,6 +44,11 @@ class ReferenceSlots {
 
   // Sent to the session: read-write.
   int fd() const { return fd_.get(); }
+  // The slots granted (index::kSlotCount at first).
+  uint32_t granted() const { return granted_; }
+  // Grants slots up to `count` (at most index::kMaxSlots), reserving their memory first. The
+  // reservation's error (the grant stays as it was).
+  Status Grant(uint32_t count);
   // Whether the layout words are as the daemon wrote them (the client may overwrite them).
   bool Intact() const;
 
@@ -51,8 +59,10 @@ class ReferenceSlots {
   // client wrote (docs/design.md, "Gets without a round trip").
   template <typename Fn>
   void ForEach(Fn&& fn) const {
-    for (const uint64_t& slot : Used()) {
-      if (uint64_t id = index::Load(&slot, std::memory_order_acquire); id != 0) fn(id);
+    for (std::span<const uint64_t> used : Used()) {
+      for (const uint64_t& slot : used) {
+        if (uint64_t id = index::Load(&slot, std::memory_order_acquire); id != 0) fn(id);
+      }
     }
   }
   // The ids the slots hold now that `names(id)` says name something, each once. They are looked
@@ -81,9 +91,9 @@ class ReferenceSlots {
   void TakeTouches(std::vector<ObjectId>& ids);
 
  private:
-  // The slots in use now, as the client says, clamped to the slot count; none when the layout
-  // words are not intact.
-  std::span<const uint64_t> Used() const;
+  // The slots in use now, as the client says, clamped to the slots granted: the first
+  // kSlotCount, then those past the touches; none when the layout words are not intact.
+  std::array<std::span<const uint64_t>, 2> Used() const;
   // A hash of the slots in use now and of their count.
   uint64_t Fingerprint() const;
 
@@ -91,6 +101,7 @@ class ReferenceSlots {
 
   UniqueFd fd_;
   SharedMapping map_;
+  uint32_t granted_ = index::kSlotCount;
   uint64_t touches_read_ = 0;                           // the touch count at the last TakeTouches
   mutable std::optional<std::vector<ObjectId>> named_;  // the last Naming's answer
   mutable uint64_t named_print_ = 0;                    // ... and the fingerprint it was for

@@ -14,7 +14,8 @@
 
 namespace depot {
 
-Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size) {
+Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
+                                  std::optional<uint64_t> reserve) {
   // Boost.Interprocess makes only named POSIX objects, which cannot carry seals; memfd_create can.
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) {
@@ -32,7 +33,9 @@ Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size) {
                                          FormatBytes(size), std::strerror(errno)));
   }
   // Reserve every page now: memory that runs out later would SIGBUS whoever touches the page.
-  if (int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(size)); err != 0) {
+  // (A caller that reserves less reserves the rest before anyone may touch it.)
+  if (int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(reserve.value_or(size)));
+      err != 0) {
     return Status::StoreFull(fmt::format(
         "cannot reserve {} of memory for segment {}: {} ({}); lower the capacity or give the "
         "daemon more memory",

@@ -10,6 +10,7 @@
 #define DEPOT_DAEMON_SHM_SOURCE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,10 +20,12 @@
 namespace depot {
 
 // A memfd of `size` bytes named `name` (it shows in /proc/PID/maps as /memfd:NAME), reserved in
-// full, sealed with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, and reopened read-only through
+// full (or its first `reserve` bytes: the caller reserves the rest before anyone touches it),
+// sealed with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, and reopened read-only through
 // /proc/self/fd: a mapping of the read-only descriptor cannot be made writable (EACCES), whatever
 // its holder asks. StoreFull, saying how much memory there is, when it cannot be reserved.
-Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size);
+Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
+                                  std::optional<uint64_t> reserve = std::nullopt);
 
 class ShmSource : public SegmentSource {
  public:

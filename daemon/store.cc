@@ -174,6 +174,9 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
     case MsgType::kPutsWritten:  // its ring was taken above
       rings_.Poll();
       break;
+    case MsgType::kIndex:
+      OnIndex(s, st, id, *proto::Body<wire::IndexRequest>(body));
+      break;
     // No default: a row of proto/messages.h without a case here fails to compile.
     case MsgType::kSegmentsRetired:
     case MsgType::kEvent:

@@ -168,6 +168,7 @@ class Store {
   void OnList(SessionId s, uint64_t id, const wire::ListRequest& req);
   void OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req);
   void OnStatus(SessionId s, uint64_t id);
+  void OnIndex(SessionId s, SessionState& st, uint64_t id, const wire::IndexRequest& req);
   void OnClients(SessionId s, uint64_t id);
   void OnMetrics(SessionId s, uint64_t id);
   StoreStatus Snapshot() const;

@@ -17,6 +17,8 @@ StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_
   so.namespaces.per_user = o.per_user_namespaces;
   so.namespaces.eviction = o.eviction;
   so.namespaces.index_entries = o.index_entries;
+  so.namespaces.index_max_entries = o.index_max_entries;
+  so.namespaces.max_slots_per_user = o.max_slots_per_user;
   so.namespaces.spill = {.dir = o.spill_dir,
                          .capacity = o.spill_capacity,
                          .max_parked = o.max_pending,

@@ -149,6 +149,7 @@ StoreStatus Store::Snapshot() const {
     st.sessions_top_user = std::max(st.sessions_top_user, n);
   }
   st.max_sessions_per_user = options_.max_sessions_per_user;
+  st.max_slots_per_user = options_.namespaces.max_slots_per_user;
   // Leases are allocated blocks, but no object's: `used` counts objects, `leased` the rest.
   st.leased = leases_.leased();
   st.used -= std::min(st.used, st.leased);

@@ -124,7 +124,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   uint64_t sets = 0;
   uint64_t arena = 0;
   if (LockFreeGets* gets = st.ns->gets(); gets != nullptr) {
-    auto slots = gets->Join(s);
+    auto slots = gets->Join(s, st.creds.uid);
     if (slots.ok()) {
       fds.emplace_back(::fcntl(gets->index().read_only_fd(), F_DUPFD_CLOEXEC, 0));
       fds.emplace_back(::fcntl((*slots)->fd(), F_DUPFD_CLOEXEC, 0));
@@ -154,13 +154,33 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   auto version = fbb.CreateString(options_.version);
   auto pools = replies::DevicePools(fbb, namespaces_.DevicePools());
   auto unavailable = fbb.CreateString(devices_.unavailable());
-  fbb.Finish(wire::CreateHelloReply(fbb, proto::kProtocolVersion, version, s, ::getpid(),
-                                    options_.max_message_size, proto::kMaxInlineSize,
-                                    options_.hugepages, pools, unavailable, sets, arena,
-                                    sets > 0 ? index::kSlotCount : 0, /*leases=*/true, ring_bytes,
-                                    options_.max_frames, options_.max_metadata));
+  fbb.Finish(wire::CreateHelloReply(
+      fbb, proto::kProtocolVersion, version, s, ::getpid(), options_.max_message_size,
+      proto::kMaxInlineSize, options_.hugepages, pools, unavailable, sets, arena,
+      sets > 0 ? index::kSlotCount : 0, /*leases=*/true, ring_bytes, options_.max_frames,
+      options_.max_metadata, sets > 0 ? st.ns->gets()->generation() : 0));
   Reply(s, id, MsgType::kHello, fbb, std::move(fds));
   return Status::OK();
+}
+
+void Store::OnIndex(SessionId s, SessionState& st, uint64_t id, const wire::IndexRequest& req) {
+  LockFreeGets* gets = st.ns != nullptr ? st.ns->gets() : nullptr;
+  uint32_t slots = gets != nullptr ? gets->Grant(s, req.slots()) : 0;
+  if (slots == 0) {
+    return ReplyError(s, id, Status::InvalidArgument("this connection has no shared index"));
+  }
+  std::vector<UniqueFd> fds;
+  const ObjectIndex& index = gets->index();
+  if (req.index_generation() != gets->generation()) {
+    fds.emplace_back(::fcntl(index.read_only_fd(), F_DUPFD_CLOEXEC, 0));
+    if (!fds.back().valid()) {
+      return ReplyError(s, id, Status::Unavailable("cannot pass the shared index"));
+    }
+  }
+  fb::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateIndexReply(fbb, slots, index.sets(), index.arena_bytes(),
+                                    gets->generation(), !fds.empty()));
+  Reply(s, id, MsgType::kIndex, fbb, std::move(fds));
 }
 
 }  // namespace depot

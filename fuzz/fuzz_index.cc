@@ -68,14 +68,18 @@ void ReadIndex(const uint8_t*& data, size_t& size, uint64_t sets) {
 void UseSlots(const uint8_t* data, size_t size) {
   std::map<ObjectId, int> freed;
   ObjectTable table([&](const StoredObject& o) { ++freed[o.id]; }, [] { return int64_t{0}; });
-  auto gets = LockFreeGets::Create(16, "fuzz-", [](const Location&) { return true; });
+  // Slots past the first kSlotCount too: the session is granted twice as many.
+  constexpr uint32_t kGranted = 2 * index::kSlotCount;
+  auto gets = LockFreeGets::Create(16, 16, kGranted, "fuzz-", [](const Location&) { return true; });
   Check(gets.ok());
   table.set_slot_readers(gets->get());
-  auto joined = (*gets)->Join(1);
+  auto joined = (*gets)->Join(1, 1000);
   Check(joined.ok());
+  Check((*gets)->Grant(1, kGranted) == kGranted);
   UniqueFd fd(::fcntl((*joined)->fd(), F_DUPFD_CLOEXEC, 0));
+  const uint64_t bytes = index::SlotFileBytes(kGranted);
   auto* slots = static_cast<uint64_t*>(
-      ::mmap(nullptr, index::kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0));
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0));
   Check(slots != MAP_FAILED);
   for (uint64_t n = 1; n <= 8; ++n) {
     NewObject o;
@@ -86,26 +90,30 @@ void UseSlots(const uint8_t* data, size_t size) {
     Check(table.Create(std::move(o)).ok());
     Check(table.Seal(2, Guid{n, n}).ok());
   }
-  size_t count = std::min<size_t>(size / 8, index::kSlotCount);
-  uint64_t* first = slots + index::kSlotsWord;
-  std::memcpy(first, data, count * 8);
+  size_t count = std::min<size_t>(size / 8, kGranted);
+  for (size_t n = 0; n < count; ++n) std::memcpy(slots + index::SlotWord(n), data + n * 8, 8);
   // The high-water word as an honest client writes it, too high, or too low (clamped, read as is).
   const uint64_t high[] = {count, ~uint64_t{0}, count / 2};
   slots[index::kSlotHighWater] = high[size % 3];
-  uint64_t* used = first + std::min<uint64_t>(high[size % 3], index::kSlotCount);
-  auto slot_holds = [&](ObjectId id) { return std::find(first, used, id) != used; };
+  uint64_t used = std::min<uint64_t>(high[size % 3], kGranted);
+  auto slot_holds = [&](ObjectId id) {
+    for (uint64_t n = 0; n < used; ++n) {
+      if (slots[index::SlotWord(n)] == id) return true;
+    }
+    return false;
+  };
   for (uint64_t n = 1; n <= 4; ++n) Check(table.Delete(Guid{n, n}).ok());
   while (table.EvictLru()) {
   }
   table.FreeUnpinned();
   for (auto [id, times] : freed) Check(times == 1 && !slot_holds(id));
-  std::memset(first, 0, (index::kSlotBytes - index::kSlotsWord * 8));  // the layout words stay
+  for (uint64_t n = 0; n < kGranted; ++n) slots[index::SlotWord(n)] = 0;  // the layout words stay
   Check(!table.FreeUnpinned());
   while (table.EvictLru()) {
   }
   Check(freed.size() == 4 + 4 && table.counts().deleted == 0);
   for (auto [id, times] : freed) Check(times == 1);
-  ::munmap(slots, index::kSlotBytes);
+  ::munmap(slots, bytes);
 }
 
 }  // namespace

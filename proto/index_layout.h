@@ -15,7 +15,8 @@
 // readers and the writer are no data race.
 //
 // The reference slots of a session are one memfd: the layout words, then kSlotCount words (from
-// word kSlotsWord), then one high-water word: a slot holds the ObjectId of an object the session
+// word kSlotsWord), then one high-water word, the touches, and the slots past the first
+// kSlotCount that the daemon granted (SlotWord): a slot holds the ObjectId of an object the session
 // holds without a daemon reference, or 0. The high-water word says how many leading slots may be in
 // use (the client takes the lowest free slot and raises the word before it writes a slot beyond
 // it), so that the daemon reads only those: an idle session costs it one word, not kSlotCount.
@@ -64,6 +65,19 @@ inline constexpr uint32_t kTouchCount = kSlotHighWater + 1;
 inline constexpr uint32_t kTouchRing = kSlotHighWater + 2;
 inline constexpr uint32_t kTouchRingSize = 256;
 inline constexpr uint64_t kSlotBytes = (uint64_t{kTouchRing} + kTouchRingSize) * 8;
+// A session that holds more than kSlotCount objects at once asks for more slots (IndexRequest);
+// slot n ≥ kSlotCount is word kMoreSlotsWord + n - kSlotCount, after the touches, so that the
+// first kSlotCount keep their place. The file is made for kMaxSlots slots, but only the first
+// SlotFileBytes(granted) are backed by memory and read: the daemon reserves more as it grants
+// them, and never reads past what it granted.
+inline constexpr uint32_t kMoreSlotsWord = (kTouchRing + kTouchRingSize + 7) / 8 * 8;
+inline constexpr uint32_t kMaxSlots = uint32_t{1} << 20;
+inline constexpr uint64_t SlotWord(uint64_t n) {
+  return n < kSlotCount ? kSlotsWord + n : kMoreSlotsWord + (n - kSlotCount);
+}
+inline constexpr uint64_t SlotFileBytes(uint64_t slots) {
+  return slots <= kSlotCount ? kSlotBytes : SlotWord(slots) * 8;
+}
 
 // The words of an entry.
 enum Word : uint64_t {
@@ -91,11 +105,18 @@ inline uint64_t RecordBytes(uint64_t frames, uint64_t metadata) {
   return (frames * kFrameWords + (metadata + 7) / 8) * 8;
 }
 
-// The set a GUID lives in; `sets` is a power of two. GUIDs a client proposes may be chosen to
-// collide: a full set only sends those gets through the daemon.
+// The two sets a GUID may live in; `sets` is a power of two. The daemon puts an entry in the one
+// with more free ways (two choices keep every set below its four ways at loads where one choice
+// leaves several percent of the objects out); a reader looks in the first, then the second.
+// GUIDs a client proposes may be chosen to collide: full sets only send those gets through the
+// daemon.
 inline uint64_t SetOf(const Guid& g, uint64_t sets) {
   uint64_t h = (g.hi ^ (g.lo * 0x9e3779b97f4a7c15ULL)) * 0xbf58476d1ce4e5b9ULL;
   return (h ^ (h >> 31)) & (sets - 1);
+}
+inline uint64_t SecondSetOf(const Guid& g, uint64_t sets) {
+  uint64_t h = (g.lo ^ (g.hi * 0xc2b2ae3d27d4eb4fULL)) * 0x94d049bb133111ebULL;
+  return (h ^ (h >> 29)) & (sets - 1);
 }
 
 // The shared words, read and written as atomics.

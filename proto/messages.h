@@ -46,6 +46,8 @@
   X(Put, 19, "put", PutRequest, NoReply, kClient)                               \
   /* puts wait in the put ring, and it is not polled */                         \
   X(PutsWritten, 20, "puts-written", EmptyReply, NoReply, kClient)              \
+  /* more reference slots, or the index that replaced this session's */         \
+  X(Index, 21, "index", IndexRequest, IndexReply, kClient)                      \
   X(SegmentsRetired, 64, "segments-retired", SegmentsRetired, NoReply, kDaemon) \
   X(Event, 65, "event", Event, NoReply, kDaemon)                                \
   /* in answer to any request */                                                \

@@ -15,6 +15,7 @@
 
 #include "proto/index_layout.h"
 #include "tests/other_users.h"
+#include "tests/raw_connection.h"
 
 using namespace depot;
 using namespace depot::test;
@@ -365,7 +366,7 @@ TEST_CASE("each per-user namespace has an index of its own", "[index][hostile]")
 
 TEST_CASE("with the index full or off, every get still goes through the daemon", "[index]") {
   std::string entries = GENERATE("4", "0");
-  Daemon d({"--capacity", "256MiB", "--index-entries", entries});
+  Daemon d({"--capacity", "256MiB", "--index-entries", entries, "--index-max-entries", entries});
   Client c = d.Connect();
   std::vector<Guid> ids;
   for (uint32_t i = 0; i < 40; ++i) {
@@ -389,6 +390,103 @@ TEST_CASE("with the index full or off, every get still goes through the daemon",
   // were answered from the index.
   CHECK(asked >= (entries == "0" ? 40u : 36u));
   CHECK(asked <= 40u);
+}
+
+TEST_CASE("a process holds thousands of objects from an index that grows with the store",
+          "[index][scale]") {
+  Daemon d({"--capacity", "256MiB", "--index-entries", "1024"});
+  Client c = d.Connect();
+  constexpr uint32_t kCount = 6000;
+  std::vector<Guid> ids;
+  for (uint32_t i = 0; i < kCount; ++i) {
+    auto id = c.Put(Pattern(64, i));
+    REQUIRE(id.ok());
+    ids.push_back(*id);
+  }
+  REQUIRE(c.GetStatus().ok());  // every put taken
+  auto reader = Client::Connect({d.socket(), "reader"});
+  REQUIRE(reader.ok());
+  std::vector<Object> held;
+  for (uint32_t i = 0; i < kCount; ++i) {
+    auto obj = reader->Get(ids[i]);
+    REQUIRE(obj.ok());
+    REQUIRE(Same(*obj, Pattern(64, i)));
+    held.push_back(*obj);
+  }
+  StoreStatus st = StatusOf(c);
+  INFO(reader->index_gets() << " gets through the index; " << st.index_growths << " growths, "
+                            << st.slots_granted << " slots granted, " << st.index_left_out
+                            << " left out");
+  // The first get brings the segment's descriptor; a full pair of sets may leave out a few.
+  CHECK(reader->index_gets() >= kCount * 99 / 100);
+  CHECK(st.index_growths >= 3);  // 1024 entries at first: 2048, 4096, 8192 at least
+  CHECK(st.index_entries >= 8192);
+  CHECK(st.slots_granted >= kCount - index::kSlotCount);
+  // The daemon reads the slots past the first 1,024: a deleted object one of them holds keeps
+  // its bytes until let go.
+  REQUIRE(c.Delete(ids[kCount - 1]).ok());
+  CHECK(StatusOf(c).objects_deleted == 1);
+  CHECK(Same(held.back(), Pattern(64, kCount - 1)));
+  held.pop_back();
+  CHECK(WaitFor([&] { return StatusOf(c).objects_deleted == 0; }));
+}
+
+TEST_CASE("a user asking for every slot it can gets its part, and the others theirs",
+          "[index][scale][hostile]") {
+  NeedRoot();
+  Daemon d = StartOpen({"--allow-users", std::to_string(kMallory), "--max-slots-per-user", "4096"});
+  Channel asked, done;
+  pid_t mallory = Spawn([&] {
+    if (::setresgid(kMallory, kMallory, kMallory) != 0 ||
+        ::setresuid(kMallory, kMallory, kMallory) != 0) {
+      return 100;
+    }
+    // Three connections each asking for every slot there is.
+    std::vector<std::unique_ptr<Raw>> raws;
+    for (int i = 0; i < 3; ++i) {
+      raws.push_back(std::make_unique<Raw>(d.socket()));
+      std::vector<uint8_t> hello;
+      raws.back()->HelloWithFds(hello);
+      flatbuffers::FlatBufferBuilder fbb(64);
+      fbb.Finish(wire::CreateIndexRequest(fbb, ~uint32_t{0}, 1));
+      raws.back()->Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kIndex), 7, fbb));
+      proto::Header h;
+      std::vector<uint8_t> body;
+      if (!raws.back()->Read(h, body) || h.type != proto::ReplyType(proto::MsgType::kIndex)) {
+        return 2;
+      }
+    }
+    asked.Send("asked");
+    done.Receive();
+    return 0;
+  });
+  REQUIRE(asked.Receive() == "asked");
+  Client c = d.Connect();
+  StoreStatus st = StatusOf(c);
+  CHECK(st.slots_granted == 4096);  // its part, on the first connection
+  CHECK(st.slot_grants_refused == 2);
+  CHECK(st.max_slots_per_user == 4096);
+  // This user's connection still gets the slots it needs.
+  std::vector<Guid> ids;
+  for (uint32_t i = 0; i < 3000; ++i) {
+    auto id = c.Put(Pattern(64, i));
+    REQUIRE(id.ok());
+    ids.push_back(*id);
+  }
+  REQUIRE(c.GetStatus().ok());
+  auto reader = Client::Connect({d.socket(), "reader"});
+  REQUIRE(reader.ok());
+  std::vector<Object> held;
+  for (const Guid& id : ids) {
+    auto obj = reader->Get(id);
+    REQUIRE(obj.ok());
+    held.push_back(*obj);
+  }
+  CHECK(reader->index_gets() >= 2900);
+  done.Send("done");
+  CHECK(WEXITSTATUS(Wait(mallory)) == 0);
+  // Its grants go back with its connections; the reader's stay (1,024 granted twice over).
+  CHECK(WaitFor([&] { return StatusOf(c).slots_granted == 4096 - index::kSlotCount; }));
 }
 
 }  // namespace

@@ -175,17 +175,17 @@ TEST_CASE("the daemon sees the ids a client publishes in its slots, until cleare
   CHECK(::ftruncate((*slots)->fd(), 0) != 0);
   CHECK(::ftruncate((*slots)->fd(), 1 << 20) != 0);
   // A slot table larger than its file is refused.
-  CHECK(SlotTable::Map(Dup((*slots)->fd()), index::kSlotCount + 1).status().IsProtocolError());
+  CHECK(SlotTable::Map(Dup((*slots)->fd()), index::kMaxSlots + 1).status().IsProtocolError());
 }
 
 // An object table with the lock-free path on, one session's slots mapped as its client would.
 struct TableWithSlots {
   TableWithSlots() {
-    auto made = LockFreeGets::Create(64, "test-", [](const Location&) { return true; });
+    auto made = LockFreeGets::Create(64, 64, 0, "test-", [](const Location&) { return true; });
     REQUIRE(made.ok());
     gets = std::move(*made);
     table.set_slot_readers(gets.get());
-    auto joined = gets->Join(1);
+    auto joined = gets->Join(1, 1000);
     REQUIRE(joined.ok());
     auto mapped = SlotTable::Map(Dup((*joined)->fd()), index::kSlotCount);
     REQUIRE(mapped.ok());
@@ -330,7 +330,8 @@ TEST_CASE("deleted objects slots held are freed together once let go and unindex
   // Objects the index never held cannot be in a slot: their memory goes without reading any.
   int plain_freed = 0;
   ObjectTable plain{[&](const StoredObject&) { ++plain_freed; }, [] { return int64_t{0}; }};
-  auto unindexed = LockFreeGets::Create(64, "test-plain-", [](const Location&) { return false; });
+  auto unindexed =
+      LockFreeGets::Create(64, 64, 0, "test-plain-", [](const Location&) { return false; });
   REQUIRE(unindexed.ok());
   plain.set_slot_readers(unindexed->get());
   NewObject o;

@@ -236,11 +236,15 @@ Status Channel::Dispatch(const proto::Header& h, std::span<const uint8_t> body, 
     infos = proto::Body<wire::GetReply>(body)->segments();
   }
   size_t named = infos == nullptr ? 0 : infos->size();
-  // A hello's fds are the index's, the slots' and the put ring's (Connection::Open checks which).
-  bool index = h.type == proto::ReplyType(proto::MsgType::kHello);
-  if (index) {
+  // A hello's fds are the index's, the slots' and the put ring's (Connection::Open checks which);
+  // an index reply's, the index's when it says one rides.
+  bool index = h.type == proto::ReplyType(proto::MsgType::kHello) ||
+               h.type == proto::ReplyType(proto::MsgType::kIndex);
+  if (h.type == proto::ReplyType(proto::MsgType::kHello)) {
     const auto* hello = proto::Body<wire::HelloReply>(body);
     named = (hello->index_sets() > 0 ? 2 : 0) + (hello->put_ring_bytes() > 0 ? 1 : 0);
+  } else if (index) {
+    named = proto::Body<wire::IndexReply>(body)->index_fd() ? 1 : 0;
   }
   if (fds.size() != named) {
     return Status::ProtocolError(fmt::format("depotd sent {} fds with a {} that names {} segments",

@@ -42,7 +42,7 @@ struct Message {
   std::vector<uint8_t> body;
   std::vector<SegmentFd> dedicated;
   // A hello reply's: the index (read-only) and this connection's reference slots, when it has
-  // them.
+  // them; an index reply's: the index that replaced the last one.
   std::vector<UniqueFd> index_fds;
   uint16_t type() const { return header.type; }
 };

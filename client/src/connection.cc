@@ -65,7 +65,9 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
     if (!index.ok()) return index.status();
     auto slots = SlotTable::Map(reply->index_fds[1], hello->slot_count());
     if (!slots.ok()) return slots.status();
-    conn->index_.emplace(std::move(*index));
+    conn->indexes_.push_back(std::make_unique<IndexReader>(std::move(*index)));
+    conn->index_.store(conn->indexes_.back().get(), std::memory_order_release);
+    conn->index_generation_ = hello->index_generation();
     conn->slots_.emplace(std::move(*slots));
   }
   return conn;
@@ -103,12 +105,18 @@ std::optional<Object> Connection::Cached(const Guid& guid) {
 }
 
 std::optional<Object> Connection::FromIndex(const Guid& guid) {
-  if (!index_) return std::nullopt;
-  std::optional<IndexHit> hit = index_->Find(guid);
+  const IndexReader* index = index_.load(std::memory_order_acquire);
+  if (index == nullptr) return std::nullopt;
+  std::optional<IndexHit> hit = index->Find(guid);
+  if (!hit && index->Retired() && Refresh(false)) {
+    index = index_.load(std::memory_order_acquire);
+    hit = index->Find(guid);
+  }
   if (!hit) return std::nullopt;
   std::optional<uint32_t> slot = slots_->Publish(hit->id);
+  if (!slot && Refresh(true)) slot = slots_->Publish(hit->id);
   if (!slot) return std::nullopt;
-  if (!index_->Unchanged(*hit)) {
+  if (!index->Unchanged(*hit)) {
     // Withdrawn (or moved) since it was read: the daemon may be freeing it.
     slots_->Clear(*slot);
     return std::nullopt;
@@ -121,6 +129,43 @@ std::optional<Object> Connection::FromIndex(const Guid& guid) {
   auto found = Held(guid, std::move(h), hit->frames, std::move(hit->metadata));
   if (found) index_gets_.fetch_add(1, std::memory_order_relaxed);
   return found;
+}
+
+bool Connection::Refresh(bool more_slots) {
+  std::lock_guard lk(refresh_mu_);
+  auto now = std::chrono::steady_clock::now();
+  uint32_t count = slots_->count();
+  if (more_slots) {
+    // Refused a moment ago, or full already: asking at every get would double its cost.
+    if (slots_->HasFree()) return true;
+    if (count == slots_->capacity() || now - slots_refused_ < std::chrono::seconds(1)) {
+      return false;
+    }
+  } else if (!index_.load(std::memory_order_relaxed)->Retired()) {
+    return true;
+  }
+  flatbuffers::FlatBufferBuilder fbb(64);
+  uint32_t want = more_slots ? std::min(slots_->capacity(), count * 2) : count;
+  fbb.Finish(wire::CreateIndexRequest(fbb, want, index_generation_));
+  auto reply = Call(proto::MsgType::kIndex, fbb);
+  if (!reply.ok()) {
+    slots_refused_ = now;  // a daemon that does not know the request, or cannot answer it now
+    return false;
+  }
+  const auto* r = proto::Body<wire::IndexReply>(reply->body);
+  if (r->index_generation() != index_generation_ && reply->index_fds.size() == 1) {
+    auto index = IndexReader::Map(reply->index_fds[0], r->index_sets(), r->index_arena());
+    if (!index.ok()) return false;
+    indexes_.push_back(std::make_unique<IndexReader>(std::move(*index)));
+    index_.store(indexes_.back().get(), std::memory_order_release);
+    index_generation_ = r->index_generation();
+  }
+  if (r->slot_count() > count) {
+    slots_->Grow(r->slot_count());
+  } else if (more_slots) {
+    slots_refused_ = now;
+  }
+  return true;
 }
 
 std::optional<Object> Connection::FromOwnPut(const Guid& guid) {
@@ -156,7 +201,10 @@ std::optional<Object> Connection::Held(const Guid& guid, std::shared_ptr<Holding
 
 std::optional<Object> Connection::FromIndexAfterOwnPut(const Guid& guid) {
   // A full set means the daemon will not index it: waiting would only delay the round trip.
-  if (!index_ || !lease_.RecentlyPut(guid) || !index_->HasRoomFor(guid)) return std::nullopt;
+  const IndexReader* index = index_.load(std::memory_order_acquire);
+  if (index == nullptr || !lease_.RecentlyPut(guid) || !index->HasRoomFor(guid)) {
+    return std::nullopt;
+  }
   auto deadline = std::chrono::steady_clock::now() + kOwnPutWait;
   do {
     sched_yield();

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -110,7 +111,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // How many objects FromIndex has given (Client::index_gets).
   uint64_t index_gets() const { return index_gets_.load(std::memory_order_relaxed); }
   // Whether the shared index has `guid` now (a miss proves nothing).
-  bool Indexed(const Guid& guid) const { return index_ && index_->Find(guid).has_value(); }
+  bool Indexed(const Guid& guid) const {
+    const IndexReader* index = index_.load(std::memory_order_acquire);
+    return index != nullptr && index->Find(guid).has_value();
+  }
   // ProtocolError, and the connection broken, unless `reply` answers a get of `asked`: one
   // result per GUID, in order, each naming its GUID.
   Status CheckGetReply(std::span<const Guid> asked, const wire::GetReply& reply);
@@ -144,6 +148,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
                              std::vector<std::byte> metadata);
 
   Connection(UniqueFd fd, std::string path);
+  // Asks the daemon for more reference slots (`more_slots`) or for the index that replaced a
+  // retired one, unless another thread did meanwhile; whether the caller may look again.
+  bool Refresh(bool more_slots);
 
   // In this order: each part uses only those above it, except that the channel hands segments to
   // the map below it (a reference, first used once the connection is built). Destruction runs
@@ -157,8 +164,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ReleaseBatcher releases_{channel_};
   Lease lease_{channel_, segments_, releases_};
   ObjectCache cache_;
-  std::optional<IndexReader> index_;
+  // The index now. Every index this connection mapped stays mapped until it closes (another
+  // thread may be reading one that was replaced; the daemon gave a retired one's memory back):
+  // a few, as each is twice as big as the one before.
+  std::atomic<const IndexReader*> index_{nullptr};
   std::optional<SlotTable> slots_;
+  std::mutex refresh_mu_;  // guards what follows, and Refresh's requests
+  std::vector<std::unique_ptr<IndexReader>> indexes_;
+  uint64_t index_generation_ = 0;
+  std::chrono::steady_clock::time_point slots_refused_{};  // the last ask for slots refused
   std::atomic<uint64_t> index_gets_{0};
   std::optional<uid_t> trusted_daemon_uid_;
 };

@@ -39,14 +39,15 @@ Result<IndexReader> IndexReader::Map(const UniqueFd& fd, uint64_t sets, uint64_t
 }
 
 std::optional<IndexHit> IndexReader::Find(const Guid& guid) const {
-  uint64_t set = index::SetOf(guid, sets_);
-  for (uint64_t way = 0; way < index::kWays; ++way) {
-    uint64_t entry = index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
-    std::optional<IndexHit> hit;
-    for (int tries = 0; tries < kTries; ++tries) {
-      if (Read(entry, guid, hit)) break;
+  for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
+    for (uint64_t way = 0; way < index::kWays; ++way) {
+      uint64_t entry = index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
+      std::optional<IndexHit> hit;
+      for (int tries = 0; tries < kTries; ++tries) {
+        if (Read(entry, guid, hit)) break;
+      }
+      if (hit) return hit;
     }
-    if (hit) return hit;
   }
   return std::nullopt;
 }
@@ -98,11 +99,12 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, std::optional<IndexHit>
 }
 
 bool IndexReader::HasRoomFor(const Guid& guid) const {
-  uint64_t set = index::SetOf(guid, sets_);
-  for (uint64_t way = 0; way < index::kWays; ++way) {
-    const uint64_t* e =
-        map_.words() + index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
-    if (Load(&e[index::kId]) == 0) return true;
+  for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
+    for (uint64_t way = 0; way < index::kWays; ++way) {
+      const uint64_t* e =
+          map_.words() + index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
+      if (Load(&e[index::kId]) == 0) return true;
+    }
   }
   return false;
 }

@@ -21,6 +21,7 @@
 #include "common/unique_fd.h"
 #include "depot/guid.h"
 #include "depot/status.h"
+#include "proto/index_layout.h"
 #include "proto/wire.h"
 
 namespace depot::internal {
@@ -55,6 +56,11 @@ class IndexReader {
   // Whether `guid`'s set has an empty entry now, so that the daemon could index it (a hint: the
   // set may change before it does).
   bool HasRoomFor(const Guid& guid) const;
+  // Whether the daemon retired this index (its layout words cleared): a bigger one replaced it,
+  // and this one holds nothing any more.
+  bool Retired() const {
+    return index::Load(map_.words() + layout::kMagic) != index::kIndexLayout.magic;
+  }
 
  private:
   IndexReader(SharedMapping map, uint64_t sets, uint64_t arena_bytes)

@@ -5,7 +5,10 @@
 //
 // The table takes the lowest free slot and keeps the high-water word at one past the highest
 // slot in use, so that the daemon's reads of these slots cost what this process holds, not the
-// table's size.
+// table's size. It starts with the slots the daemon granted at hello; when they are all taken,
+// the connection asks for more (Grow, up to capacity()). The free slots are a bitmap with a
+// summary word per 64 of its words, so that taking and clearing a slot cost a few words
+// whatever the count.
 //
 // Thread-safe: one mutex guards the free slots and the high-water word; the slots are written as
 // atomics.
@@ -15,11 +18,12 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <set>
+#include <vector>
 
 #include "common/shared_mapping.h"
 #include "common/unique_fd.h"
 #include "depot/status.h"
+#include "proto/index_layout.h"
 
 namespace depot::internal {
 
@@ -30,12 +34,22 @@ class SlotTable {
   static Result<SlotTable> Map(const UniqueFd& fd, uint32_t count);
   SlotTable(SlotTable&& o) noexcept
       : map_(std::move(o.map_)),
-        slots_(o.slots_),
-        high_word_(o.high_word_),
-        touches_(o.touches_),
-        free_(std::move(o.free_)),
+        base_(o.base_),
+        capacity_(o.capacity_),
+        count_(o.count_),
+        used_(std::move(o.used_)),
+        full_(std::move(o.full_)),
         high_(o.high_),
-        touched_(o.touched_) {}
+        touched_(o.touched_),
+        first_open_(o.first_open_) {}
+
+  // The most slots the file has room for: more may be asked for up to this.
+  uint32_t capacity() const { return capacity_; }
+  uint32_t count() const;
+  // Whether a slot is free now (a hint: another thread may take it).
+  bool HasFree() const;
+  // Uses the first `count` slots (the daemon granted them); fewer than now changes nothing.
+  void Grow(uint32_t count);
 
   // Claims the lowest free slot, raises the high-water word past it when needed, writes `id`
   // into it and fences (seq_cst), so that a re-read of the index entry after this orders against
@@ -48,17 +62,21 @@ class SlotTable {
   void Clear(uint32_t slot);
 
  private:
-  SlotTable(SharedMapping map, uint32_t count);
-  void StoreHigh();  // under mu_
+  SlotTable(SharedMapping map, uint32_t capacity, uint32_t count);
+  uint64_t* Slot(uint32_t n) const { return base_ + index::SlotWord(n); }
+  void StoreHigh();                      // under mu_
+  void MarkUsed(uint32_t n, bool used);  // under mu_
 
   SharedMapping map_;
-  uint64_t* slots_;
-  uint64_t* high_word_;
-  uint64_t* touches_;  // the touch count, then the ring
-  std::mutex mu_;
-  std::set<uint32_t> free_;  // lowest first
-  uint32_t high_ = 0;        // what the high-water word holds
-  uint64_t touched_ = 0;     // what the touch count holds
+  uint64_t* base_;
+  uint32_t capacity_;
+  uint32_t count_;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> used_;  // bit n: slot n taken (or not granted)
+  std::vector<uint64_t> full_;  // bit k: used_[k] all taken
+  uint32_t high_ = 0;           // what the high-water word holds
+  uint64_t touched_ = 0;        // what the touch count holds
+  size_t first_open_ = 0;       // no full_ word before this one has a clear bit
 };
 
 }  // namespace depot::internal

@@ -98,7 +98,17 @@
   X(index_over_share, uint64_t, "index", "over_share",                                            \
     "objects left out of an index since start: their user had its equal part of it")              \
   X(index_taken_back, uint64_t, "index", "taken_back",                                            \
-    "entries taken back since start from a user over its part, for another user's object")
+    "entries taken back since start from a user over its part, for another user's object")        \
+  X(index_left_out, uint64_t, "index", "left_out",                                                \
+    "objects left out of an index since start: their set or the records were full")               \
+  X(index_growths, uint64_t, "index", "growths",                                                  \
+    "times since start an index moved to one twice as big")                                       \
+  X(slots_granted, uint64_t, "index", "slots_granted",                                            \
+    "reference slots granted now past the first 1024 of each connection")                         \
+  X(slot_grants_refused, uint64_t, "index", "slot_grants_refused",                                \
+    "asks for more reference slots refused since start (the user's part spent)")                  \
+  X(max_slots_per_user, uint64_t, "limits", "max_slots_per_user",                                 \
+    "reference slots one user may be granted past the first 1024 of each connection")
 
 namespace depot {
 

@@ -1,0 +1,207 @@
+// Gets without a round trip at scale, unit by unit: reference slots past the first 1,024 (taken
+// lowest first from a bitmap, granted by the daemon out of each user's part, read by the daemon
+// exactly as far as granted), and a shared index that moves to one twice as big when crowded,
+// retiring the old one so that its readers learn it and nothing they read from it stays held.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <random>
+#include <set>
+#include <unordered_set>
+#include <vector>
+
+#include "client/src/index_reader.h"
+#include "client/src/slot_table.h"
+#include "daemon/lock_free_gets.h"
+#include "daemon/object_table.h"
+#include "daemon/reference_slots.h"
+#include "proto/index_layout.h"
+
+namespace depot {
+namespace {
+
+using internal::IndexReader;
+using internal::SlotTable;
+
+Guid G(uint64_t n) { return Guid{0x7000 + n, n * 13 + 5}; }
+
+UniqueFd Dup(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
+
+IndexReader Reader(const ObjectIndex& index) {
+  auto r = IndexReader::Map(Dup(index.read_only_fd()), index.sets(), index.arena_bytes());
+  REQUIRE(r.ok());
+  return std::move(*r);
+}
+
+std::set<uint64_t> HeldIds(const ReferenceSlots& slots) {
+  std::set<uint64_t> ids;
+  slots.ForEach([&](uint64_t id) { ids.insert(id); });
+  return ids;
+}
+
+TEST_CASE("slots past the first 1,024 are taken lowest first and read by the daemon as granted",
+          "[index][slots]") {
+  auto slots = ReferenceSlots::Create("slots-growth-test");
+  REQUIRE(slots.ok());
+  auto table = SlotTable::Map(Dup((*slots)->fd()), index::kSlotCount);
+  REQUIRE(table.ok());
+  CHECK(table->capacity() == index::kMaxSlots);
+  // The model: which slots hold which id.
+  std::map<uint32_t, uint64_t> model;
+  std::mt19937_64 rng(7);
+  uint64_t next_id = 1;
+  uint32_t granted = index::kSlotCount;
+  const uint64_t* words = nullptr;
+  void* p = ::mmap(nullptr, index::SlotFileBytes(index::kMaxSlots), PROT_READ, MAP_SHARED,
+                   (*slots)->fd(), 0);
+  REQUIRE(p != MAP_FAILED);
+  words = static_cast<const uint64_t*>(p);
+  for (int step = 0; step < 40000; ++step) {
+    uint64_t r = rng() % 100;
+    if (r < 1 && granted < 8 * index::kSlotCount) {
+      granted *= 2;
+      REQUIRE((*slots)->Grant(granted).ok());
+      table->Grow(granted);
+    } else if (r < 60 || model.empty()) {
+      auto slot = table->Publish(next_id);
+      if (model.size() == granted) {
+        CHECK_FALSE(slot);
+        continue;
+      }
+      REQUIRE(slot);
+      // The lowest free one.
+      uint32_t lowest = 0;
+      while (model.contains(lowest)) ++lowest;
+      REQUIRE(*slot == lowest);
+      model[*slot] = next_id++;
+    } else {
+      auto it = model.begin();
+      std::advance(it, static_cast<long>(rng() % model.size()));
+      table->Clear(it->first);
+      model.erase(it);
+    }
+    // The high-water word: one past the highest slot in use.
+    uint64_t high = model.empty() ? 0 : model.rbegin()->first + 1;
+    REQUIRE(words[index::kSlotHighWater] == high);
+    if (step % 97 == 0) {
+      std::set<uint64_t> want;
+      for (auto& [slot, id] : model) want.insert(id);
+      REQUIRE(HeldIds(**slots) == want);
+    }
+  }
+  ::munmap(p, index::SlotFileBytes(index::kMaxSlots));
+  CHECK(granted > index::kSlotCount);
+}
+
+TEST_CASE("the daemon reads no slot past what it granted, whatever the high-water word says",
+          "[index][slots][hostile]") {
+  auto slots = ReferenceSlots::Create("slots-growth-test");
+  REQUIRE(slots.ok());
+  REQUIRE((*slots)->Grant(2 * index::kSlotCount).ok());
+  auto* words =
+      static_cast<uint64_t*>(::mmap(nullptr, index::SlotFileBytes(index::kMaxSlots),
+                                    PROT_READ | PROT_WRITE, MAP_SHARED, (*slots)->fd(), 0));
+  REQUIRE(words != MAP_FAILED);
+  words[index::SlotWord(0)] = 1;
+  words[index::SlotWord(index::kSlotCount)] = 2;          // granted
+  words[index::SlotWord(2 * index::kSlotCount - 1)] = 3;  // granted, the last
+  words[index::kSlotHighWater] = ~uint64_t{0};
+  CHECK(HeldIds(**slots) == std::set<uint64_t>{1, 2, 3});
+  // Beyond the grant the file is a hole, never backed: the daemon neither reads nor faults it.
+  struct stat st {};
+  REQUIRE(::fstat((*slots)->fd(), &st) == 0);
+  CHECK(static_cast<uint64_t>(st.st_blocks) * 512 <=
+        index::SlotFileBytes(2 * index::kSlotCount) + 4096);
+  ::munmap(words, index::SlotFileBytes(index::kMaxSlots));
+}
+
+TEST_CASE("slots past the first 1,024 of each connection come out of its user's part",
+          "[index][slots][hostile]") {
+  auto gets = LockFreeGets::Create(64, 64, 3000, "test-", [](const Location&) { return true; });
+  REQUIRE(gets.ok());
+  LockFreeGets& g = **gets;
+  REQUIRE(g.Join(1, 1000).ok());
+  REQUIRE(g.Join(2, 1000).ok());
+  REQUIRE(g.Join(3, 2000).ok());
+  CHECK(g.Grant(1, 4096) == index::kSlotCount + 3000);  // as far as the part allows
+  CHECK(g.Grant(2, 2048) == index::kSlotCount);         // spent: refused, counted
+  CHECK(g.grants_refused() == 1);
+  CHECK(g.Grant(3, 2048) == 2048);  // another user's part is its own
+  CHECK(g.Grant(3, 100) == 2048);   // never fewer than before
+  CHECK(g.slots_granted() == 3000 + 1024);
+  g.Leave(1);  // its grant goes back to its user's part
+  CHECK(g.Grant(2, 2048) == 2048);
+  CHECK(g.slots_granted() == 1024 + 1024);
+  CHECK(g.Grant(9, 2048) == 0);  // no such session
+}
+
+// An object table publishing through a LockFreeGets of `entries` entries growing up to `max`.
+struct Published {
+  Published(uint64_t entries, uint64_t max) {
+    auto made =
+        LockFreeGets::Create(entries, max, 0, "test-", [](const Location&) { return true; });
+    REQUIRE(made.ok());
+    gets = std::move(*made);
+    table.set_slot_readers(gets.get());
+  }
+  ObjectId Put(uint64_t n) {
+    NewObject o;
+    o.guid = G(n);
+    o.frames = {{.segment = 1, .offset = n * 64, .size = 64}};
+    o.creator = 9;
+    o.creator_uid = 1000;
+    auto r = table.Create(std::move(o));
+    REQUIRE(r.ok());
+    REQUIRE(table.Seal(9, G(n)).ok());
+    return (*r)->id;
+  }
+  ObjectTable table{[](const StoredObject&) {}, [] { return int64_t{0}; }};
+  std::unique_ptr<LockFreeGets> gets;
+};
+
+TEST_CASE("a crowded index moves to one twice as big, and readers of the old one learn it",
+          "[index]") {
+  Published p(64, 4096);
+  IndexReader first = Reader(p.gets->index());
+  p.Put(0);
+  auto early = first.Find(G(0));
+  REQUIRE(early);
+  const uint64_t count = 1500;
+  for (uint64_t n = 1; n < count; ++n) p.Put(n);
+  CHECK(p.gets->generation() > 1);
+  CHECK(p.gets->index().entries() >= 2048);
+  CHECK(p.gets->index().entries() <= 4096);
+  // Retired: what a client read from it no longer holds (its slot is let go), nothing is found
+  // there any more, and its layout words say why.
+  CHECK(first.Retired());
+  CHECK_FALSE(first.Unchanged(*early));
+  CHECK_FALSE(first.Find(G(1)));
+  // The new one has what the old one had, and most of the rest (a full set leaves some out).
+  IndexReader now = Reader(p.gets->index());
+  CHECK_FALSE(now.Retired());
+  uint64_t found = 0;
+  for (uint64_t n = 0; n < count; ++n) {
+    if (auto hit = now.Find(G(n))) {
+      ++found;
+      REQUIRE(hit->frames.size() == 1);
+      CHECK(hit->frames[0].offset() == n * 64);
+      CHECK(hit->creator_uid == 1000);
+    }
+  }
+  CHECK(found == p.gets->index().indexed());
+  CHECK(found >= count * 9 / 10);
+}
+
+TEST_CASE("an index stays at its largest size, leaving out what does not fit", "[index]") {
+  Published p(64, 128);
+  for (uint64_t n = 0; n < 1000; ++n) p.Put(n);
+  CHECK(p.gets->index().entries() == 128);
+  CHECK(p.gets->index().indexed() <= 128);
+  CHECK(p.gets->index().left_out() > 0);
+}
+
+}  // namespace
+}  // namespace depot
