@@ -6,6 +6,7 @@ skips, saying why, where there is no GPU."""
 
 import ctypes
 import gc
+import os
 
 import pytest
 
@@ -71,10 +72,56 @@ def test_a_device_frame_keeps_its_object_mapped(stand_in):
 def test_dlpack_without_a_cuda_driver_says_why(stand_in):
     c = depot.Client(stand_in.socket)
     frame = c.get(c.put([b"z" * 10], places=[GPU0])).frames[0]
-    with pytest.raises(depot.Unavailable, match="CUDA|libcuda"):
+    # A build with CUDA support looks for the driver; one without says so.
+    why = "cannot load libcuda" if os.environ.get("DEPOT_HAVE_CUDA") == "ON" else \
+        "built without CUDA support"
+    with pytest.raises(depot.Unavailable, match=why):
         frame.__dlpack_device__()
-    with pytest.raises(depot.Unavailable, match="CUDA|libcuda"):
-        frame.__dlpack__()
+    with pytest.raises(depot.Unavailable, match=why):
+        frame.__dlpack__(max_version=(1, 0))
+
+
+def test_a_drafts_device_frame_is_not_handed_out_once_unmapped(stand_in):
+    """A draft unmaps its frames when sealed or aborted, and the range may then be another
+    mapping's: its DeviceFrames refuse to give the address out from then on."""
+    c = depot.Client(stand_in.socket)
+    for finish in ("seal", "abort"):
+        draft = c.create([4096], places=[GPU0])
+        (frame,) = draft.frames
+        assert frame.address != 0 and frame.__cuda_array_interface__["data"][1] is False
+        getattr(draft, finish)()
+        for export in (lambda: frame.address, lambda: frame.__cuda_array_interface__,
+                       lambda: frame.__dlpack__(max_version=(1, 0))):
+            with pytest.raises(depot.InvalidArgument, match="unmapped"):
+                export()
+        assert len(frame) == 4096 and frame.gpu == GPU0  # what needs no mapping still answers
+
+
+class Stream:
+    """Stream objects as CuPy (.ptr), PyTorch (.cuda_stream) and CUDA Python (__cuda_stream__)
+    name their CUstream."""
+
+    def __init__(self, attribute, handle):
+        if attribute == "__cuda_stream__":
+            self.__cuda_stream__ = lambda: (0, handle)
+        else:
+            setattr(self, attribute, handle)
+
+
+def test_seal_takes_the_stream_the_writes_were_queued_on(stand_in):
+    """seal(stream=...) in every form a GPU library names a stream; the stand-ins have no
+    streams to wait for, so this shows the argument reaching the library (the [cuda] test shows
+    the wait)."""
+    c = depot.Client(stand_in.socket)
+    for stream in (None, 0, 12345, Stream("ptr", 1), Stream("cuda_stream", 2),
+                   Stream("__cuda_stream__", 3)):
+        draft = c.create([64], places=[GPU1])
+        draft.seal(stream=stream)
+        assert c.contains(draft.guid)
+    draft = c.create([64], places=[GPU1])
+    with pytest.raises(depot.InvalidArgument, match="stream"):
+        draft.seal(stream="the default one")
+    draft.abort()
 
 
 def test_places_are_checked(stand_in):
