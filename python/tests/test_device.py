@@ -1,7 +1,7 @@
 """Device frames from Python. Without a GPU (here), against the test daemon whose GPUs are memfd
 stand-ins (tests/memfd_depotd.cc): it exercises the Python plumbing (places, DeviceFrame, the
 CUDA Array Interface, DLPack's refusal without a driver), whose "device memory" is host memory,
-so a test can read it through its address. It is not GPU coverage: the [cuda] test is, and it
+so a test can read it through its address. It is not GPU coverage: test_cuda.py is, and it
 skips, saying why, where there is no GPU."""
 
 import ctypes
@@ -130,33 +130,6 @@ def test_places_are_checked(stand_in):
         c.create([10, 10], places=[GPU0])  # one place for two frames
     with pytest.raises(depot.Error):
         c.create([10], places=["GPU-not-a-pool"])
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
-                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.c_void_p),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-def test_cuda_device_frames_export_dlpack(daemon):
-    """[cuda] On a machine with a GPU: a device frame of the real daemon, imported through
-    DLPack and the CUDA Array Interface."""
-    c = depot.Client(daemon.socket)
-    status = c.status()
-    if not status["device_pools"]:
-        pytest.skip(f"[cuda] no GPU here, so no device frame to export: "
-                    f"{status['devices_unavailable']}")
-    gpu = status["device_pools"][0]["uuid"]
-    frame = c.get(c.put([b"\0" * 4096], places=[gpu])).frames[0]
-    assert frame.__dlpack_device__()[0] == 2
-    capsule = frame.__dlpack__()
-    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    tensor = DLTensor.from_address(get_pointer(capsule, b"dltensor"))
-    assert tensor.data == frame.address and tensor.device_type == 2 and tensor.ndim == 1
-    assert tensor.shape[0] == 4096 and (tensor.code, tensor.bits, tensor.lanes) == (1, 8, 1)
 
 
 class FakeDeviceArray:
