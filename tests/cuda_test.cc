@@ -438,7 +438,9 @@ TEST_CASE("cuda: a frame is not unmapped under work still reading it", "[cuda]")
     Client producer = d.Connect();
     Client reader = d.Connect();
     constexpr uint64_t kSize = 200 << 20;  // more than half a chunk: a chunk of its own
-    auto draft = producer.Create({kSize}, CreateOptions{.places = {gpu}});
+    CreateOptions o;
+    o.places = {gpu};
+    auto draft = producer.Create({kSize}, o);
     if (!draft.ok() || cu.MemsetD32(Ptr(draft->frame(0)), 0x3C, kSize / 4) != CUDA_SUCCESS) {
       return 1;
     }
@@ -483,7 +485,9 @@ TEST_CASE("cuda: every GPU that can reach a frame's GPU is granted access to it"
       return 77;
     }
     Client c = d.Connect();
-    auto guid = c.Put(std::vector<std::byte>(1 << 20), CreateOptions{.places = {gpu0}});
+    CreateOptions o;
+    o.places = {gpu0};
+    auto guid = c.Put(std::vector<std::byte>(1 << 20), o);
     auto obj = guid.ok() ? c.Get(*guid) : guid.status();
     if (!obj.ok()) return 1;
     CUmemLocation peer{};
