@@ -72,6 +72,7 @@ Result<CudaDriver> Load() {
   bind(d.MemMap, "cuMemMap");
   bind(d.MemUnmap, "cuMemUnmap");
   bind(d.MemSetAccess, "cuMemSetAccess");
+  bind(d.DeviceCanAccessPeer, "cuDeviceCanAccessPeer");
   bind(d.StreamSynchronize, "cuStreamSynchronize");
   bind(d.MemHostRegister, "cuMemHostRegister");
   bind(d.MemHostUnregister, "cuMemHostUnregister");
@@ -83,6 +84,11 @@ Result<CudaDriver> Load() {
   bind(d.MemFree, "cuMemFree");
   bind(d.CtxSynchronize, "cuCtxSynchronize");
   bind(d.MemGetInfo, "cuMemGetInfo");
+  bind(d.MemGetAccess, "cuMemGetAccess");
+  bind(d.LaunchHostFunc, "cuLaunchHostFunc");
+  bind(d.StreamCreate, "cuStreamCreate");
+  bind(d.StreamDestroy, "cuStreamDestroy");
+  bind(d.MemcpyDtoDAsync, "cuMemcpyDtoDAsync");
   if (!missing.empty()) {
     return Status::Unavailable(fmt::format("{} lacks {}", path, missing));
   }

@@ -41,6 +41,7 @@ struct CudaDriver {
   PFN_cuMemMap_v10020 MemMap;
   PFN_cuMemUnmap_v10020 MemUnmap;
   PFN_cuMemSetAccess_v10020 MemSetAccess;
+  PFN_cuDeviceCanAccessPeer_v4000 DeviceCanAccessPeer;
   PFN_cuStreamSynchronize_v2000 StreamSynchronize;
   PFN_cuMemHostRegister_v6050 MemHostRegister;
   PFN_cuMemHostUnregister_v4000 MemHostUnregister;
@@ -53,6 +54,11 @@ struct CudaDriver {
   PFN_cuMemFree_v3020 MemFree;
   PFN_cuCtxSynchronize_v2000 CtxSynchronize;
   PFN_cuMemGetInfo_v3020 MemGetInfo;
+  PFN_cuMemGetAccess_v10020 MemGetAccess;
+  PFN_cuLaunchHostFunc_v10000 LaunchHostFunc;
+  PFN_cuStreamCreate_v2000 StreamCreate;
+  PFN_cuStreamDestroy_v4000 StreamDestroy;
+  PFN_cuMemcpyDtoDAsync_v3020 MemcpyDtoDAsync;
   int driver_version = 0;
 
   // "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".

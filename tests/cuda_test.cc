@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -92,6 +93,14 @@ bool AllWords(const CudaDriver& cu, std::span<const std::byte> frame, uint32_t v
   std::vector<uint32_t> host(frame.size() / 4);
   if (cu.MemcpyDtoH(host.data(), Ptr(frame), host.size() * 4) != CUDA_SUCCESS) return false;
   return std::all_of(host.begin(), host.end(), [&](uint32_t w) { return w == value; });
+}
+
+// Holds `stream` for 300 ms: queued work behind this runs no sooner, so a wait that returns
+// earlier waited for nothing.
+void Hold(const CudaDriver& cu, CUstream stream) {
+  REQUIRE(cu.LaunchHostFunc(
+              stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); },
+              nullptr) == CUDA_SUCCESS);
 }
 
 Daemon CudaDaemon() { return Daemon({"--capacity", "256MiB", "--device-chunk-size", "256MiB"}); }
@@ -239,6 +248,7 @@ TEST_CASE("cuda: a killed holder's device memory is reclaimed", "[cuda]") {
   Daemon d = CudaDaemon();
   Place gpu = FirstGpu(d);
   Client c = d.Connect();
+  uint64_t free_before = FreeOn(0);  // before any chunk is made
   Channel ready;
   pid_t victim = Spawn([&] {
     Cuda();
@@ -259,6 +269,14 @@ TEST_CASE("cuda: a killed holder's device memory is reclaimed", "[cuda]") {
   ::kill(victim, SIGKILL);
   Wait(victim);
   CHECK(WaitFor([&] { return used() == 0; }));
+  // The counters are the daemon's word; the GPU's free memory is the driver's: all that is
+  // gone is what the daemon still keeps in chunks (a spare), give or take a context's worth.
+  uint64_t free_after = FreeOn(0);
+  uint64_t kept = c.GetStatus()->device_pools.at(0).reserved;
+  std::printf("free before %llu, after %llu, kept in chunks %llu\n",
+              static_cast<unsigned long long>(free_before),
+              static_cast<unsigned long long>(free_after), static_cast<unsigned long long>(kept));
+  CHECK(free_after + kept + (64ull << 20) >= free_before);
 }
 
 TEST_CASE("cuda: a deleted range is not reused while a consumer holds it", "[cuda]") {
@@ -311,13 +329,24 @@ TEST_CASE("cuda: a put and a seal from a fresh thread with no context", "[cuda]"
     const CudaDriver& cu = Cuda();
     auto draft = c.Create({64 << 20}, o);
     if (!draft.ok()) return 2;
+    Hold(cu, nullptr);  // the memset runs 300 ms from now: a seal that waits takes as long
     if (cu.MemsetD32(Ptr(draft->frame(0)), 0xC0FFEE, (64 << 20) / 4) != CUDA_SUCCESS) return 3;
     Guid g = draft->guid();
     Status sealed = Status::Unavailable("not run");
+    auto start = std::chrono::steady_clock::now();
     std::thread([&] { sealed = draft->Seal(); }).join();
+    auto waited = std::chrono::steady_clock::now() - start;
     if (!sealed.ok()) {
       std::printf("seal: %s\n", sealed.ToString().c_str());
       return 4;
+    }
+    // The reads below go through the same legacy stream, which would wait for the memset by
+    // itself: only the time the seal took shows that it waited.
+    if (waited < std::chrono::milliseconds(250)) {
+      std::printf("the seal returned in %lld ms, before the writes it must wait for\n",
+                  static_cast<long long>(
+                      std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()));
+      return 9;
     }
     Client reader = d.Connect();
     auto a = reader.Get(*put);
@@ -340,12 +369,22 @@ TEST_CASE("cuda: with two GPUs and a subset configured, memory comes from the GP
   REQUIRE(pools->size() == 1);
   CHECK((*pools)[0].uuid == second);
   uint64_t free0 = FreeOn(0), free1 = FreeOn(1);
-  Client c = d.Connect();
-  CreateOptions o;
-  o.places = {Place::Gpu(second)};
-  auto draft = c.Create({512 << 20}, o);  // one chunk of 1 GiB
-  REQUIRE(draft.ok());
+  // The chunk is mapped by a child that holds it: mapping it here would initialise CUDA in this
+  // process, and the children forked after (FreeOn) would find it unusable.
+  Channel ready;
+  pid_t holder = Spawn([&] {
+    Client c = d.Connect();
+    CreateOptions o;
+    o.places = {Place::Gpu(second)};
+    auto draft = c.Create({512 << 20}, o);  // one chunk of 1 GiB
+    ready.Send(draft.ok() ? "ready" : draft.status().ToString());
+    ::pause();
+    return 0;
+  });
+  REQUIRE(ready.Receive() == "ready");
   uint64_t now0 = FreeOn(0), now1 = FreeOn(1);
+  ::kill(holder, SIGKILL);
+  Wait(holder);
   std::printf("free before/after: GPU 0 %llu/%llu, GPU 1 %llu/%llu\n",
               static_cast<unsigned long long>(free0), static_cast<unsigned long long>(now0),
               static_cast<unsigned long long>(free1), static_cast<unsigned long long>(now1));
@@ -393,4 +432,83 @@ TEST_CASE("cuda: a consumer on another GPU than the producer", "[cuda]") {
     return std::all_of(host.begin(), host.end(), [](uint32_t w) { return w == 0xAB; }) ? 0 : 5;
   });
   CHECK(consumer == 0);
+}
+
+// cuMemUnmap does not wait for queued work: a consumer that drops its handle on a frame while
+// its kernels (here a copy held back 300 ms) still read it must not have the range unmapped
+// under them. The object is deleted and its chunk (of its own) retired, so today's client
+// unmaps it at the reader's next request.
+TEST_CASE("cuda: a frame is not unmapped under work still reading it", "[cuda]") {
+  NeedGpu();
+  Daemon d = CudaDaemon();
+  Place gpu = FirstGpu(d);
+  int rc = RunChild([&] {
+    const CudaDriver& cu = Cuda();
+    Client producer = d.Connect();
+    Client reader = d.Connect();
+    constexpr uint64_t kSize = 200 << 20;  // more than half a chunk: a chunk of its own
+    CreateOptions o;
+    o.places = {gpu};
+    auto draft = producer.Create({kSize}, o);
+    if (!draft.ok() || cu.MemsetD32(Ptr(draft->frame(0)), 0x3C, kSize / 4) != CUDA_SUCCESS) {
+      return 1;
+    }
+    Guid g = draft->guid();
+    if (!draft->Seal().ok()) return 2;
+    CUdeviceptr local = 0;
+    CUstream stream = nullptr;
+    if (cu.MemAlloc(&local, kSize) != CUDA_SUCCESS || cu.StreamCreate(&stream, 1) != CUDA_SUCCESS) {
+      return 3;
+    }
+    {
+      auto obj = reader.Get(g);
+      if (!obj.ok()) return 4;
+      Hold(cu, stream);
+      if (cu.MemcpyDtoDAsync(local, Ptr(obj->frame(0)), kSize, stream) != CUDA_SUCCESS) return 5;
+    }  // the reader lets go while the copy is queued
+    if (!producer.Delete(g).ok()) return 6;
+    (void)reader.GetStatus();  // the retired chunk is let go of here
+    if (CUresult r = cu.StreamSynchronize(stream); r != CUDA_SUCCESS) {
+      std::printf("%s\n", cu.Error(r, "the copy from the dropped frame").c_str());
+      return 7;
+    }
+    return AllWords(cu, {reinterpret_cast<const std::byte*>(local), kSize}, 0x3C) ? 0 : 8;
+  });
+  CHECK(rc == 0);
+}
+
+// VMM mappings ignore peer access: unless each GPU is granted access, a worker whose kernels
+// run on another GPU cannot read a frame it got. Every GPU that can reach the pool's is granted.
+TEST_CASE("cuda: every GPU that can reach a frame's GPU is granted access to it", "[cuda]") {
+  NeedGpu(2);
+  Daemon d({"--capacity", "256MiB", "--device-chunk-size", "256MiB", "--devices", UuidOf(0)});
+  Place gpu0 = FirstGpu(d);
+  int rc = RunChild([&] {
+    const CudaDriver& cu = Cuda(1);
+    CUdevice dev0, dev1;
+    int can = 0;
+    cu.DeviceGet(&dev0, 0);
+    cu.DeviceGet(&dev1, 1);
+    if (cu.DeviceCanAccessPeer(&can, dev1, dev0) != CUDA_SUCCESS || !can) {
+      std::printf("GPU 1 cannot reach GPU 0's memory: nothing to grant\n");
+      return 77;
+    }
+    Client c = d.Connect();
+    CreateOptions o;
+    o.places = {gpu0};
+    auto guid = c.Put(std::vector<std::byte>(1 << 20), o);
+    auto obj = guid.ok() ? c.Get(*guid) : guid.status();
+    if (!obj.ok()) return 1;
+    CUmemLocation peer{};
+    peer.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    peer.id = 1;
+    unsigned long long flags = 0;
+    if (CUresult r = cu.MemGetAccess(&flags, &peer, Ptr(obj->frame(0))); r != CUDA_SUCCESS) {
+      std::printf("%s\n", cu.Error(r, "cuMemGetAccess").c_str());
+      return 2;
+    }
+    return flags == CU_MEM_ACCESS_FLAGS_PROT_READ ? 0 : 3;
+  });
+  if (rc == 77) Skip("GPU 1 cannot reach GPU 0's memory (no peer access)");
+  CHECK(rc == 0);
 }

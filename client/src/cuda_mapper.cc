@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #ifdef DEPOT_HAVE_CUDA
 #include "common/cuda_driver.h"
 #endif
@@ -51,6 +53,32 @@ Result<int> OrdinalOf(const CudaDriver& cu, const std::string& uuid) {
   }
   return Status::Unavailable(
       fmt::format("{} is not visible to this process (CUDA_VISIBLE_DEVICES?)", uuid));
+}
+
+// Access to a range on GPU `ordinal`: for it first, then for every other GPU that can reach its
+// memory (peer access).
+std::vector<CUmemAccessDesc> AccessFor(const CudaDriver& cu, int ordinal, bool writable) {
+  CUmemAccessDesc desc{};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = ordinal;
+  desc.flags = writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
+  std::vector<CUmemAccessDesc> access{desc};
+  int count = 0;
+  CUdevice owner;
+  if (cu.DeviceGetCount(&count) != CUDA_SUCCESS || cu.DeviceGet(&owner, ordinal) != CUDA_SUCCESS) {
+    return access;
+  }
+  for (int i = 0; i < count; ++i) {
+    CUdevice peer;
+    int can = 0;
+    if (i == ordinal || cu.DeviceGet(&peer, i) != CUDA_SUCCESS ||
+        cu.DeviceCanAccessPeer(&can, peer, owner) != CUDA_SUCCESS || !can) {
+      continue;
+    }
+    desc.location.id = i;
+    access.push_back(desc);
+  }
+  return access;
 }
 
 }  // namespace
@@ -124,11 +152,16 @@ Result<void*> CudaMapper::Map(int fd, uint64_t size, uint32_t pool, bool writabl
     cu.MemAddressFree(ptr, size);
     return Failed(cu, r, "cuMemMap");
   }
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device->ordinal;
-  access.flags = writable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
-  if (r = cu.MemSetAccess(ptr, size, &access, 1); r != CUDA_SUCCESS) {
+  // VMM mappings ignore peer access: each GPU that is to reach the range must be granted it.
+  // Every GPU that can reach the pool's is (a worker of another GPU may read the frame in its
+  // own kernels); if the driver refuses that, the pool's own GPU at least.
+  std::vector<CUmemAccessDesc> access = AccessFor(cu, device->ordinal, writable);
+  r = cu.MemSetAccess(ptr, size, access.data(), access.size());
+  if (r != CUDA_SUCCESS && access.size() > 1) {
+    access.resize(1);
+    r = cu.MemSetAccess(ptr, size, access.data(), 1);
+  }
+  if (r != CUDA_SUCCESS) {
     cu.MemUnmap(ptr, size);
     cu.MemAddressFree(ptr, size);
     return Failed(cu, r, "cuMemSetAccess");
@@ -140,6 +173,18 @@ void CudaMapper::Unmap(void* base, uint64_t size) {
   // Only a mapped chunk is unmapped, and mapping loaded the driver. The virtual memory calls
   // act on the process's address space and need no context.
   const CudaDriver& cu = **LoadCudaDriver();
+  // cuMemUnmap does not wait for the work that still reads the range: a consumer drops its
+  // array (or DLPack calls the deleter) when its kernels are queued, not done. Unmapped under
+  // them, a dedicated chunk faults them, and a shared one, reused, feeds them other bytes. So
+  // first wait for the work of every GPU this process works on through its primary context
+  // (CuPy's, PyTorch's, Numba's); work in contexts of its own is the caller's to finish.
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [ordinal, device] : devices_) {
+      ScopedContext current(cu, device.context);
+      if (current.status().ok()) cu.CtxSynchronize();
+    }
+  }
   cu.MemUnmap(reinterpret_cast<CUdeviceptr>(base), size);
   cu.MemAddressFree(reinterpret_cast<CUdeviceptr>(base), size);
 }

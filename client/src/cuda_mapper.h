@@ -1,5 +1,6 @@
 // internal::CudaMapper maps the chunks of CUDA device pools into this process (import, reserve,
-// map, set access on the local GPU that has the pool's UUID), and does the rest of the client's
+// map, set access for the local GPU that has the pool's UUID and every GPU that can reach its
+// memory), and does the rest of the client's
 // CUDA work: registering host mappings with CUDA (pinning), copying host bytes to a device, and
 // waiting for a stream. libcuda is loaded on first use (common/cuda_driver.h).
 //
@@ -35,8 +36,11 @@ class CudaMapper : public Mapper {
   CudaMapper& operator=(const CudaMapper&) = delete;
 
   // Imports the chunk behind `fd` and maps it on the local GPU of pool `pool`, with read-write or
-  // read-only access for that GPU. The result is a device address.
+  // read-only access for that GPU and for each GPU with peer access to it. The result is a
+  // device address.
   Result<void*> Map(int fd, uint64_t size, uint32_t pool, bool writable) override;
+  // Waits for the work queued in the primary context of each GPU this mapper retained (work
+  // that may still read the range), then unmaps it.
   void Unmap(void* base, uint64_t size) override;
 
   // Loads the driver: OK when the calls below can work.

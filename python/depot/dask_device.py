@@ -10,9 +10,9 @@ copied through the host, which Dask's own path does with ``merge_frames``. Like 
 family (depot.dask_family) it declines (so Dask falls back) unless the recipient announced the
 same daemon, the value is large enough, and the daemon has device pools.
 
-depot's comms (depot.dask_comm) ask for this family first. Device frames land on the first GPU
-of the daemon's pools. Nothing here has run on a GPU yet: it is tested against the test daemon
-whose GPUs are memfd stand-ins.
+depot's comms (depot.dask_comm) ask for this family first. Device frames land on the GPU the
+sender's array is on (depot.device_copy). Nothing here has run on a GPU yet: it is tested
+against the test daemon whose GPUs are memfd stand-ins.
 """
 
 import depot

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <variant>
 
 #include "depot/object.h"
@@ -31,7 +32,8 @@ class DeviceFrame {
 
   const std::string& gpu() const { return gpu_; }
   size_t size() const { return bytes_.size(); }
-  uintptr_t address() const { return reinterpret_cast<uintptr_t>(bytes_.data()); }
+  // The device address. InvalidArgument once a draft's frame is unmapped (sealed or aborted).
+  uintptr_t address() const;
   bool readonly() const { return readonly_; }
 
   // The CUDA Array Interface, version 3: shape, typestr "|u1", data (address, read-only), no
@@ -42,11 +44,18 @@ class DeviceFrame {
   // driver is loaded here to find the ordinal from the GPU's UUID.
   py::tuple DlpackDevice() const;
 
-  // A "dltensor" capsule over the frame that keeps it mapped until its consumer lets it go.
-  // `stream` is accepted and ignored: there is nothing to wait for (see CudaArrayInterface).
-  py::capsule Dlpack(py::object stream) const;
+  // A capsule over the frame that keeps it mapped until its consumer lets it go: DLPack 1.0's
+  // "dltensor_versioned", flagged read-only for an Object's frame, when `max_version` is 1.0 or
+  // newer; else 0.x's "dltensor", refused (BufferError) for a read-only frame, which it cannot
+  // mark. BufferError for a `dl_device` other than the frame's GPU and for copy=True. `stream`
+  // is accepted and ignored: there is nothing to wait for (see CudaArrayInterface).
+  py::capsule Dlpack(py::object stream, py::object max_version, py::object dl_device,
+                     py::object copy) const;
 
  private:
+  // The bytes' address, or InvalidArgument once a draft's frame is unmapped.
+  const std::byte* Mapped() const;
+
   Owner owner_;
   std::span<const std::byte> bytes_;
   std::string gpu_;

@@ -16,9 +16,29 @@ PyDraft::PyDraft(depot::Draft draft)
 
 py::list PyDraft::frames() const { return WritableFramesOf(draft_); }
 
-void PyDraft::Finish(bool seal) {
+void* PyDraft::StreamHandle(py::handle stream) {
+  if (stream.is_none()) return nullptr;
+  py::object handle;
+  if (py::hasattr(stream, "__cuda_stream__")) {
+    handle = py::tuple(stream.attr("__cuda_stream__")())[1];
+  } else if (py::hasattr(stream, "cuda_stream")) {  // torch.cuda.Stream
+    handle = stream.attr("cuda_stream");
+  } else if (py::hasattr(stream, "ptr")) {  // cupy.cuda.Stream
+    handle = stream.attr("ptr");
+  } else {
+    handle = py::reinterpret_borrow<py::object>(stream);
+  }
+  if (!py::isinstance<py::int_>(handle)) {
+    Check(depot::Status::InvalidArgument(
+        "stream must be None, a CUstream handle (int) or a CuPy, PyTorch or CUDA Python stream"));
+  }
+  return reinterpret_cast<void*>(handle.cast<uintptr_t>());
+}
+
+void PyDraft::Finish(bool seal, void* cuda_stream) {
   auto draft = draft_;
-  depot::Status status = WithoutGil([&] { return seal ? draft->Seal() : draft->Abort(); });
+  depot::Status status =
+      WithoutGil([&] { return seal ? draft->Seal(cuda_stream) : draft->Abort(); });
   open_ = false;
   Check(status);
 }

@@ -25,17 +25,21 @@ class PyDraft {
   std::string guid() const { return draft_->guid().ToString(); }
   py::list frames() const;
 
-  void Seal() { Finish(true); }
-  void Abort() { Finish(false); }
+  // Seals after the device writes queued on `stream` are done: None (the legacy default
+  // stream of each GPU of the draft), a CUstream handle as an int, or a stream object of CuPy
+  // (.ptr), PyTorch (.cuda_stream) or one with __cuda_stream__ (CUDA Python's protocol).
+  void Seal(py::object stream) { Finish(true, StreamHandle(stream)); }
+  void Abort() { Finish(false, nullptr); }
   bool open() const { return open_; }
 
   void Exit(py::handle exc_type) {
     if (!open_) return;  // sealed or aborted inside the block
-    Finish(exc_type.is_none());
+    Finish(exc_type.is_none(), nullptr);
   }
 
  private:
-  void Finish(bool seal);
+  static void* StreamHandle(py::handle stream);
+  void Finish(bool seal, void* cuda_stream);
 
   std::shared_ptr<depot::Draft> draft_;
   bool open_ = true;

@@ -111,7 +111,10 @@ raises. Do not write through the views after sealing.)")
       .def_property_readonly("guid", &PyDraft::guid)
       .def_property_readonly("frames", &PyDraft::frames)
       .def_property_readonly("open", &PyDraft::open, "False once sealed or aborted.")
-      .def("seal", &PyDraft::Seal)
+      .def("seal", &PyDraft::Seal, "stream"_a = py::none(),
+           R"(Publishes the object, after the device writes queued on `stream` are done: None
+(the legacy default stream of each GPU of the draft's frames), a CUstream handle (int), or a
+CuPy, PyTorch or CUDA Python stream object. Writes on other streams must be finished first.)")
       .def("abort", &PyDraft::Abort)
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyDraft& d, py::handle type, py::handle, py::handle) { d.Exit(type); });

@@ -1,11 +1,12 @@
 """Device frames from Python. Without a GPU (here), against the test daemon whose GPUs are memfd
 stand-ins (tests/memfd_depotd.cc): it exercises the Python plumbing (places, DeviceFrame, the
 CUDA Array Interface, DLPack's refusal without a driver), whose "device memory" is host memory,
-so a test can read it through its address. It is not GPU coverage: the [cuda] test is, and it
+so a test can read it through its address. It is not GPU coverage: test_cuda.py is, and it
 skips, saying why, where there is no GPU."""
 
 import ctypes
 import gc
+import os
 
 import pytest
 
@@ -71,10 +72,56 @@ def test_a_device_frame_keeps_its_object_mapped(stand_in):
 def test_dlpack_without_a_cuda_driver_says_why(stand_in):
     c = depot.Client(stand_in.socket)
     frame = c.get(c.put([b"z" * 10], places=[GPU0])).frames[0]
-    with pytest.raises(depot.Unavailable, match="CUDA|libcuda"):
+    # A build with CUDA support looks for the driver; one without says so.
+    why = "cannot load libcuda" if os.environ.get("DEPOT_HAVE_CUDA") == "ON" else \
+        "built without CUDA support"
+    with pytest.raises(depot.Unavailable, match=why):
         frame.__dlpack_device__()
-    with pytest.raises(depot.Unavailable, match="CUDA|libcuda"):
-        frame.__dlpack__()
+    with pytest.raises(depot.Unavailable, match=why):
+        frame.__dlpack__(max_version=(1, 0))
+
+
+def test_a_drafts_device_frame_is_not_handed_out_once_unmapped(stand_in):
+    """A draft unmaps its frames when sealed or aborted, and the range may then be another
+    mapping's: its DeviceFrames refuse to give the address out from then on."""
+    c = depot.Client(stand_in.socket)
+    for finish in ("seal", "abort"):
+        draft = c.create([4096], places=[GPU0])
+        (frame,) = draft.frames
+        assert frame.address != 0 and frame.__cuda_array_interface__["data"][1] is False
+        getattr(draft, finish)()
+        for export in (lambda: frame.address, lambda: frame.__cuda_array_interface__,
+                       lambda: frame.__dlpack__(max_version=(1, 0))):
+            with pytest.raises(depot.InvalidArgument, match="unmapped"):
+                export()
+        assert len(frame) == 4096 and frame.gpu == GPU0  # what needs no mapping still answers
+
+
+class Stream:
+    """Stream objects as CuPy (.ptr), PyTorch (.cuda_stream) and CUDA Python (__cuda_stream__)
+    name their CUstream."""
+
+    def __init__(self, attribute, handle):
+        if attribute == "__cuda_stream__":
+            self.__cuda_stream__ = lambda: (0, handle)
+        else:
+            setattr(self, attribute, handle)
+
+
+def test_seal_takes_the_stream_the_writes_were_queued_on(stand_in):
+    """seal(stream=...) in every form a GPU library names a stream; the stand-ins have no
+    streams to wait for, so this shows the argument reaching the library (the [cuda] test shows
+    the wait)."""
+    c = depot.Client(stand_in.socket)
+    for stream in (None, 0, 12345, Stream("ptr", 1), Stream("cuda_stream", 2),
+                   Stream("__cuda_stream__", 3)):
+        draft = c.create([64], places=[GPU1])
+        draft.seal(stream=stream)
+        assert c.contains(draft.guid)
+    draft = c.create([64], places=[GPU1])
+    with pytest.raises(depot.InvalidArgument, match="stream"):
+        draft.seal(stream="the default one")
+    draft.abort()
 
 
 def test_places_are_checked(stand_in):
@@ -83,33 +130,6 @@ def test_places_are_checked(stand_in):
         c.create([10, 10], places=[GPU0])  # one place for two frames
     with pytest.raises(depot.Error):
         c.create([10], places=["GPU-not-a-pool"])
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
-                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.c_void_p),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-def test_cuda_device_frames_export_dlpack(daemon):
-    """[cuda] On a machine with a GPU: a device frame of the real daemon, imported through
-    DLPack and the CUDA Array Interface."""
-    c = depot.Client(daemon.socket)
-    status = c.status()
-    if not status["device_pools"]:
-        pytest.skip(f"[cuda] no GPU here, so no device frame to export: "
-                    f"{status['devices_unavailable']}")
-    gpu = status["device_pools"][0]["uuid"]
-    frame = c.get(c.put([b"\0" * 4096], places=[gpu])).frames[0]
-    assert frame.__dlpack_device__()[0] == 2
-    capsule = frame.__dlpack__()
-    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    tensor = DLTensor.from_address(get_pointer(capsule, b"dltensor"))
-    assert tensor.data == frame.address and tensor.device_type == 2 and tensor.ndim == 1
-    assert tensor.shape[0] == 4096 and (tensor.code, tensor.bits, tensor.lanes) == (1, 8, 1)
 
 
 class FakeDeviceArray:

@@ -1,0 +1,233 @@
+// A stand-in for libcuda.so.1, for tests on machines without a GPU: loaded by the client
+// library and the Python package in place of the driver ($DEPOT_LIBCUDA), it shows two GPUs whose
+// UUIDs are those of the memfd stand-in daemon's pools (tests/memfd_backend.cc), and whose
+// "device memory" is host memory. Not GPU coverage: it models only the rules of the driver that
+// depot's device path must follow, the ones a test here can catch being broken:
+//  - a call without a context current in the calling thread fails with
+//    CUDA_ERROR_INVALID_CONTEXT, as the real driver does in a thread where nothing made one
+//    current;
+//  - cuMemcpy returns before its bytes move (the real one does for device-to-device copies):
+//    they move when the context's legacy stream is synchronized;
+//  - a stream's queued writes (fake_cuda_defer_fill) happen when the stream is synchronized, and
+//    a stream can be made to fail (fake_cuda_fail_stream), so an ignored result shows.
+// Pointer ranges registered with fake_cuda_register answer cuPointerGetAttribute's device ordinal.
+//
+// The C++ loader (common/cuda_driver.cc) looks entry points up with cuGetProcAddress_v2; every
+// name this file does not model answers CUDA_ERROR_NOT_SUPPORTED when called.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+using CUresult = int;
+constexpr CUresult kSuccess = 0;
+constexpr CUresult kInvalidValue = 1;
+constexpr CUresult kInvalidDevice = 101;
+constexpr CUresult kInvalidContext = 201;
+constexpr CUresult kNotSupported = 801;
+constexpr int kGpus = 2;
+constexpr int kPointerAttributeDeviceOrdinal = 9;
+
+struct Context {
+  int device;
+  std::vector<std::function<void()>> legacy;  // work queued on its legacy default stream
+};
+struct Stream {
+  Context* context;
+  std::vector<std::function<void()>> queued;
+  CUresult error = kSuccess;
+};
+struct Range {
+  uintptr_t base;
+  size_t size;
+  int ordinal;
+};
+
+std::mutex mu;
+Context primary[kGpus] = {{0, {}}, {1, {}}};
+std::vector<Range> ranges;
+std::string log;
+thread_local std::vector<Context*> current;
+
+void Record(const std::string& line) {
+  std::lock_guard lk(mu);
+  log += line + "\n";
+}
+
+void Run(std::vector<std::function<void()>>& work) {
+  for (auto& w : work) w();
+  work.clear();
+}
+
+// The legacy (0), legacy (1) and per-thread (2) default streams: the current context's.
+bool IsDefault(void* stream) { return reinterpret_cast<uintptr_t>(stream) <= 2; }
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuInit(unsigned) { return kSuccess; }
+CUresult cuDriverGetVersion(int* v) {
+  *v = 13000;
+  return kSuccess;
+}
+CUresult cuGetErrorString(CUresult r, const char** text) {
+  *text = r == kInvalidContext ? "invalid device context" : "fake driver error";
+  return kSuccess;
+}
+CUresult cuDeviceGetCount(int* n) {
+  *n = kGpus;
+  return kSuccess;
+}
+CUresult cuDeviceGet(int* dev, int ordinal) {
+  if (ordinal < 0 || ordinal >= kGpus) return kInvalidDevice;
+  *dev = ordinal;
+  return kSuccess;
+}
+CUresult cuDeviceGetName(char* name, int len, int dev) {
+  std::snprintf(name, len, "Fake GPU %d", dev);
+  return kSuccess;
+}
+// GPU-00000000-0000-4000-8000-00000000000N, N = ordinal + 1: the memfd stand-ins' UUIDs.
+CUresult cuDeviceGetUuid_v2(unsigned char* uuid, int dev) {
+  if (dev < 0 || dev >= kGpus) return kInvalidDevice;
+  const unsigned char bytes[16] = {0,    0, 0, 0, 0, 0, 0x40, 0,
+                                   0x80, 0, 0, 0, 0, 0, 0,    static_cast<unsigned char>(dev + 1)};
+  std::memcpy(uuid, bytes, 16);
+  return kSuccess;
+}
+CUresult cuDeviceGetUuid(unsigned char* uuid, int dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
+  if (dev < 0 || dev >= kGpus) return kInvalidDevice;
+  *ctx = &primary[dev];
+  return kSuccess;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(int) { return kSuccess; }
+CUresult cuCtxPushCurrent_v2(void* ctx) {
+  current.push_back(static_cast<Context*>(ctx));
+  return kSuccess;
+}
+CUresult cuCtxPopCurrent_v2(void** ctx) {
+  if (current.empty()) return kInvalidContext;
+  if (ctx != nullptr) *ctx = current.back();
+  current.pop_back();
+  return kSuccess;
+}
+CUresult cuCtxGetCurrent(void** ctx) {
+  *ctx = current.empty() ? nullptr : current.back();
+  return kSuccess;
+}
+CUresult cuCtxSynchronize() {
+  if (current.empty()) return kInvalidContext;
+  std::lock_guard lk(mu);
+  Run(current.back()->legacy);
+  return kSuccess;
+}
+CUresult cuStreamCreate(void** stream, unsigned) {
+  if (current.empty()) return kInvalidContext;
+  *stream = new Stream{current.back(), {}};
+  return kSuccess;
+}
+CUresult cuStreamGetCtx(void* stream, void** ctx) {
+  if (IsDefault(stream)) {
+    if (current.empty()) return kInvalidContext;
+    *ctx = current.back();
+  } else {
+    *ctx = static_cast<Stream*>(stream)->context;
+  }
+  return kSuccess;
+}
+CUresult cuStreamSynchronize(void* stream) {
+  if (IsDefault(stream)) {
+    if (current.empty()) return kInvalidContext;
+    Record("cuStreamSynchronize default device=" + std::to_string(current.back()->device));
+    std::lock_guard lk(mu);
+    Run(current.back()->legacy);
+    return kSuccess;
+  }
+  auto* s = static_cast<Stream*>(stream);
+  Record("cuStreamSynchronize stream");
+  std::lock_guard lk(mu);
+  if (s->error != kSuccess) return s->error;
+  Run(s->queued);
+  return kSuccess;
+}
+CUresult cuMemcpy(uintptr_t dst, uintptr_t src, size_t size) {
+  if (current.empty()) return kInvalidContext;
+  Record("cuMemcpy device=" + std::to_string(current.back()->device));
+  std::lock_guard lk(mu);
+  current.back()->legacy.push_back([=] {
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), size);
+  });
+  return kSuccess;
+}
+CUresult cuPointerGetAttribute(void* data, int attribute, uintptr_t ptr) {
+  if (attribute != kPointerAttributeDeviceOrdinal) return kNotSupported;
+  std::lock_guard lk(mu);
+  for (const Range& r : ranges) {
+    if (ptr >= r.base && ptr < r.base + r.size) {
+      *static_cast<int*>(data) = r.ordinal;
+      return kSuccess;
+    }
+  }
+  return kInvalidValue;  // as for host memory the driver does not know
+}
+
+static CUresult NotSupported() { return kNotSupported; }
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, uint64_t, int* status) {
+  struct Entry {
+    const char* name;
+    void* fn;
+  };
+  static const Entry kEntries[] = {
+      {"cuGetErrorString", reinterpret_cast<void*>(cuGetErrorString)},
+      {"cuDriverGetVersion", reinterpret_cast<void*>(cuDriverGetVersion)},
+      {"cuDeviceGetCount", reinterpret_cast<void*>(cuDeviceGetCount)},
+      {"cuDeviceGet", reinterpret_cast<void*>(cuDeviceGet)},
+      {"cuDeviceGetName", reinterpret_cast<void*>(cuDeviceGetName)},
+      {"cuDeviceGetUuid", reinterpret_cast<void*>(cuDeviceGetUuid_v2)},
+      {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(cuDevicePrimaryCtxRetain)},
+      {"cuDevicePrimaryCtxRelease", reinterpret_cast<void*>(cuDevicePrimaryCtxRelease_v2)},
+      {"cuCtxPushCurrent", reinterpret_cast<void*>(cuCtxPushCurrent_v2)},
+      {"cuCtxPopCurrent", reinterpret_cast<void*>(cuCtxPopCurrent_v2)},
+      {"cuCtxSynchronize", reinterpret_cast<void*>(cuCtxSynchronize)},
+      {"cuStreamGetCtx", reinterpret_cast<void*>(cuStreamGetCtx)},
+      {"cuStreamSynchronize", reinterpret_cast<void*>(cuStreamSynchronize)},
+  };
+  *pfn = reinterpret_cast<void*>(NotSupported);
+  for (const Entry& e : kEntries) {
+    if (std::strcmp(e.name, symbol) == 0) *pfn = e.fn;
+  }
+  if (status != nullptr) *status = 0;  // CU_GET_PROC_ADDRESS_SUCCESS
+  return kSuccess;
+}
+
+// Test controls.
+void fake_cuda_register(uintptr_t base, size_t size, int ordinal) {
+  std::lock_guard lk(mu);
+  ranges.push_back({base, size, ordinal});
+}
+void fake_cuda_defer_fill(void* stream, uintptr_t ptr, int byte, size_t size) {
+  std::lock_guard lk(mu);
+  static_cast<Stream*>(stream)->queued.push_back(
+      [=] { std::memset(reinterpret_cast<void*>(ptr), byte, size); });
+}
+void fake_cuda_fail_stream(void* stream, CUresult error) {
+  std::lock_guard lk(mu);
+  static_cast<Stream*>(stream)->error = error;
+}
+// Every call recorded so far, one a line.
+const char* fake_cuda_log() {
+  static thread_local std::string copy;
+  std::lock_guard lk(mu);
+  copy = log;
+  return copy.c_str();
+}
+
+}  // extern "C"
