@@ -72,7 +72,7 @@ else
   echo "nvidia-smi: not found (no NVIDIA driver installed?)"
 fi
 echo "device nodes: $(ls /dev/nvidia* 2>/dev/null | tr '\n' ' ')"
-[[ -e /dev/nvidia0 ]] || echo "  (no /dev/nvidia0: nothing made the nodes; nvidia-modprobe -c=0 makes only that one)"
+[[ -e /dev/nvidia0 ]] || echo "  (no /dev/nvidia0: nothing made the nodes; the unit makes one per GPU with nvidia-modprobe -c=N)"
 if command -v systemctl >/dev/null; then
   echo "nvidia-fabricmanager.service: $(systemctl is-active nvidia-fabricmanager.service 2>&1)"
   echo "nvidia-persistenced.service: $(systemctl is-active nvidia-persistenced.service 2>&1)"
