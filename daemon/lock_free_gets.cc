@@ -29,6 +29,7 @@ bool LockFreeGets::Publish(const StoredObject& o) {
 bool LockFreeGets::Grow() {
   uint64_t entries = index_->entries() * 2;
   if (!index_->Crowded() || entries > max_entries_) return false;
+  auto started = std::chrono::steady_clock::now();
   auto bigger = index_->Grown(entries, "index-" + name_prefix_);
   if (!bigger.ok()) {
     spdlog::warn("the shared index stays at {} entries: {}", index_->entries(),
@@ -36,7 +37,6 @@ bool LockFreeGets::Grow() {
     max_entries_ = index_->entries();  // not tried again at every object left out
     return false;
   }
-  auto started = std::chrono::steady_clock::now();
   index_->Retire();
   index_ = std::move(*bigger);
   ++generation_;
