@@ -30,6 +30,8 @@ bool LockFreeGets::Grow() {
   uint64_t entries = index_->entries() * 2;
   if (!index_->Crowded() || entries > max_entries_) return false;
   auto started = std::chrono::steady_clock::now();
+  // Objects left out of this index (for room or their user's part) may fit in the bigger one.
+  bool left_out = index_->left_out() + index_->refused_over_share() > 0;
   auto bigger = index_->Grown(entries, "index-" + name_prefix_);
   if (!bigger.ok()) {
     spdlog::warn("the shared index stays at {} entries: {}", index_->entries(),
@@ -40,7 +42,7 @@ bool LockFreeGets::Grow() {
   index_->Retire();
   index_ = std::move(*bigger);
   ++generation_;
-  grown_ = true;
+  grown_ = grown_ || left_out;
   spdlog::info("the shared index grew to {} entries ({} objects moved in {:.1f} ms)",
                index_->entries(), index_->indexed(),
                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)

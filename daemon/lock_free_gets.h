@@ -119,7 +119,7 @@ class LockFreeGets : public SlotReaders {
   std::map<SessionId, uint32_t> uids_;           // each session's user
   std::map<uint32_t, uint64_t> granted_by_uid_;  // slots past the first kSlotCount, by user
   uint64_t generation_ = 1;
-  bool grown_ = false;  // since TakeGrown
+  bool grown_ = false;  // grew, leaving objects out, since TakeGrown
   uint64_t grants_refused_ = 0;
   uint64_t granted_ = 0;
 };

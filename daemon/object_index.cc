@@ -15,12 +15,14 @@ namespace depot {
 using index::Load;
 using index::Store;
 
+constexpr uint64_t kArenaBytesPerEntry = 32;
+
 Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Create(uint64_t entries,
                                                          const std::string& name) {
   uint64_t sets = std::bit_ceil(std::max<uint64_t>(1, (entries + index::kWays - 1) / index::kWays));
-  uint64_t table = sets * index::kWays * index::kEntryBytes;
-  // The arena: as many bytes as the entries.
-  auto memory = SealedMemfd(name, index::IndexBytes(sets, table));
+  // The arena: 32 bytes an entry, a one-frame record each (more objects have one frame than not).
+  uint64_t arena = sets * index::kWays * kArenaBytesPerEntry;
+  auto memory = SealedMemfd(name, index::IndexBytes(sets, arena));
   if (!memory.ok()) return memory.status();
   auto map = SharedMapping::Map(memory->fd.get(), memory->size, true, "object index");
   if (!map.ok()) return map.status();
@@ -34,7 +36,7 @@ ObjectIndex::ObjectIndex(UniqueFd fd, UniqueFd read_only_fd, SharedMapping map, 
       read_only_fd_(std::move(read_only_fd)),
       map_(std::move(map)),
       sets_(sets),
-      arena_(sets * index::kWays * index::kEntryBytes, index::kRecordAlign),
+      arena_(sets * index::kWays * kArenaBytesPerEntry, index::kRecordAlign),
       used_(sets * index::kWays, false) {}
 
 bool ObjectIndex::Insert(const StoredObject& o) {
@@ -112,13 +114,19 @@ bool ObjectIndex::Place(std::span<const uint64_t> words, std::span<const uint64_
 }
 
 bool ObjectIndex::Crowded() const {
-  return placed_.size() * 2 >= used_.size() || arena_.used() * 2 >= arena_.size();
+  // Two choices of four ways leave a few objects out from about half full: grow then only if
+  // more than one in 256 was, and in any case at three quarters.
+  uint64_t placed = placed_.size();
+  bool half = placed * 2 >= used_.size() || arena_.used() * 2 >= arena_.size();
+  bool most = placed * 4 >= used_.size() * 3 || arena_.used() * 4 >= arena_.size() * 3;
+  return most || (half && left_out_ * 256 >= placed);
 }
 
 Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Grown(uint64_t entries,
                                                         const std::string& name) const {
   auto bigger = Create(entries, name);
   if (!bigger.ok()) return bigger.status();
+  (*bigger)->placed_.reserve(placed_.size());
   std::array<uint64_t, index::kEntryWords> words{};
   std::vector<uint64_t> record;
   for (const auto& [id, p] : placed_) {

@@ -50,8 +50,9 @@ class ObjectIndex {
   void Remove(ObjectId id);
   bool Contains(ObjectId id) const { return placed_.contains(id); }
 
-  // Whether half the entries or half the arena are taken: an object left out then is one that a
-  // bigger index would hold (below that, only GUIDs chosen to collide fill a set).
+  // Whether three quarters of the entries or of the arena are taken, or half of either with more
+  // than one object in 256 left out: a bigger index would hold what is left out (below that,
+  // only GUIDs chosen to collide fill both sets of one).
   bool Crowded() const;
   // A new index of at least `entries` entries in a memfd named `name`, holding every object this
   // one holds. The memfd's error.

@@ -42,8 +42,9 @@ inline constexpr uint32_t kWays = 4;  // entries per set: one set is four cache 
 inline constexpr uint64_t kEntryWords = 8;
 inline constexpr uint64_t kEntryBytes = kEntryWords * 8;
 inline constexpr uint64_t kFrameWords = 3;  // offset, size, pool << 32 | segment
-// A record is placed at a multiple of this in the arena.
-inline constexpr uint64_t kRecordAlign = 64;
+// A record is placed at a multiple of this in the arena (a one-frame record, 24 bytes, in one
+// cache line).
+inline constexpr uint64_t kRecordAlign = 32;
 // The entries' first word, after the layout words; the arena's first word, after the entries of
 // `sets` sets; the bytes of an index of `sets` sets and `arena` bytes of records.
 inline constexpr uint64_t kEntriesWord = layout::kHeaderWords;

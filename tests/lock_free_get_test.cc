@@ -285,9 +285,11 @@ TEST_CASE("garbage another user writes into its own slots harms nobody", "[index
 TEST_CASE("a user whose metadata fills the index leaves the other users their part of it",
           "[index][hostile]") {
   NeedRoot();
-  // 4096 entries: an arena of 256 KiB, which 16 objects of 16 KiB of metadata nearly fill.
+  // 4096 entries, and no more: an arena of 128 KiB, which 8 objects of 16 KiB of metadata nearly
+  // fill.
   Daemon d = StartOpen({"--allow-users", std::to_string(kAlice) + "," + std::to_string(kMallory),
-                        "--segment-size", "8MiB", "--index-entries", "4096"});
+                        "--segment-size", "8MiB", "--index-entries", "4096", "--index-max-entries",
+                        "4096"});
   int filled = RunAs(kMallory, kMallory, {}, [&] {
     Client m = d.Connect();
     // Records of 16 KiB of metadata, then of 1 KiB and of none for the crumbs between them.
