@@ -63,7 +63,6 @@ void PutRings::NoteHandOff() {
   last_found_ = now;
   if (spinning_) return;
   spinning_ = true;
-  yields_ = yielded_to_ = 0;
   PostSpin();
 }
 
@@ -86,11 +85,10 @@ void PutRings::Spin() {
   // The loop looks at the sockets between two spins (a posted handler makes it poll them without
   // waiting), so requests are answered as before.
   ::sched_yield();
-  ++yields_;
-  if (std::chrono::steady_clock::now() - now > kYieldedTo) ++yielded_to_;
-  if (yielded_to_ >= kYieldsToStop && 2 * yielded_to_ >= yields_) {
-    // Others ran meanwhile, at least as often as not: spinning on a shared CPU takes time from
-    // the very clients the daemon serves, or from anyone else's work.
+  if (std::chrono::steady_clock::now() - now > kYieldedTo) {
+    // Another process ran meanwhile: on a shared CPU a spinning daemon takes time from the very
+    // clients it serves, or from anyone else's work, and waits behind them for its turn, where a
+    // sleeping one is woken at once.
     spinning_ = false;
     shared_cpu_until_ = now + kBackOff;
     return;
