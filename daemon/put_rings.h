@@ -14,8 +14,8 @@
 //     sched_yield, then again) for a while after a request missed an object that a ring held
 //     (NoteHandOff): a process gets what others put as soon as they return, so the daemon takes
 //     each put before the get comes, and that get finds it in the shared index. The spin stops
-//     when no put comes for kSpinWindow, and does not start again for kBackOff once a yield let
-//     another process run: on a shared CPU it would take time from the clients it serves.
+//     when no put comes for kSpinWindow, and does not start again for kBackOff once its yields
+//     show a shared CPU: there it would take time from the clients it serves.
 // While a get waits for an object (WaitingFn), the rings of its user's sessions are not shown as
 // polled, so that every put of theirs rings the doorbell and the get is answered at once, not at
 // the next poll. Only its user's: a get parked forever must not make every other user's puts send
@@ -49,9 +49,13 @@ class PutRings {
   // without a put found before the watch ends.
   static constexpr std::chrono::milliseconds kHandOffWindow{10};
   static constexpr std::chrono::microseconds kSpinWindow{200};
-  // A sched_yield that returns later than this let another process run: the CPU is shared, and
-  // the spin ends, and starts again no sooner than kBackOff later.
+  // A sched_yield that returns later than kYieldedTo let another process run, one later than
+  // kYieldedSlice let it run a time slice. The CPU is shared, and the spin ends (and starts
+  // again no sooner than kBackOff later), after one such slice, or once kYieldsToStop yields,
+  // and at least half of the spin's, let others run.
   static constexpr std::chrono::microseconds kYieldedTo{5};
+  static constexpr std::chrono::microseconds kYieldedSlice{100};
+  static constexpr int kYieldsToStop = 8;
   static constexpr std::chrono::milliseconds kBackOff{100};
 
   // Takes one put of a session (a body copied out of its ring, not yet verified; whether the
@@ -115,6 +119,8 @@ class PutRings {
   std::chrono::steady_clock::time_point eager_until_{};       // NoteHandOff's window
   std::chrono::steady_clock::time_point last_found_{};        // the spin's last find
   std::chrono::steady_clock::time_point shared_cpu_until_{};  // no spin before then
+  int yields_ = 0;                                            // of this spin
+  int yielded_to_ = 0;  // those of its yields that let another process run
   // Posted spins hold it weakly: one that runs after this object went does nothing.
   std::shared_ptr<PutRings*> self_ = std::make_shared<PutRings*>(this);
 };
