@@ -1,10 +1,12 @@
 #include "daemon/put_rings.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio/post.hpp>
 #include <string>
 #include <vector>
 
@@ -42,7 +44,7 @@ Status PutRings::Take(SessionId session) {
   }
 }
 
-void PutRings::TakeAll() {
+bool PutRings::TakeAll() {
   // By id, not by iterator: a put may answer a get, and a failed session may close meanwhile.
   std::vector<SessionId> pending;
   for (const auto& [session, r] : rings_) {
@@ -51,6 +53,51 @@ void PutRings::TakeAll() {
   for (SessionId session : pending) {
     if (Status st = Take(session); !st.ok()) fail_(session, st);
   }
+  return !pending.empty();
+}
+
+void PutRings::NoteHandOff() {
+  auto now = std::chrono::steady_clock::now();
+  if (now < shared_cpu_until_) return;
+  eager_until_ = now + kHandOffWindow;
+  last_found_ = now;
+  if (spinning_) return;
+  spinning_ = true;
+  yields_ = yielded_to_ = 0;
+  PostSpin();
+}
+
+void PutRings::PostSpin() {
+  boost::asio::post(timer_.get_executor(), [self = std::weak_ptr<PutRings*>(self_)] {
+    if (auto rings = self.lock()) (*rings)->Spin();
+  });
+}
+
+void PutRings::Spin() {
+  auto now = std::chrono::steady_clock::now();
+  if (AnyPending()) {
+    TakeAll();
+    last_found_ = now;
+  }
+  if (now >= eager_until_ || now - last_found_ >= kSpinWindow) {
+    spinning_ = false;
+    return;
+  }
+  // The loop looks at the sockets between two spins (a posted handler makes it poll them without
+  // waiting), so requests are answered as before.
+  ::sched_yield();
+  auto yielded = std::chrono::steady_clock::now() - now;
+  ++yields_;
+  if (yielded > kYieldedTo) ++yielded_to_;
+  // Another process took a time slice meanwhile, or others ran at least as often as not: on a
+  // shared CPU a spinning daemon takes time from the very clients it serves, or from anyone
+  // else's work, and waits behind them for its turn, where a sleeping one is woken at once.
+  if (yielded > kYieldedSlice || (yielded_to_ >= kYieldsToStop && 2 * yielded_to_ >= yields_)) {
+    spinning_ = false;
+    shared_cpu_until_ = now + kBackOff;
+    return;
+  }
+  PostSpin();
 }
 
 void PutRings::Poll() {

@@ -9,7 +9,13 @@
 //     client rings when the rings are not polled), so that puts reach the table, the index and
 //     the LRU soon even when nobody asks for them; after kIdlePolls polls that found nothing the
 //     timer stops, and the clients are told to ring again;
-//   - of a session that closes, before its references go.
+//   - of a session that closes, before its references go;
+//   - of every session, in a spin of the loop (Spin: a look at each ring's head, then
+//     sched_yield, then again) for a while after a request missed an object that a ring held
+//     (NoteHandOff): a process gets what others put as soon as they return, so the daemon takes
+//     each put before the get comes, and that get finds it in the shared index. The spin stops
+//     when no put comes for kSpinWindow, and does not start again for kBackOff once its yields
+//     show a shared CPU: there it would take time from the clients it serves.
 // While a get waits for an object (WaitingFn), the rings of its user's sessions are not shown as
 // polled, so that every put of theirs rings the doorbell and the get is answered at once, not at
 // the next poll. Only its user's: a get parked forever must not make every other user's puts send
@@ -39,6 +45,18 @@ class PutRings {
  public:
   static constexpr std::chrono::microseconds kPollInterval{1000};
   static constexpr int kIdlePolls = 100;
+  // After a hand-off (NoteHandOff): how long the rings are watched closely, and for how long
+  // without a put found before the watch ends.
+  static constexpr std::chrono::milliseconds kHandOffWindow{10};
+  static constexpr std::chrono::microseconds kSpinWindow{200};
+  // A sched_yield that returns later than kYieldedTo let another process run, one later than
+  // kYieldedSlice let it run a time slice. The CPU is shared, and the spin ends (and starts
+  // again no sooner than kBackOff later), after one such slice, or once kYieldsToStop yields,
+  // and at least half of the spin's, let others run.
+  static constexpr std::chrono::microseconds kYieldedTo{5};
+  static constexpr std::chrono::microseconds kYieldedSlice{100};
+  static constexpr int kYieldsToStop = 8;
+  static constexpr std::chrono::milliseconds kBackOff{100};
 
   // Takes one put of a session (a body copied out of its ring, not yet verified; whether the
   // session holds it already).
@@ -51,6 +69,8 @@ class PutRings {
 
   PutRings(boost::asio::io_context& io, TakeFn take, FailFn fail, WaitingFn waiting)
       : timer_(io), take_(std::move(take)), fail_(std::move(fail)), waiting_(std::move(waiting)) {}
+  PutRings(const PutRings&) = delete;
+  PutRings& operator=(const PutRings&) = delete;
 
   // Makes `session`'s ring (sent to it at hello), a session of `uid`; the memfd's error.
   Result<const PutRing*> Join(SessionId session, uid_t uid);
@@ -59,8 +79,12 @@ class PutRings {
 
   // Takes what `session`'s ring holds now; the error when it broke (the caller closes the session).
   Status Take(SessionId session);
-  // Takes what every ring holds now; a session whose ring breaks goes to the FailFn.
-  void TakeAll();
+  // Takes what every ring holds now; a session whose ring breaks goes to the FailFn. Whether any
+  // ring held a record.
+  bool TakeAll();
+  // A request missed an object that a ring held (TakeAll found it): a process waits for another's
+  // puts. The rings are watched closely for a while (Spin).
+  void NoteHandOff();
   // The doorbell: polls the rings from now on, until they stay empty for a while.
   void Poll();
   // A get of `uid` was parked: that user's puts ring the doorbell from now on (until a poll
@@ -70,6 +94,8 @@ class PutRings {
  private:
   void Arm();
   void Tick();
+  void Spin();
+  void PostSpin();
   bool AnyPending() const;
   void SetPolled(bool polled);
   void Publish();  // writes Word(its user) into every ring
@@ -88,6 +114,15 @@ class PutRings {
   std::set<uid_t> urgent_;  // the users some of whose gets wait: their puts ring
   uint64_t epoch_ = 0;      // times the polling stopped
   int idle_polls_ = 0;
+  // The spin after a hand-off (NoteHandOff).
+  bool spinning_ = false;
+  std::chrono::steady_clock::time_point eager_until_{};       // NoteHandOff's window
+  std::chrono::steady_clock::time_point last_found_{};        // the spin's last find
+  std::chrono::steady_clock::time_point shared_cpu_until_{};  // no spin before then
+  int yields_ = 0;                                            // of this spin
+  int yielded_to_ = 0;  // those of its yields that let another process run
+  // Posted spins hold it weakly: one that runs after this object went does nothing.
+  std::shared_ptr<PutRings*> self_ = std::make_shared<PutRings*>(this);
 };
 
 }  // namespace depot

@@ -207,8 +207,13 @@ bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint
     auto it = sessions_.find(sender);
     if (it != sessions_.end()) it->second.peer->HandleArrived();
   }
-  rings_.TakeAll();  // the rings with a put in them only
+  bool took = rings_.TakeAll();  // the rings with a put in them only
   drain_reading_ = false;
+  // A get that the rings answered: a process gets what others put, as soon as they return.
+  if (took && static_cast<MsgType>(h.type) == MsgType::kGet &&
+      !any_missing(proto::Body<wire::GetRequest>(body)->guids())) {
+    rings_.NoteHandOff();
+  }
   drain_replaying_ = true;
   std::vector<Deferred> deferred = std::move(deferred_);
   deferred_.clear();

@@ -325,5 +325,31 @@ TEST_CASE("PutRings: a waiting get makes its own user's puts ring, no other user
   CHECK((bob->Word(put_ring::kPolled).load() & put_ring::kStateMask) != put_ring::kUrgent);
 }
 
+TEST_CASE("PutRings: after a hand-off the rings are taken in a spin, with no poll or doorbell",
+          "[put_rings]") {
+  Rings r;
+  auto a = r.Join(1, 1000);
+  // Before: a put waits for a request, the timer or a doorbell (none here).
+  a->Append("waits");
+  r.io.poll();
+  CHECK(r.taken[1].empty());
+  // A drain found it (a get of another session missed it): a hand-off.
+  CHECK(r.rings.TakeAll());
+  CHECK_FALSE(r.rings.TakeAll());  // nothing held any more
+  r.rings.NoteHandOff();
+  // The next put is taken by the loop alone, though the rings are not polled (no timer).
+  a->Append("spun");
+  CHECK(r.RunUntil([&] { return r.taken[1].size() == 2; }));
+  CHECK((a->Word(put_ring::kPolled).load() & put_ring::kStateMask) == put_ring::kIdle);
+  // With no put for a while the spin ends: the loop has nothing left to run, and a later put
+  // waits again for a request, the timer or a doorbell.
+  r.io.restart();
+  r.io.poll();
+  a->Append("waits again");
+  r.io.restart();
+  r.io.poll();
+  CHECK(r.taken[1].size() == 2);
+}
+
 }  // namespace
 }  // namespace depot

@@ -157,12 +157,6 @@ Result<Guid> Client::Put(std::span<const std::byte> data, const CreateOptions& o
 
 Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
                          const CreateOptions& options) {
-  std::vector<uint64_t> sizes;
-  uint64_t total = 0;
-  for (auto f : frames) {
-    sizes.push_back(f.size());
-    total += f.size();
-  }
   // Every rule the daemon keeps, before anything is written: a put it would refuse in its ring
   // must not return a GUID.
   if (Status shape = proto::CheckObjectShape(frames.size(), options.metadata.size(),
@@ -171,6 +165,12 @@ Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
     return shape;
   }
   if (auto put = conn_->PutInLease(frames, options)) return std::move(*put);
+  std::vector<uint64_t> sizes;
+  uint64_t total = 0;
+  for (auto f : frames) {
+    sizes.push_back(f.size());
+    total += f.size();
+  }
   if (total <= proto::kMaxInlineSize && !frames.empty() && options.places.empty()) {
     // Create, fill and seal in one round trip.
     fb::FlatBufferBuilder fbb(total + 256);

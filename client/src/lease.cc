@@ -25,34 +25,34 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
       frames.size() > proto::kMaxFrames) {
     return std::nullopt;
   }
-  std::vector<uint64_t> sizes;
-  sizes.reserve(frames.size());
+  std::lock_guard lk(mu_);
+  // Kept across puts, as are offsets_, locations_ and fbb_: a put allocates nothing.
+  sizes_.clear();
   uint64_t need = 0;
-  for (auto f : frames) need += sizes.emplace_back(proto::RoundUpToBlock(f.size()));
+  for (auto f : frames) need += sizes_.emplace_back(proto::RoundUpToBlock(f.size()));
   // Larger puts go to blocks of their own: see kLargestPut.
   if (need == 0 || need > std::min(kLargestPut, largest_ / 4)) return std::nullopt;
-  std::lock_guard lk(mu_);
   // The lease is written only between Begin and End (see PutRing::BeginWrite), never while asking
   // for a new one.
   struct Ending {
     Lease* lease;
     ~Ending() { lease->End(); }
   } ending{this};
-  std::vector<uint64_t> offsets;
-  if (!Begin() || !Place(sizes, offsets)) {
+  if (!Begin() || !Place(sizes_, offsets_)) {
     End();
     if (!Renew(std::clamp(16 * need, kMinLease, kMaxLease), need) || !Begin() ||
-        !Place(sizes, offsets)) {
+        !Place(sizes_, offsets_)) {
       return std::nullopt;
     }
   }
-  flatbuffers::FlatBufferBuilder fbb(256 + options.metadata.size() + 32 * frames.size());
-  std::vector<wire::FrameLocation> locations;
-  locations.reserve(frames.size());
+  flatbuffers::FlatBufferBuilder& fbb = fbb_;
+  fbb.Clear();
+  std::vector<wire::FrameLocation>& locations = locations_;
+  locations.clear();
   for (size_t i = 0; i < frames.size(); ++i) {
     auto f = frames[i];
-    if (!f.empty()) std::memcpy(base_ + (offsets[i] - offset_), f.data(), f.size());
-    locations.emplace_back(offsets[i], f.size(), segment_, 0);
+    if (!f.empty()) std::memcpy(base_ + (offsets_[i] - offset_), f.data(), f.size());
+    locations.emplace_back(offsets_[i], f.size(), segment_, 0);
   }
   Guid guid = Guid::Random();
   wire::Guid g = proto::ToWire(guid);
@@ -96,7 +96,7 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
     r.guid = guid;
     r.position = *position;
     r.length = fbb.GetSize();
-    r.put.frames = std::move(locations);
+    r.put.frames.assign(locations.begin(), locations.end());
     r.put.metadata.assign(options.metadata.begin(), options.metadata.end());
     r.put.checksum = checksum;
     if (!ring_->NeedsDoorbell()) return Result<Guid>(guid);
@@ -170,7 +170,8 @@ bool Lease::Place(std::span<const uint64_t> sizes, std::vector<uint64_t>& offset
   }
   offsets.assign(sizes.size(), 0);
   uint64_t cursor = cursor_;
-  std::vector<size_t> used;
+  std::vector<size_t>& used = used_;
+  used.clear();
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] == 0) {
       offsets[i] = offset_ + cursor;

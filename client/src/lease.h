@@ -110,6 +110,12 @@ class Lease {
   std::vector<PutRing::Block> returned_;  // blocks of this lease handed back, not used yet
   std::vector<uint64_t> uses_;            // the segment use the mapping holds
   std::chrono::steady_clock::time_point refused_until_{};
+  // A put's working space, kept so that a put allocates nothing (under mu_).
+  std::vector<uint64_t> sizes_;    // each frame's rounded-up size
+  std::vector<uint64_t> offsets_;  // where each frame goes (Place)
+  std::vector<size_t> used_;       // the returned blocks Place used
+  std::vector<wire::FrameLocation> locations_;
+  flatbuffers::FlatBufferBuilder fbb_{1024};  // the put's record
   static constexpr size_t kRecentPuts = 32;
   struct RingPut {
     Guid guid;
