@@ -108,6 +108,7 @@ class Sink {
     Add(t->index_arena());
     Add(t->slot_count());
     Add(t->leases());
+    Add(t->index_generation());
   }
   void Add(const wire::CreateRequest* t) {
     if (t == nullptr) return;
@@ -253,6 +254,19 @@ class Sink {
     Add(t->size());
     Add(t->at_least());
   }
+  void Add(const wire::IndexRequest* t) {
+    if (t == nullptr) return;
+    Add(t->slots());
+    Add(t->index_generation());
+  }
+  void Add(const wire::IndexReply* t) {
+    if (t == nullptr) return;
+    Add(t->slot_count());
+    Add(t->index_sets());
+    Add(t->index_arena());
+    Add(t->index_generation());
+    Add(t->index_fd());
+  }
   void Add(const wire::PutRequest* t) {
     if (t == nullptr) return;
     Add(t->guid());
@@ -354,6 +368,8 @@ void ReadBody(Sink& sink, uint16_t type, std::span<const uint8_t> body) {
       return reply ? Read<wire::CreateReply>(sink, body) : Read<wire::LeaseRequest>(sink, body);
     case MsgType::kPut:
       return Read<wire::PutRequest>(sink, body);
+    case MsgType::kIndex:
+      return reply ? Read<wire::IndexReply>(sink, body) : Read<wire::IndexRequest>(sink, body);
     case MsgType::kEvent:
       return Read<wire::Event>(sink, body);
     case MsgType::kError:
