@@ -3,57 +3,63 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace depot {
-
-StoredObject::StoredObject(std::span<const Location> frames, std::string_view name,
-                           std::span<const uint8_t> metadata)
-    : frame_count_(static_cast<uint32_t>(frames.size())),
-      metadata_size_(static_cast<uint32_t>(metadata.size())),
-      name_size_(static_cast<uint16_t>(name.size())) {
-  if (frames.size() == 1) {
-    first_frame_ = frames[0];
-  } else if (frames.size() > 1) {
-    more_frames_ = std::make_unique<Location[]>(frames.size());
-    std::copy(frames.begin(), frames.end(), more_frames_.get());
-  }
-  if (!name.empty() || !metadata.empty()) {
-    extra_ = std::make_unique<uint8_t[]>(name.size() + metadata.size());
-    std::copy(name.begin(), name.end(), extra_.get());
-    std::copy(metadata.begin(), metadata.end(), extra_.get() + name.size());
-  }
-}
-
-uint64_t StoredObject::size() const {
-  uint64_t total = 0;
-  for (const Location& f : frames()) total += f.size;
-  return total;
-}
-
-void StoredObject::Relocate(std::span<const Location> frames) {
-  if (frame_count_ > 1) {
-    std::copy(frames.begin(), frames.end(), more_frames_.get());
-  } else if (frame_count_ == 1) {
-    first_frame_ = frames[0];
-  }
-}
 
 ObjectTable::ObjectTable(FreeFn on_free, ClockFn clock)
     : on_free_(std::move(on_free)), clock_(std::move(clock)) {}
 
+StoredObject* ObjectTable::Live(ObjectId id) const {
+  uint32_t slot = SlotOf(id);
+  if (slot >= slots_) return nullptr;
+  StoredObject& o = At(slot);
+  return o.live_ && o.id == id ? &o : nullptr;
+}
+
+StoredObject& ObjectTable::NewRecord() {
+  uint32_t slot = free_head_;
+  ObjectId generation = 1;
+  if (slot != kNoSlot) {
+    free_head_ = At(slot).lru_next_;
+    generation = (At(slot).id >> 32) + 1;
+  } else {
+    if (slots_ % kChunkRecords == 0) {
+      chunks_.push_back(std::make_unique<StoredObject[]>(kChunkRecords));
+    }
+    slot = slots_++;
+  }
+  StoredObject& o = At(slot);
+  o.id = generation << 32 | slot;
+  o.live_ = true;
+  return o;
+}
+
+void ObjectTable::FreeRecord(StoredObject& o) {
+  ObjectId id = o.id;
+  o = StoredObject();
+  o.id = id;                           // keeps the generation
+  if (id >> 32 == UINT32_MAX) return;  // the next would wrap: retired
+  o.lru_next_ = free_head_;
+  free_head_ = SlotOf(id);
+}
+
 Result<StoredObject*> ObjectTable::Insert(const NewObject& n) {
-  if (index_.contains(n.guid)) {
+  if (index_.Find(n.guid)) {
     return Status::AlreadyExists(fmt::format("object {} already exists", n.guid.ToString()));
   }
-  ObjectId id = next_id_++;
-  StoredObject& o = objects_.try_emplace(id, n.frames, n.name, n.metadata).first->second;
+  StoredObject& o = NewRecord();
+  ObjectId id = o.id;
+  o = StoredObject(n.frames, n.name, n.metadata);
   o.id = id;
+  o.live_ = true;
   o.guid = n.guid;
   o.evictable = n.evictable;
   o.creator = n.creator;
   o.creator_pid = n.creator_pid;
   o.creator_uid = n.creator_uid;
-  index_.emplace(o.guid, id);
+  index_.Insert(SlotOf(id));
+  order_.Insert(SlotOf(id));
   return &o;
 }
 
@@ -70,11 +76,9 @@ Result<const StoredObject*> ObjectTable::Create(NewObject n) {
 }
 
 Result<StoredObject*> ObjectTable::FindCreating(SessionId session, const Guid& guid) {
-  auto it = index_.find(guid);
-  if (it == index_.end()) {
-    return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
-  }
-  StoredObject& o = objects_.at(it->second);
+  auto slot = index_.Find(guid);
+  if (!slot) return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
+  StoredObject& o = At(*slot);
   if (o.state != ObjectState::kCreating) {
     return Status::InvalidArgument(fmt::format("object {} is already sealed", guid.ToString()));
   }
@@ -115,11 +119,9 @@ Status ObjectTable::Abort(SessionId session, const Guid& guid) {
 }
 
 Result<const StoredObject*> ObjectTable::Acquire(SessionId session, const Guid& guid) {
-  auto it = index_.find(guid);
-  if (it == index_.end()) {
-    return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
-  }
-  StoredObject& o = objects_.at(it->second);
+  auto slot = index_.Find(guid);
+  if (!slot) return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
+  StoredObject& o = At(*slot);
   if (o.state != ObjectState::kSealed) {
     return Status::Timeout(fmt::format("object {} is not sealed yet", guid.ToString()));
   }
@@ -145,7 +147,7 @@ Status ObjectTable::Release(SessionId session, ObjectId id) {
   auto h = s->second.held.find(id);
   if (--h->second > 0) return Status::OK();
   s->second.held.erase(h);
-  Unreference(objects_.at(id), session);
+  Unreference(Must(id), session);
   return Status::OK();
 }
 
@@ -181,22 +183,21 @@ bool ObjectTable::FreeUnpinned() {
   std::sort(ids.begin(), ids.end());
   std::vector<bool> held = readers_->HeldAmong(ids);
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (!held[i]) Free(objects_.at(ids[i]), pinned_.at(ids[i]));
+    if (!held[i]) Free(Must(ids[i]), pinned_.at(ids[i]));
   }
   return !pinned_.empty();
 }
 
 Status ObjectTable::Delete(const Guid& guid, SessionId by) {
-  auto it = index_.find(guid);
-  if (it == index_.end()) {
-    return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
-  }
-  StoredObject& o = objects_.at(it->second);
+  auto slot = index_.Find(guid);
+  if (!slot) return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
+  StoredObject& o = At(*slot);
   if (o.state != ObjectState::kSealed) {
     return Status::InvalidArgument(fmt::format(
         "object {} is still being created; its creator must seal or abort it", guid.ToString()));
   }
-  index_.erase(it);
+  index_.Erase(SlotOf(o.id));
+  order_.Erase(SlotOf(o.id));
   LruRemove(o);
   if (readers_ != nullptr) readers_->Withdraw(o.id);  // gone for every get from now on
   Notify(TableEvent::kDeleted, o, by);
@@ -222,17 +223,17 @@ void ObjectTable::DropSession(SessionId session) {
   SessionRefs refs = std::move(s->second);
   sessions_.erase(s);
   for (ObjectId id : refs.creating) {
-    Notify(TableEvent::kAborted, objects_.at(id), session);
-    Destroy(objects_.at(id));
+    Notify(TableEvent::kAborted, Must(id), session);
+    Destroy(Must(id));
   }
-  for (const auto& [id, count] : refs.held) Unreference(objects_.at(id), session);
+  for (const auto& [id, count] : refs.held) Unreference(Must(id), session);
 }
 
 void ObjectTable::TakeTouches() {
   if (readers_ == nullptr) return;
   for (ObjectId id : readers_->Touched()) {
-    auto it = objects_.find(id);
-    if (it != objects_.end() && it->second.in_lru) LruAdd(it->second);  // to the recent end
+    StoredObject* o = Live(id);
+    if (o != nullptr && o->in_lru) LruAdd(*o);  // to the recent end
   }
 }
 
@@ -240,8 +241,8 @@ bool ObjectTable::EvictLru(SessionId by) {
   TakeTouches();
   // An object a reference slot holds is passed over: back in the index, at the LRU's recent end.
   // Each is tried once per call, so a cache that slots hold entirely ends the search.
-  for (size_t tries = lru_.size(); tries > 0; --tries) {
-    StoredObject& o = objects_.at(lru_.front());
+  for (size_t tries = lru_.size; tries > 0; --tries) {
+    StoredObject& o = At(lru_.head);
     if (!Pinned(o)) return Evict(o, by);
     Publish(o);
     LruAdd(o);
@@ -271,29 +272,41 @@ void ObjectTable::Destroy(StoredObject& o) {
     --counts_.deleted;
     counts_.deleted_bytes -= o.size();
   } else {
-    index_.erase(o.guid);
+    index_.Erase(SlotOf(o.id));
+    order_.Erase(SlotOf(o.id));
     bool creating = o.state == ObjectState::kCreating;
     --(creating ? counts_.creating : counts_.sealed);
     (creating ? counts_.creating_bytes : counts_.sealed_bytes) -= o.size();
   }
   on_free_(o);
-  objects_.erase(o.id);
+  FreeRecord(o);
 }
 
 void ObjectTable::LruAdd(StoredObject& o) {
   LruRemove(o);
   if (o.residence != Residence::kMemory || (!o.evictable && !spilling_)) return;
-  std::list<ObjectId>& list = o.evictable ? lru_ : spill_lru_;
-  o.lru_pos = list.insert(list.end(), o.id);
+  Lru& list = o.evictable ? lru_ : spill_lru_;
+  uint32_t slot = SlotOf(o.id);
+  o.lru_prev_ = list.tail;
+  o.lru_next_ = kNoSlot;
+  (list.tail == kNoSlot ? list.head : At(list.tail).lru_next_) = slot;
+  list.tail = slot;
+  ++list.size;
   o.in_lru = true;
   if (!o.evictable) return;  // a spill candidate, not a cache entry
   ++counts_.evictable;
   counts_.evictable_bytes += o.size();
 }
 
+void ObjectTable::LruUnlink(Lru& list, StoredObject& o) {
+  (o.lru_prev_ == kNoSlot ? list.head : At(o.lru_prev_).lru_next_) = o.lru_next_;
+  (o.lru_next_ == kNoSlot ? list.tail : At(o.lru_next_).lru_prev_) = o.lru_prev_;
+  --list.size;
+}
+
 void ObjectTable::LruRemove(StoredObject& o) {
   if (!o.in_lru) return;
-  (o.evictable ? lru_ : spill_lru_).erase(o.lru_pos);
+  LruUnlink(o.evictable ? lru_ : spill_lru_, o);
   o.in_lru = false;
   if (!o.evictable) return;
   --counts_.evictable;
@@ -305,15 +318,14 @@ std::vector<ObjectId> ObjectTable::SpillCandidates(
   TakeTouches();
   std::vector<ObjectId> out;
   uint64_t total = 0;
-  auto it = spill_lru_.begin();
+  uint32_t it = spill_lru_.head;
   // In batches that would reach `bytes` if no slot held any: one read of the slots per batch,
   // and a few batches at most, so that slots holding candidates cannot make this a walk.
-  for (int batches = 0; batches < kSpillBatches && it != spill_lru_.end() && total < bytes;
-       ++batches) {
+  for (int batches = 0; batches < kSpillBatches && it != kNoSlot && total < bytes; ++batches) {
     std::vector<ObjectId> batch;
     std::vector<ObjectId> indexed;
-    for (uint64_t more = total; it != spill_lru_.end() && more < bytes; ++it) {
-      const StoredObject& o = objects_.at(*it);
+    for (uint64_t more = total; it != kNoSlot && more < bytes; it = At(it).lru_next_) {
+      const StoredObject& o = At(it);
       if (skip(o)) continue;
       batch.push_back(o.id);
       if (o.indexed) indexed.push_back(o.id);
@@ -328,20 +340,20 @@ std::vector<ObjectId> ObjectTable::SpillCandidates(
         continue;
       }
       out.push_back(id);
-      total += objects_.at(id).size();
+      total += Must(id).size();
     }
   }
   return out;
 }
 
 void ObjectTable::StartSpill(ObjectId id) {
-  StoredObject& o = objects_.at(id);
+  StoredObject& o = Must(id);
   LruRemove(o);
   o.residence = Residence::kSpilling;
 }
 
 bool ObjectTable::FinishSpill(ObjectId id, bool written) {
-  StoredObject& o = objects_.at(id);
+  StoredObject& o = Must(id);
   if (!written || o.refcount > 0 || o.deleted || Pinned(o)) {
     if (written && o.refcount == 0 && !o.deleted) Publish(o);  // a slot held it: back it goes
     o.residence = Residence::kMemory;
@@ -359,11 +371,11 @@ bool ObjectTable::FinishSpill(ObjectId id, bool written) {
   return true;
 }
 
-void ObjectTable::StartRestore(ObjectId id) { objects_.at(id).residence = Residence::kRestoring; }
+void ObjectTable::StartRestore(ObjectId id) { Must(id).residence = Residence::kRestoring; }
 
 void ObjectTable::FinishRestore(ObjectId id, std::span<const Location> frames,
                                 const Status& restored) {
-  StoredObject& o = objects_.at(id);
+  StoredObject& o = Must(id);
   if (!restored.ok()) {
     o.residence = restored.IsDataLoss() ? Residence::kLost : Residence::kDisk;
     if (restored.IsDataLoss()) {
@@ -399,20 +411,26 @@ Result<const StoredObject*> ObjectTable::Adopt(NewObject n, const SpilledFacts& 
   return &o;
 }
 
-const StoredObject* ObjectTable::Get(ObjectId id) const {
-  auto it = objects_.find(id);
-  return it == objects_.end() ? nullptr : &it->second;
+const StoredObject* ObjectTable::Get(ObjectId id) const { return Live(id); }
+
+StoredObject& ObjectTable::Must(ObjectId id) const {
+  StoredObject* o = Live(id);
+  if (o == nullptr) throw std::out_of_range(fmt::format("no object has handle {}", id));
+  return *o;
 }
 
 const StoredObject* ObjectTable::Find(const Guid& guid) const {
-  auto it = index_.find(guid);
-  return it == index_.end() ? nullptr : &objects_.at(it->second);
+  auto slot = index_.Find(guid);
+  return slot ? &At(*slot) : nullptr;
 }
 
 std::vector<const StoredObject*> ObjectTable::List(std::optional<Guid> after, size_t limit) const {
   std::vector<const StoredObject*> out;
-  auto it = after ? index_.upper_bound(*after) : index_.begin();
-  for (; it != index_.end() && out.size() < limit; ++it) out.push_back(&objects_.at(it->second));
+  if (limit == 0) return out;
+  order_.ForEachAfter(after, [&](uint32_t slot) {
+    out.push_back(&At(slot));
+    return out.size() < limit;
+  });
   return out;
 }
 
@@ -428,7 +446,7 @@ Holdings ObjectTable::HoldingsOf(SessionId session) const {
   auto s = sessions_.find(session);
   if (s == sessions_.end()) return h;
   h.references = s->second.held.size();
-  for (const auto& [id, count] : s->second.held) h.bytes += objects_.at(id).size();
+  for (const auto& [id, count] : s->second.held) h.bytes += Must(id).size();
   h.creating = s->second.creating.size();
   return h;
 }
@@ -447,8 +465,8 @@ std::vector<const StoredObject*> ObjectTable::ObjectsHeldBy(SessionId session) c
   std::vector<const StoredObject*> out;
   auto s = sessions_.find(session);
   if (s == sessions_.end()) return out;
-  for (const auto& [id, count] : s->second.held) out.push_back(&objects_.at(id));
-  for (ObjectId id : s->second.creating) out.push_back(&objects_.at(id));
+  for (const auto& [id, count] : s->second.held) out.push_back(&Must(id));
+  for (ObjectId id : s->second.creating) out.push_back(&Must(id));
   return out;
 }
 

@@ -24,8 +24,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <list>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -36,6 +34,8 @@
 #include <vector>
 
 #include "daemon/location.h"
+#include "daemon/object_table_hash.h"
+#include "daemon/object_table_order.h"
 #include "depot/guid.h"
 #include "depot/status.h"
 
@@ -44,27 +44,38 @@ namespace depot {
 using SessionId = uint64_t;
 using ObjectId = uint64_t;
 
-enum class ObjectState { kCreating, kSealed };
+enum class ObjectState : uint8_t { kCreating, kSealed };
 
 // Where a sealed object's bytes are (see the class comment of ObjectTable).
 enum class Residence : uint8_t { kMemory, kSpilling, kDisk, kRestoring, kLost };
 
-// One object as the daemon keeps it. Laid out for a store of millions of small objects: the
-// first frame is inline and the name and metadata share one allocation made only when either is
-// present (about 128 bytes for an object of one frame without either).
+// One object as the daemon keeps it. Laid out for a store of millions of small objects (104
+// bytes): a single frame is kept inline; several frames, a name or metadata go together into
+// one allocation, made only when the object has one of them, which also holds their counts.
 class StoredObject {
  public:
   StoredObject() = default;
   StoredObject(std::span<const Location> frames, std::string_view name,
                std::span<const uint8_t> metadata);
+  StoredObject(StoredObject&& o) noexcept { *this = std::move(o); }
+  StoredObject& operator=(StoredObject&& o) noexcept;
+  StoredObject(const StoredObject&) = delete;
+  StoredObject& operator=(const StoredObject&) = delete;
+  ~StoredObject() { delete[] Block(); }
 
   std::span<const Location> frames() const {
-    return {frame_count_ > 1 ? more_frames_.get() : &first_frame_, frame_count_};
+    if (layout_ == kOneFrame) return {&first_frame_, 1};
+    if (layout_ == kNone) return {};
+    return {BlockFrames(), Header().frame_count};
   }
   std::string_view name() const {
-    return {reinterpret_cast<const char*>(extra_.get()), name_size_};
+    if (layout_ != kBlock) return {};
+    return {reinterpret_cast<const char*>(BlockExtra()), Header().name_size};
   }
-  std::span<const uint8_t> metadata() const { return {extra_.get() + name_size_, metadata_size_}; }
+  std::span<const uint8_t> metadata() const {
+    if (layout_ != kBlock) return {};
+    return {BlockExtra() + Header().name_size, Header().metadata_size};
+  }
   uint64_t size() const;
   // Points the object at new memory of the same frame sizes (a restore).
   void Relocate(std::span<const Location> frames);
@@ -75,26 +86,53 @@ class StoredObject {
   int64_t sealed_ns = 0;
   SessionId creator = 0;
   uint64_t checksum = 0;  // XXH3-64 of the bytes, recorded at seal when has_checksum
-  std::list<ObjectId>::iterator lru_pos;
+
+ private:
+  // What the block starts with; its frames follow (then the name, then the metadata).
+  struct BlockHeader {
+    uint32_t frame_count;
+    uint32_t metadata_size;
+    uint16_t name_size;
+  };
+  static constexpr size_t kHeaderBytes = 16;  // keeps the frames after it aligned
+  enum Layout { kNone, kOneFrame, kBlock };   // where the frames are (unscoped: fits 2 bits)
+  uint8_t* Block() const { return layout_ == kBlock ? block_ : nullptr; }
+  const BlockHeader& Header() const { return *reinterpret_cast<const BlockHeader*>(block_); }
+  Location* BlockFrames() const { return reinterpret_cast<Location*>(block_ + kHeaderBytes); }
+  const uint8_t* BlockExtra() const {
+    return block_ + kHeaderBytes + Header().frame_count * sizeof(Location);
+  }
+
+  union {
+    Location first_frame_{};  // kOneFrame
+    uint8_t* block_;          // kBlock: owned
+  };
+
+ public:
   int32_t creator_pid = 0;
   uint32_t creator_uid = 0;
   uint32_t refcount = 0;  // sessions holding it (at most one per connection: cannot wrap)
-  ObjectState state = ObjectState::kCreating;
-  bool deleted = false;  // gone from the index, waiting for its last reference
-  bool indexed = false;  // was in the shared index once: a reference slot may hold it
-  bool evictable = false;
-  bool evicted = false;  // freed to make room, not because it was deleted
-  bool in_lru = false;
-  bool has_checksum = false;
-  Residence residence = Residence::kMemory;
 
  private:
-  Location first_frame_{};
-  std::unique_ptr<Location[]> more_frames_;  // every frame, when there are several
-  std::unique_ptr<uint8_t[]> extra_;         // name, then metadata
-  uint32_t frame_count_ = 0;
-  uint32_t metadata_size_ = 0;
-  uint16_t name_size_ = 0;
+  friend class ObjectTable;
+  // Neighbours on the LRU the object is on (in_lru), or the next free record (a free one).
+  uint32_t lru_prev_ = 0;
+  uint32_t lru_next_ = 0;
+
+ public:
+  ObjectState state = ObjectState::kCreating;
+  Residence residence = Residence::kMemory;
+  bool deleted : 1 = false;  // gone from the index, waiting for its last reference
+  bool indexed : 1 = false;  // was in the shared index once: a reference slot may hold it
+  bool evictable : 1 = false;
+  bool evicted : 1 = false;  // freed to make room, not because it was deleted
+  bool in_lru : 1 = false;
+  bool has_checksum : 1 = false;
+
+ private:
+  // (in the byte of the flags above)
+  Layout layout_ : 2 = kNone;
+  bool live_ : 1 = false;  // a record of ObjectTable in use
 };
 
 // What Create needs to know about a new object.
@@ -197,6 +235,9 @@ class ObjectTable {
   using HoldCount = uint64_t;
 
   ObjectTable(FreeFn on_free, ClockFn clock);
+  // Its indexes name its records by address: it stays where it was made.
+  ObjectTable(const ObjectTable&) = delete;
+  ObjectTable& operator=(const ObjectTable&) = delete;
 
   // Called after every transition (created, sealed, aborted, deleted, evicted) and when a
   // deleted object's memory is finally freed.
@@ -330,15 +371,44 @@ class ObjectTable {
     if (observer_) observer_(e, o, by);
   }
 
+  // Records are numbered by slot and kept in chunks that never move; an ObjectId is the slot in
+  // its low 32 bits and the record's generation (1, 2, ...) above, so Get needs no map and no id
+  // comes back: a record whose generation would wrap is retired instead of reused.
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+  static constexpr size_t kChunkRecords = 4096;
+  StoredObject& At(uint32_t slot) const {
+    return chunks_[slot / kChunkRecords][slot % kChunkRecords];
+  }
+  static uint32_t SlotOf(ObjectId id) { return static_cast<uint32_t>(id); }
+  // The live object `id`, or nullptr (ids from clients included).
+  StoredObject* Live(ObjectId id) const;
+  // The live object `id`; throws std::out_of_range if there is none (a broken invariant).
+  StoredObject& Must(ObjectId id) const;
+  StoredObject& NewRecord();
+  void FreeRecord(StoredObject& o);
+  struct GuidOfSlot {
+    const ObjectTable* table;
+    const Guid& operator()(uint32_t slot) const { return table->At(slot).guid; }
+  };
+  // An intrusive list through the records' lru links.
+  struct Lru {
+    uint32_t head = kNoSlot;  // least recently used
+    uint32_t tail = kNoSlot;
+    size_t size = 0;
+  };
+  void LruUnlink(Lru& list, StoredObject& o);
+
   FreeFn on_free_;
   EventFn observer_;
   ClockFn clock_;
-  ObjectId next_id_ = 1;
-  std::unordered_map<ObjectId, StoredObject> objects_;  // every live object, deleted ones included
-  std::map<Guid, ObjectId> index_;                      // visible objects, in GUID order for paging
+  std::vector<std::unique_ptr<StoredObject[]>> chunks_;
+  uint32_t slots_ = 0;                             // records made
+  uint32_t free_head_ = kNoSlot;                   // free records, linked through lru_next_
+  GuidHash<GuidOfSlot> index_{GuidOfSlot{this}};   // visible objects by GUID
+  GuidOrder<GuidOfSlot> order_{GuidOfSlot{this}};  // the same, in GUID order for paging
+  Lru lru_;                                        // evictable, sealed, unreferenced
+  Lru spill_lru_;                                  // non-evictable, sealed, unreferenced, in memory
   std::unordered_map<SessionId, SessionRefs> sessions_;
-  std::list<ObjectId> lru_;        // evictable, sealed, unreferenced; front is least recently used
-  std::list<ObjectId> spill_lru_;  // non-evictable, sealed, unreferenced, in memory
   bool spilling_ = false;
   ObjectCounts counts_;
   SlotReaders* readers_ = nullptr;

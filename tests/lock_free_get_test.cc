@@ -253,10 +253,12 @@ TEST_CASE("garbage another user writes into its own slots harms nobody", "[index
     }
     auto* words = static_cast<uint64_t*>(slots[0].addr);
     size_t count = slots[0].size / 8;
-    // Every id the daemon has handed out so far, and then garbage, everywhere but the layout
-    // words (layout_words_test overwrites those).
+    // Every id the daemon has handed out so far (a record number in the low word, generation 1
+    // above: ObjectTable), and then garbage, everywhere but the layout words (layout_words_test
+    // overwrites those).
     for (size_t i = index::kSlotsWord; i < count; ++i) {
-      words[i] = i - index::kSlotsWord < 64 ? i - index::kSlotsWord : ~uint64_t{0} - i;
+      uint64_t n = i - index::kSlotsWord;
+      words[i] = n < 64 ? uint64_t{1} << 32 | n : ~uint64_t{0} - i;
     }
     // The index cannot be made writable.
     if (::mprotect(indexes[0].addr, 4096, PROT_READ | PROT_WRITE) == 0) return 4;

@@ -132,7 +132,8 @@ TEST_CASE("garbage in many sessions' slots and a pin held for ever slow nobody d
   pid_t mallory = SpawnAs(kMallory, ready, [&] {
     Client m = d.Connect();
     // Every slot of many sessions full of ids, each different: the first session's name every
-    // object the daemon has made so far, the others' nothing.
+    // object the daemon has made so far (ObjectTable's ids: a record number in the low word, its
+    // generation above; records 0-255, generations 1-4), the others' nothing.
     Sessions s;
     for (int i = 0; i < kSessions; ++i) {
       std::vector<UniqueFd> fds = s.Open(d);
@@ -143,7 +144,8 @@ TEST_CASE("garbage in many sessions' slots and a pin held for ever slow nobody d
       auto* words = static_cast<uint64_t*>(p);
       for (uint64_t n = 0; n < index::kSlotCount; ++n) {
         words[index::kSlotsWord + n] =
-            i == 0 ? n + 1 : (uint64_t{1} << 62) + static_cast<uint64_t>(i) * index::kSlotCount + n;
+            i == 0 ? (n / 256 + 1) << 32 | n % 256
+                   : (uint64_t{1} << 62) + static_cast<uint64_t>(i) * index::kSlotCount + n;
       }
       words[index::kSlotHighWater] = index::kSlotCount;
       ::munmap(p, index::kSlotBytes);
