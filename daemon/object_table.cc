@@ -471,9 +471,10 @@ std::vector<const StoredObject*> ObjectTable::ObjectsHeldBy(SessionId session) c
 }
 
 void ObjectTable::PublishLeftOut() {
-  for (auto& [id, o] : objects_) {
-    if (o.state == ObjectState::kSealed && !o.deleted && o.residence == Residence::kMemory &&
-        !readers_->Indexed(id) && readers_->Publish(o)) {
+  for (uint32_t slot = 0; slot < slots_; ++slot) {
+    StoredObject& o = At(slot);
+    if (o.live_ && o.state == ObjectState::kSealed && !o.deleted &&
+        o.residence == Residence::kMemory && !readers_->Indexed(o.id) && readers_->Publish(o)) {
       o.indexed = true;
     }
   }
