@@ -76,6 +76,11 @@ bool ObjectIndex::Insert(const StoredObject& o) {
 
 bool ObjectIndex::Place(std::span<const uint64_t> words, std::span<const uint64_t> record,
                         uint32_t uid, bool take_back) {
+  // Another object noted under the same key (EntryMap) goes first: withdrawing is always safe.
+  if (auto other = placed_.Find(words[index::kId]);
+      other && *other < used_.size() && used_[*other]) {
+    Remove(PlacedAt(*other).id);
+  }
   Use& use = uses_[uid];
   uint64_t uids = uses_.size();
   auto leave_out = [&] {
@@ -107,7 +112,7 @@ bool ObjectIndex::Place(std::span<const uint64_t> words, std::span<const uint64_
   }
   Store(&e[index::kSeq], seq + 2, std::memory_order_release);
   used_[n] = true;
-  placed_[words[index::kId]] = {n * index::kEntryWords, *at, bytes, uid};
+  placed_.Set(words[index::kId], n);
   ++use.entries;
   use.bytes += bytes;
   return true;
@@ -126,27 +131,27 @@ Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Grown(uint64_t entries,
                                                         const std::string& name) const {
   auto bigger = Create(entries, name);
   if (!bigger.ok()) return bigger.status();
-  (*bigger)->placed_.reserve(placed_.size());
   std::array<uint64_t, index::kEntryWords> words{};
   std::vector<uint64_t> record;
-  for (const auto& [id, p] : placed_) {
-    const uint64_t* e = map_.words() + index::kEntriesWord + p.entry;
+  placed_.ForEach([&](uint64_t n) {
+    Placed p = PlacedAt(n);
+    const uint64_t* e = entry(p.entry);
     for (uint64_t w = 0; w < index::kEntryWords; ++w) words[w] = Load(&e[w]);
     const uint64_t* r = map_.words() + index::ArenaWord(sets_) + p.record / 8;
     record.assign(r, r + p.record_bytes / 8);
     // No uid is over its part here that was not in the smaller index: nothing is taken back.
     (void)(*bigger)->Place(words, record, p.uid, false);
-  }
+  });
   return bigger;
 }
 
 void ObjectIndex::Retire() {
-  for (const auto& [id, p] : placed_) {
-    uint64_t* e = entry(p.entry);
+  placed_.ForEach([&](uint64_t n) {
+    uint64_t* e = entry(n * index::kEntryWords);
     uint64_t seq = Load(&e[index::kSeq]);
     Store(&e[index::kSeq], seq + 2);  // what a client read of it no longer holds
     Store(&e[index::kId], 0);
-  }
+  });
   Store(map_.words() + layout::kMagic, 0);  // clients that miss ask for the index that replaced it
   // As Remove's: a client's slot published before it re-read a seq above is seen by the slot
   // reads that follow.
@@ -177,10 +182,10 @@ std::optional<uint64_t> ObjectIndex::FreeWay(const Guid& guid, uint64_t uids) {
   if (best || uids == 0) return best;
   for (uint64_t set : sets) {
     for (uint64_t n = set * index::kWays; n < (set + 1) * index::kWays; ++n) {
-      auto it = placed_.find(Load(entry(n * index::kEntryWords) + index::kId));
-      if (it != placed_.end() && uses_[it->second.uid].entries > EntryShare(uids)) {
+      Placed p = PlacedAt(n);
+      if (uses_[p.uid].entries > EntryShare(uids)) {
         ++taken_back_;
-        Remove(it->first);
+        Remove(p.id);
         return n;
       }
     }
@@ -191,21 +196,39 @@ std::optional<uint64_t> ObjectIndex::FreeWay(const Guid& guid, uint64_t uids) {
 void ObjectIndex::TakeBackBytes(uint64_t uids) {
   uint64_t share = ByteShare(uids);
   std::vector<ObjectId> over;
-  for (const auto& [id, p] : placed_) {
-    if (uses_[p.uid].bytes > share) over.push_back(id);
-  }
+  placed_.ForEach([&](uint64_t n) {
+    Placed p = PlacedAt(n);
+    if (uses_[p.uid].bytes > share) over.push_back(p.id);
+  });
   for (ObjectId id : over) {
-    auto it = placed_.find(id);
-    if (it == placed_.end() || uses_[it->second.uid].bytes <= share) continue;
+    auto p = Lookup(id);
+    if (!p || uses_[p->uid].bytes <= share) continue;
     ++taken_back_;
     Remove(id);
   }
 }
 
+ObjectIndex::Placed ObjectIndex::PlacedAt(uint64_t n) const {
+  const uint64_t* e = entry(n * index::kEntryWords);
+  uint64_t shape = Load(&e[index::kShape]);
+  return {Load(&e[index::kId]), n * index::kEntryWords, Load(&e[index::kRecord]),
+          index::RecordBytes(index::ShapeFrames(shape), index::ShapeMetadata(shape)),
+          static_cast<uint32_t>(Load(&e[index::kCreator]))};
+}
+
+std::optional<ObjectIndex::Placed> ObjectIndex::Lookup(ObjectId id) const {
+  auto n = placed_.Find(id);
+  if (!n || *n >= used_.size() || !used_[*n]) return std::nullopt;
+  Placed p = PlacedAt(*n);
+  if (p.id != id) return std::nullopt;  // another id of the same key
+  return p;
+}
+
 void ObjectIndex::Remove(ObjectId id) {
-  auto it = placed_.find(id);
-  if (it == placed_.end()) return;
-  uint64_t* e = entry(it->second.entry);
+  auto found = Lookup(id);
+  if (!found) return;
+  const Placed& p = *found;
+  uint64_t* e = entry(p.entry);
   uint64_t seq = Load(&e[index::kSeq]);
   Store(&e[index::kSeq], seq + 1);
   std::atomic_thread_fence(std::memory_order_release);
@@ -216,14 +239,14 @@ void ObjectIndex::Remove(ObjectId id) {
   // Pairs with the client's fence between publishing its slot and re-reading this seq: after
   // it, either the client sees the new seq and lets go, or the daemon's slot scan sees its id.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  arena_.Free(it->second.record, it->second.record_bytes);
-  used_[it->second.entry / index::kEntryWords] = false;
-  auto use = uses_.find(it->second.uid);
+  arena_.Free(p.record, p.record_bytes);
+  used_[p.entry / index::kEntryWords] = false;
+  auto use = uses_.find(p.uid);
   if (use != uses_.end()) {
-    use->second.bytes -= it->second.record_bytes;
+    use->second.bytes -= p.record_bytes;
     if (--use->second.entries == 0) uses_.erase(use);
   }
-  placed_.erase(it);
+  placed_.Erase(id);
 }
 
 }  // namespace depot

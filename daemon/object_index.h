@@ -31,6 +31,7 @@
 #include "common/shared_mapping.h"
 #include "common/unique_fd.h"
 #include "daemon/allocator.h"
+#include "daemon/entry_map.h"
 #include "daemon/object_table.h"
 #include "proto/index_layout.h"
 
@@ -48,7 +49,7 @@ class ObjectIndex {
   bool Insert(const StoredObject& o);
   // Withdraws object `id` if it is indexed, then fences (seq_cst).
   void Remove(ObjectId id);
-  bool Contains(ObjectId id) const { return placed_.contains(id); }
+  bool Contains(ObjectId id) const { return Lookup(id).has_value(); }
 
   // Whether three quarters of the entries or of the arena are taken, or half of either with more
   // than one object in 256 left out: a bigger index would hold what is left out (below that,
@@ -66,7 +67,7 @@ class ObjectIndex {
   uint64_t sets() const { return sets_; }
   uint64_t arena_bytes() const { return arena_.size(); }
   uint64_t size() const { return map_.size(); }
-  size_t indexed() const { return placed_.size(); }
+  size_t indexed() const { return placed_.size(); }  // (may count one id twice only briefly)
   // Objects left out because their set or the arena was full.
   uint64_t left_out() const { return left_out_; }
   uint64_t entries() const { return used_.size(); }
@@ -76,12 +77,18 @@ class ObjectIndex {
   uint64_t taken_back() const { return taken_back_; }
 
  private:
+  // An indexed object, as its entry (which only the daemon writes) says.
   struct Placed {
+    ObjectId id;
     uint64_t entry;   // word offset of its entry, from the first entry
     uint64_t record;  // byte offset of its record in the arena
     uint64_t record_bytes;
     uint32_t uid;  // its creator's
   };
+  // Entry number `n` (in use) as placed.
+  Placed PlacedAt(uint64_t n) const;
+  // Object `id` as placed, if it is indexed.
+  std::optional<Placed> Lookup(ObjectId id) const;
   struct Use {
     uint64_t entries = 0;
     uint64_t bytes = 0;
@@ -103,6 +110,7 @@ class ObjectIndex {
   ObjectIndex(UniqueFd fd, UniqueFd read_only_fd, SharedMapping map, uint64_t sets);
   // `word`: a word offset from the first entry.
   uint64_t* entry(uint64_t word) { return map_.words() + index::kEntriesWord + word; }
+  const uint64_t* entry(uint64_t word) const { return map_.words() + index::kEntriesWord + word; }
   uint64_t* arena() { return map_.words() + index::ArenaWord(sets_); }
 
   UniqueFd fd_;
@@ -110,8 +118,8 @@ class ObjectIndex {
   SharedMapping map_;
   uint64_t sets_;
   Allocator arena_;
-  std::vector<bool> used_;  // by entry number
-  std::unordered_map<ObjectId, Placed> placed_;
+  std::vector<bool> used_;                  // by entry number
+  EntryMap placed_;                         // the entry number of each indexed object
   std::unordered_map<uint32_t, Use> uses_;  // by uid, of those with objects indexed
   uint64_t refused_over_share_ = 0;
   uint64_t left_out_ = 0;
