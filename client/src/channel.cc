@@ -47,7 +47,16 @@ Status CheckSegmentFd(const wire::SegmentInfo& info, int fd) {
 Channel::Channel(UniqueFd fd, std::string path, SegmentMap& segments)
     : fd_(std::move(fd)), path_(std::move(path)), segments_(segments) {}
 
+Status Channel::ForkedError() const {
+  return Status::Disconnected(
+      fmt::format("this connection to depotd at {} was made before this process was forked: a "
+                  "forked child must connect a Client of its own (the parent's connection, and "
+                  "the objects it holds, stay the parent's)",
+                  path_));
+}
+
 Status Channel::Send(const std::vector<uint8_t>& bytes, bool* peer_closed) {
+  if (forked()) return ForkedError();
   std::lock_guard lk(send_mu_);
   size_t sent = 0;
   while (sent < bytes.size()) {
@@ -65,6 +74,7 @@ Status Channel::Send(const std::vector<uint8_t>& bytes, bool* peer_closed) {
 
 Result<Message> Channel::Call(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb,
                               std::vector<uint8_t> ahead) {
+  if (forked()) return ForkedError();
   uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
   Slot slot;
   {
@@ -100,7 +110,7 @@ Status Channel::Wait(uint64_t id, Slot& slot) {
   std::unique_lock lk(mu_);
   while (!slot.done) {
     if (reading_) {
-      cv_.wait(lk);
+      cv_->wait(lk);
       continue;
     }
     reading_ = true;
@@ -109,13 +119,14 @@ Status Channel::Wait(uint64_t id, Slot& slot) {
     lk.lock();
     reading_ = false;
     if (!st.ok()) Fail(st);
-    cv_.notify_all();  // replies for others, or the reader role for the next waiter
+    cv_->notify_all();  // replies for others, or the reader role for the next waiter
   }
   pending_.erase(id);
   return slot.status;
 }
 
 Result<Message> Channel::NextEvent(std::chrono::milliseconds timeout) {
+  if (forked()) return ForkedError();
   std::optional<std::chrono::steady_clock::time_point> deadline;
   if (timeout.count() >= 0) deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lk(mu_);
@@ -123,8 +134,8 @@ Result<Message> Channel::NextEvent(std::chrono::milliseconds timeout) {
     if (!broken_.ok()) return broken_;
     if (reading_) {
       if (!deadline) {
-        cv_.wait(lk);
-      } else if (cv_.wait_until(lk, *deadline) == std::cv_status::timeout && events_.empty()) {
+        cv_->wait(lk);
+      } else if (cv_->wait_until(lk, *deadline) == std::cv_status::timeout && events_.empty()) {
         return Status::Timeout("no event before the timeout");
       }
       continue;
@@ -134,7 +145,7 @@ Result<Message> Channel::NextEvent(std::chrono::milliseconds timeout) {
     Status st = ReadSome(deadline);
     lk.lock();
     reading_ = false;
-    cv_.notify_all();
+    cv_->notify_all();
     if (st.IsTimeout()) return st;
     if (!st.ok()) Fail(st);
   }
@@ -157,7 +168,7 @@ void Channel::Fail(const Status& st) {
       slot->status = broken_;
     }
   }
-  cv_.notify_all();
+  cv_->notify_all();
 }
 
 Status Channel::ReadSome(std::optional<std::chrono::steady_clock::time_point> deadline) {

@@ -11,6 +11,9 @@
 // closed, never paired with a later reply. A reply that breaks the protocol is ProtocolError and
 // the connection is broken for good.
 //
+// A child forked after it was made uses none of it: the socket's conversation, its locks and
+// its waiting threads are the parent's. Every call there is Disconnected, saying so.
+//
 // Threads share it. Replies are read by whichever waiting thread holds the reader role (leader
 // and followers): a single-threaded caller reads its own reply with no thread hand-off, and a
 // thread parked in a long get hands the role on so others' replies still flow.
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "client/src/segment_map.h"
+#include "common/fork_generation.h"
 #include "common/unique_fd.h"
 #include "depot/status.h"
 #include "proto/frame_reader.h"
@@ -69,6 +73,11 @@ class Channel {
 
   const std::string& path() const { return path_; }
 
+  // Whether this process is a child forked since the channel was made; and what its calls say
+  // there.
+  bool forked() const { return made_.forked(); }
+  Status ForkedError() const;
+
   // A reply broke the protocol in a way only its reader could see (a get answered for other
   // GUIDs, say): the connection is unusable from now on. Returns `why`.
   Status Break(const Status& why);
@@ -88,6 +97,7 @@ class Channel {
   Status Dispatch(const proto::Header& h, std::span<const uint8_t> body, uint64_t end);
   void Fail(const Status& st);  // with mu_ held
 
+  ForkMark made_;
   UniqueFd fd_;
   std::string path_;
   SegmentMap& segments_;
@@ -96,7 +106,7 @@ class Channel {
   std::mutex send_mu_;
 
   std::mutex mu_;  // guards everything below but the reader state
-  std::condition_variable cv_;
+  ParentOwned<std::condition_variable> cv_;
   bool reading_ = false;
   Status broken_;
   std::unordered_map<uint64_t, Slot*> pending_;

@@ -99,12 +99,14 @@ Status Connection::SyncDevices(const std::vector<Place>& places, void* cuda_stre
 }
 
 std::optional<Object> Connection::Cached(const Guid& guid) {
+  if (forked()) return std::nullopt;  // the caller's request then says why
   std::shared_ptr<Holding> h = cache_.Find(guid);
   if (!h) return std::nullopt;
   return Object(std::move(h));
 }
 
 std::optional<Object> Connection::FromIndex(const Guid& guid) {
+  if (forked()) return std::nullopt;  // the slots are the parent's
   const IndexReader* index = index_.load(std::memory_order_acquire);
   if (index == nullptr) return std::nullopt;
   std::optional<IndexHit> hit = index->Find(guid);
@@ -169,6 +171,7 @@ bool Connection::Refresh(bool more_slots) {
 }
 
 std::optional<Object> Connection::FromOwnPut(const Guid& guid) {
+  if (forked()) return std::nullopt;
   std::optional<Lease::OwnPut> put = lease_.HoldOwn(guid);
   if (!put) return std::nullopt;
   auto h = std::make_shared<Holding>();
@@ -200,6 +203,7 @@ std::optional<Object> Connection::Held(const Guid& guid, std::shared_ptr<Holding
 }
 
 std::optional<Object> Connection::FromIndexAfterOwnPut(const Guid& guid) {
+  if (forked()) return std::nullopt;
   // A full set means the daemon will not index it: waiting would only delay the round trip.
   const IndexReader* index = index_.load(std::memory_order_acquire);
   if (index == nullptr || !lease_.RecentlyPut(guid) || !index->HasRoomFor(guid)) {
@@ -254,6 +258,9 @@ Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Mes
 }
 
 void Connection::Forget(Holding& h) {
+  // A child forked while its parent held the object: the reference, the slot and the segment
+  // uses are the parent's, and the locks below may have been held by a thread of the parent's.
+  if (forked()) return;
   cache_.Forget(h);
   DropUses(h.segment_uses);
   if (h.slot) slots_->Clear(*h.slot);

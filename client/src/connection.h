@@ -47,8 +47,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Sends a request, with the releases that wait, and waits for its reply (Channel::Call).
   Result<Message> Call(proto::MsgType type, flatbuffers::FlatBufferBuilder& fbb) {
+    if (forked()) return channel_.ForkedError();  // before the batcher's lock, maybe held
     return channel_.Call(type, fbb, releases_.Take());
   }
+
+  // Whether this process is a child forked since the connection was made: then nothing of it is
+  // used (Channel), and what it holds is left as it is, the parent's.
+  bool forked() const { return channel_.forked(); }
 
   // A create request. When it finds the store full while this process was unmapping segments
   // the daemon had retired (their bytes count until the daemon hears it), it is sent once more.
@@ -69,12 +74,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // path (see Lease).
   std::optional<Result<Guid>> PutInLease(std::span<const std::span<const std::byte>> frames,
                                          const CreateOptions& options) {
+    if (forked()) return channel_.ForkedError();  // the put ring is the parent's
     return lease_.Put(frames, options);
   }
 
   // Gives back segment uses that MapFrames recorded, and tells the daemon of the retired
   // segments that this unmapped.
   void DropUses(const std::vector<uint64_t>& uses) {
+    if (forked()) return;  // the parent's, as in Forget
     // A send that fails finds the connection gone, and every hold with it.
     if (auto dropped = segments_.DropUses(uses); !dropped.empty()) (void)channel_.Send(dropped);
   }

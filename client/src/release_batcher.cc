@@ -9,11 +9,17 @@ constexpr size_t kMaxWaitingReleases = 256;
 }  // namespace
 
 ReleaseBatcher::~ReleaseBatcher() {
+  if (made_.forked()) {
+    // The flusher is a thread of the parent's, which this process does not have: joining it
+    // would wait forever. Only the std::thread object is let go.
+    if (flusher_.joinable()) flusher_.detach();
+    return;
+  }
   {
     std::lock_guard lk(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_->notify_all();
   if (flusher_.joinable()) flusher_.join();
 }
 
@@ -38,7 +44,7 @@ void ReleaseBatcher::Queued(std::unique_lock<std::mutex>& lk) {
   // Only an idle flusher needs waking: a busy one already waits for the oldest release's time.
   bool wake = flusher_idle_;
   lk.unlock();
-  if (wake) cv_.notify_one();
+  if (wake) cv_->notify_one();
   if (!now.empty()) (void)channel_.Send(now);  // a broken connection released everything already
 }
 
@@ -63,13 +69,13 @@ void ReleaseBatcher::Flush() {
   while (!stopping_) {
     if (releases_.empty() && guids_.empty()) {
       flusher_idle_ = true;
-      cv_.wait(lk);
+      cv_->wait(lk);
       flusher_idle_ = false;
       continue;
     }
     auto due = oldest_ + kReleaseDelay;
     if (std::chrono::steady_clock::now() < due) {
-      cv_.wait_until(lk, due);
+      cv_->wait_until(lk, due);
       continue;
     }
     std::vector<uint8_t> bytes = TakeLocked();

@@ -2,7 +2,8 @@
 // so that it rides with the next request (one write, one wake of the daemon); a flusher thread,
 // started with the first release, sends what still waits after kReleaseDelay, and a long queue
 // is sent at once. Releases that wait when the batcher goes are not sent: the connection is
-// closing, and the daemon drops a closed connection's references.
+// closing, and the daemon drops a closed connection's references. In a child forked since it
+// was made, the batcher goes without touching its lock or its flusher, which are the parent's.
 //
 // Thread-safe.
 #ifndef DEPOT_CLIENT_SRC_RELEASE_BATCHER_H_
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "client/src/channel.h"
+#include "common/fork_generation.h"
 #include "depot/guid.h"
 
 namespace depot::internal {
@@ -43,8 +45,9 @@ class ReleaseBatcher {
   void Flush();                                   // the flusher thread
 
   Channel& channel_;
+  ForkMark made_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  ParentOwned<std::condition_variable> cv_;
   std::vector<uint64_t> releases_;
   std::vector<wire::Guid> guids_;
   std::chrono::steady_clock::time_point oldest_;
