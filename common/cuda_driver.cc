@@ -3,13 +3,18 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string_view>
 
+#include "common/fork_generation.h"
+
 namespace depot {
 namespace {
+
+constexpr uint64_t kNotLoaded = ~uint64_t{0};
 
 // The toolkit version whose entry points (and PFN_* typedefs) this file asks for.
 constexpr int kApiVersion = 12000;
@@ -61,6 +66,8 @@ Result<CudaDriver> Load() {
   bind(d.CtxSetCurrent, "cuCtxSetCurrent");
   bind(d.CtxPushCurrent, "cuCtxPushCurrent");
   bind(d.CtxPopCurrent, "cuCtxPopCurrent");
+  bind(d.CtxGetCurrent, "cuCtxGetCurrent");
+  bind(d.CtxGetDevice, "cuCtxGetDevice");
   bind(d.StreamGetCtx, "cuStreamGetCtx");
   bind(d.MemGetAllocationGranularity, "cuMemGetAllocationGranularity");
   bind(d.MemCreate, "cuMemCreate");
@@ -108,11 +115,22 @@ Result<const CudaDriver*> LoadCudaDriver() {
   // Loaded once, and never unloaded: callers keep the pointer. Until it loads, each call tries.
   static std::mutex mu;
   static std::optional<CudaDriver> driver;
+  // The generation that loaded it, read before the lock: in a child forked since, the lock may
+  // be held by a thread of the parent's, and the driver is not the child's to use.
+  static std::atomic<uint64_t> loaded_in{kNotLoaded};
+  if (uint64_t in = loaded_in.load(std::memory_order_acquire);
+      in != kNotLoaded && in != ForkGeneration()) {
+    return Status::Unavailable(
+        "CUDA was initialised in this process's parent before it forked, and CUDA does not "
+        "work in such a child: start it with spawn (multiprocessing's 'spawn' or "
+        "'forkserver') or exec, or fork before the first use of a GPU");
+  }
   std::lock_guard lk(mu);
   if (!driver) {
     auto loaded = Load();
     if (!loaded.ok()) return loaded.status();
     driver = *loaded;
+    loaded_in.store(ForkGeneration(), std::memory_order_release);
   }
   return &*driver;
 }

@@ -30,6 +30,8 @@ struct CudaDriver {
   PFN_cuCtxSetCurrent_v4000 CtxSetCurrent;
   PFN_cuCtxPushCurrent_v4000 CtxPushCurrent;
   PFN_cuCtxPopCurrent_v4000 CtxPopCurrent;
+  PFN_cuCtxGetCurrent_v4000 CtxGetCurrent;
+  PFN_cuCtxGetDevice_v2000 CtxGetDevice;
   PFN_cuStreamGetCtx_v9020 StreamGetCtx;
   PFN_cuMemGetAllocationGranularity_v10020 MemGetAllocationGranularity;
   PFN_cuMemCreate_v10020 MemCreate;
@@ -68,6 +70,8 @@ struct CudaDriver {
 // The driver, loaded and initialised (cuInit) once per process. Unavailable with the reason
 // ("cannot load libcuda.so.1: ...", "no CUDA device") when it cannot be. A failure is not kept:
 // the next call tries again, so that a GPU whose kernel modules load late is found later.
+// Unavailable, saying why, in a child forked after the driver was loaded (CUDA does not support
+// fork).
 Result<const CudaDriver*> LoadCudaDriver();
 
 // A UUID in nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, or MIG-... for a MIG

@@ -113,7 +113,16 @@ class CudaBackend : public DeviceBackend {
       return Status::Unavailable(
           fmt::format("{}: {}", *uuid, cu_->Error(r, "cuMemGetAllocationGranularity")));
     }
-    return DeviceInfo{*uuid, name, memory, granularity};
+    DeviceInfo info{*uuid, name, memory, granularity, {}};
+    if (*mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS) {
+      // Pooled all the same: a node may run one GPU process at a time on purpose.
+      info.caveat =
+          "in the exclusive-process compute mode: one process at a time may use it, so a "
+          "client cannot map its frames while another process has a context on it "
+          "(`nvidia-smi -c DEFAULT` lets processes share it)";
+      spdlog::warn("{} is {}", *uuid, info.caveat);
+    }
+    return info;
   }
 
   static CUmemAllocationProp Prop(CUdevice dev) {

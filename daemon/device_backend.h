@@ -22,6 +22,8 @@ struct DeviceInfo {
   std::string name;
   uint64_t memory = 0;       // total bytes
   uint64_t granularity = 0;  // chunk sizes are multiples of it
+  // What a user of this GPU should know, said wherever the GPU is listed (empty: nothing).
+  std::string caveat;
 };
 
 // One chunk of a device's memory.

@@ -58,8 +58,10 @@ std::string DeviceSet::Summary() const {
   std::string out = fmt::format("{} GPU{} ({})", devices_.size(), devices_.size() == 1 ? "" : "s",
                                 options_.backend->kind());
   for (size_t i = 0; i < devices_.size(); ++i) {
-    out += fmt::format("; pool {}: {} {}, capacity {}", i + 1, devices_[i].info.uuid,
-                       devices_[i].info.name, FormatBytes(devices_[i].budget.capacity));
+    const DeviceInfo& d = devices_[i].info;
+    out += fmt::format("; pool {}: {} {}, capacity {}{}{}", i + 1, d.uuid, d.name,
+                       FormatBytes(devices_[i].budget.capacity), d.caveat.empty() ? "" : ", ",
+                       d.caveat);
   }
   return out;
 }

@@ -11,11 +11,17 @@
 //  - a stream's queued writes (fake_cuda_defer_fill) happen when the stream is synchronized, and
 //    a stream can be made to fail (fake_cuda_fail_stream), so an ignored result shows.
 // Pointer ranges registered with fake_cuda_register answer cuPointerGetAttribute's device ordinal.
+// The virtual memory calls map a chunk's fd (a memfd) into reserved host address space, and
+// fake_cuda_fail_next makes the next call of a name fail, so that a result the caller ignores
+// shows. The compute mode the devices report is $FAKE_CUDA_COMPUTE_MODE (default 0).
 //
 // The C++ loader (common/cuda_driver.cc) looks entry points up with cuGetProcAddress_v2; every
 // name this file does not model answers CUDA_ERROR_NOT_SUPPORTED when called.
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -50,6 +56,8 @@ struct Range {
 
 std::mutex mu;
 Context primary[kGpus] = {{0, {}}, {1, {}}};
+std::string fail_name;  // fake_cuda_fail_next
+CUresult fail_code = kSuccess;
 std::vector<Range> ranges;
 std::string log;
 thread_local std::vector<Context*> current;
@@ -57,6 +65,14 @@ thread_local std::vector<Context*> current;
 void Record(const std::string& line) {
   std::lock_guard lk(mu);
   log += line + "\n";
+}
+
+// Whether the call `name` is to fail now (fake_cuda_fail_next), with what.
+CUresult Failing(const char* name) {
+  std::lock_guard lk(mu);
+  if (fail_name != name) return kSuccess;
+  fail_name.clear();
+  return fail_code;
 }
 
 void Run(std::vector<std::function<void()>>& work) {
@@ -104,6 +120,7 @@ CUresult cuDeviceGetUuid_v2(unsigned char* uuid, int dev) {
 CUresult cuDeviceGetUuid(unsigned char* uuid, int dev) { return cuDeviceGetUuid_v2(uuid, dev); }
 CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
   if (dev < 0 || dev >= kGpus) return kInvalidDevice;
+  Record("cuDevicePrimaryCtxRetain device=" + std::to_string(dev));
   *ctx = &primary[dev];
   return kSuccess;
 }
@@ -121,6 +138,83 @@ CUresult cuCtxPopCurrent_v2(void** ctx) {
 CUresult cuCtxGetCurrent(void** ctx) {
   *ctx = current.empty() ? nullptr : current.back();
   return kSuccess;
+}
+CUresult cuCtxGetDevice(int* dev) {
+  if (current.empty()) return kInvalidContext;
+  *dev = current.back()->device;
+  return kSuccess;
+}
+CUresult cuDeviceGetAttribute(int* value, int attribute, int dev) {
+  constexpr int kComputeMode = 20, kVmm = 102, kPosixFd = 103;
+  if (dev < 0 || dev >= kGpus) return kInvalidDevice;
+  const char* mode = std::getenv("FAKE_CUDA_COMPUTE_MODE");
+  switch (attribute) {
+    case kComputeMode:
+      *value = mode != nullptr ? std::atoi(mode) : 0;
+      return kSuccess;
+    case kVmm:
+    case kPosixFd:
+      *value = 1;
+      return kSuccess;
+    default:
+      *value = 0;
+      return kSuccess;
+  }
+}
+CUresult cuDeviceTotalMem_v2(size_t* bytes, int dev) {
+  if (dev < 0 || dev >= kGpus) return kInvalidDevice;
+  *bytes = size_t{1} << 30;
+  return kSuccess;
+}
+CUresult cuMemGetAllocationGranularity(size_t* granularity, const void*, int) {
+  *granularity = 2 << 20;
+  return kSuccess;
+}
+CUresult cuMemHostRegister_v2(void* p, size_t, unsigned) {
+  if (current.empty()) return kInvalidContext;
+  Record("cuMemHostRegister device=" + std::to_string(current.back()->device));
+  (void)p;
+  return Failing("cuMemHostRegister");
+}
+CUresult cuMemHostUnregister(void*) {
+  if (current.empty()) return kInvalidContext;
+  Record("cuMemHostUnregister device=" + std::to_string(current.back()->device));
+  return Failing("cuMemHostUnregister");
+}
+// A chunk's handle is its fd; a reserved range is host address space with no access.
+CUresult cuMemImportFromShareableHandle(uint64_t* handle, void* fd, int) {
+  *handle = reinterpret_cast<uintptr_t>(fd);
+  return Failing("cuMemImportFromShareableHandle");
+}
+CUresult cuMemRelease(uint64_t) { return kSuccess; }
+CUresult cuMemAddressReserve(uintptr_t* ptr, size_t size, size_t, uintptr_t, uint64_t) {
+  void* p = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return kInvalidValue;
+  *ptr = reinterpret_cast<uintptr_t>(p);
+  return kSuccess;
+}
+CUresult cuMemMap(uintptr_t ptr, size_t size, size_t offset, uint64_t handle, uint64_t) {
+  void* p = ::mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_SHARED | MAP_FIXED,
+                   static_cast<int>(handle), static_cast<off_t>(offset));
+  return p == MAP_FAILED ? kInvalidValue : kSuccess;
+}
+CUresult cuMemSetAccess(uintptr_t ptr, size_t size, const void*, size_t) {
+  return ::mprotect(reinterpret_cast<void*>(ptr), size, PROT_READ) == 0 ? kSuccess : kInvalidValue;
+}
+CUresult cuDeviceCanAccessPeer(int* can, int, int) {
+  *can = 0;
+  return kSuccess;
+}
+CUresult cuMemUnmap(uintptr_t ptr, size_t size) {
+  Record("cuMemUnmap");
+  if (CUresult r = Failing("cuMemUnmap"); r != kSuccess) return r;
+  void* p = ::mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  return p == MAP_FAILED ? kInvalidValue : kSuccess;
+}
+CUresult cuMemAddressFree(uintptr_t ptr, size_t size) {
+  Record("cuMemAddressFree");
+  return ::munmap(reinterpret_cast<void*>(ptr), size) == 0 ? kSuccess : kInvalidValue;
 }
 CUresult cuCtxSynchronize() {
   if (current.empty()) return kInvalidContext;
@@ -197,6 +291,21 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, uint64_t, int*
       {"cuCtxPushCurrent", reinterpret_cast<void*>(cuCtxPushCurrent_v2)},
       {"cuCtxPopCurrent", reinterpret_cast<void*>(cuCtxPopCurrent_v2)},
       {"cuCtxSynchronize", reinterpret_cast<void*>(cuCtxSynchronize)},
+      {"cuCtxGetCurrent", reinterpret_cast<void*>(cuCtxGetCurrent)},
+      {"cuCtxGetDevice", reinterpret_cast<void*>(cuCtxGetDevice)},
+      {"cuDeviceGetAttribute", reinterpret_cast<void*>(cuDeviceGetAttribute)},
+      {"cuDeviceTotalMem", reinterpret_cast<void*>(cuDeviceTotalMem_v2)},
+      {"cuMemGetAllocationGranularity", reinterpret_cast<void*>(cuMemGetAllocationGranularity)},
+      {"cuMemHostRegister", reinterpret_cast<void*>(cuMemHostRegister_v2)},
+      {"cuMemHostUnregister", reinterpret_cast<void*>(cuMemHostUnregister)},
+      {"cuMemImportFromShareableHandle", reinterpret_cast<void*>(cuMemImportFromShareableHandle)},
+      {"cuMemRelease", reinterpret_cast<void*>(cuMemRelease)},
+      {"cuMemAddressReserve", reinterpret_cast<void*>(cuMemAddressReserve)},
+      {"cuMemMap", reinterpret_cast<void*>(cuMemMap)},
+      {"cuMemSetAccess", reinterpret_cast<void*>(cuMemSetAccess)},
+      {"cuDeviceCanAccessPeer", reinterpret_cast<void*>(cuDeviceCanAccessPeer)},
+      {"cuMemUnmap", reinterpret_cast<void*>(cuMemUnmap)},
+      {"cuMemAddressFree", reinterpret_cast<void*>(cuMemAddressFree)},
       {"cuStreamGetCtx", reinterpret_cast<void*>(cuStreamGetCtx)},
       {"cuStreamSynchronize", reinterpret_cast<void*>(cuStreamSynchronize)},
   };
@@ -221,6 +330,12 @@ void fake_cuda_defer_fill(void* stream, uintptr_t ptr, int byte, size_t size) {
 void fake_cuda_fail_stream(void* stream, CUresult error) {
   std::lock_guard lk(mu);
   static_cast<Stream*>(stream)->error = error;
+}
+// The next call of `name` (one this file models and says it can fail) returns `code`.
+void fake_cuda_fail_next(const char* name, CUresult code) {
+  std::lock_guard lk(mu);
+  fail_name = name;
+  fail_code = code;
 }
 // Every call recorded so far, one a line.
 const char* fake_cuda_log() {

@@ -96,12 +96,32 @@ CudaMapper::~CudaMapper() {
 Result<CudaMapper::Device> CudaMapper::DeviceOf(uint32_t pool) {
   auto cu = LoadCudaDriver();
   if (!cu.ok()) return cu.status();
-  int ordinal = 0;
-  if (pool != 0) {
-    auto found = OrdinalOf(**cu, pools_.PlaceOf(pool).gpu);
-    if (!found.ok()) return found.status();
-    ordinal = *found;
+  auto ordinal = pool == 0 ? PinDevice() : OrdinalOf(**cu, pools_.PlaceOf(pool).gpu);
+  if (!ordinal.ok()) return ordinal.status();
+  return Retained(*ordinal);
+}
+
+Result<int> CudaMapper::PinDevice() {
+  const CudaDriver& cu = **LoadCudaDriver();
+  std::lock_guard lk(mu_);
+  if (pin_device_) return *pin_device_;
+  CUcontext current = nullptr;
+  CUdevice dev = 0;
+  if (CUresult r = cu.CtxGetCurrent(&current); r != CUDA_SUCCESS) {
+    return Failed(cu, r, "cuCtxGetCurrent");
   }
+  if (current != nullptr) {
+    if (CUresult r = cu.CtxGetDevice(&dev); r != CUDA_SUCCESS) {
+      return Failed(cu, r, "cuCtxGetDevice");
+    }
+  }
+  pin_device_ = static_cast<int>(dev);  // a CUdevice is its ordinal
+  return *pin_device_;
+}
+
+Result<CudaMapper::Device> CudaMapper::Retained(int ordinal) {
+  auto cu = LoadCudaDriver();
+  if (!cu.ok()) return cu.status();
   std::lock_guard lk(mu_);
   if (auto it = devices_.find(ordinal); it != devices_.end()) return it->second;
   CUdevice dev;
@@ -169,24 +189,37 @@ Result<void*> CudaMapper::Map(int fd, uint64_t size, uint32_t pool, bool writabl
   return reinterpret_cast<void*>(ptr);
 }
 
-void CudaMapper::Unmap(void* base, uint64_t size) {
-  // Only a mapped chunk is unmapped, and mapping loaded the driver. The virtual memory calls
-  // act on the process's address space and need no context.
-  const CudaDriver& cu = **LoadCudaDriver();
+Status CudaMapper::Unmap(void* base, uint64_t size) {
+  // The virtual memory calls act on the process's address space and need no context. In a
+  // forked child the driver is unavailable, and the mapping is left as the parent made it.
+  auto loaded = LoadCudaDriver();
+  if (!loaded.ok()) return loaded.status();
+  const CudaDriver& cu = **loaded;
   // cuMemUnmap does not wait for the work that still reads the range: a consumer drops its
   // array (or DLPack calls the deleter) when its kernels are queued, not done. Unmapped under
   // them, a dedicated chunk faults them, and a shared one, reused, feeds them other bytes. So
   // first wait for the work of every GPU this process works on through its primary context
-  // (CuPy's, PyTorch's, Numba's); work in contexts of its own is the caller's to finish.
+  // (CuPy's, PyTorch's, Numba's); work in contexts of its own is the caller's to finish. A
+  // wait that fails leaves no work running (a context whose work faulted has stopped it all):
+  // the range is unmapped anyway, and the failure returned.
+  Status waited;
   {
     std::lock_guard lk(mu_);
     for (const auto& [ordinal, device] : devices_) {
       ScopedContext current(cu, device.context);
-      if (current.status().ok()) cu.CtxSynchronize();
+      CUresult r = current.status().ok() ? cu.CtxSynchronize() : CUDA_SUCCESS;
+      if (!current.status().ok() && waited.ok()) waited = current.status();
+      if (r != CUDA_SUCCESS && waited.ok()) waited = Failed(cu, r, "cuCtxSynchronize");
     }
   }
-  cu.MemUnmap(reinterpret_cast<CUdeviceptr>(base), size);
-  cu.MemAddressFree(reinterpret_cast<CUdeviceptr>(base), size);
+  auto ptr = reinterpret_cast<CUdeviceptr>(base);
+  // Still mapped, the range stays reserved: freeing it would let the next reservation land on
+  // memory that is still mapped.
+  if (CUresult r = cu.MemUnmap(ptr, size); r != CUDA_SUCCESS) return Failed(cu, r, "cuMemUnmap");
+  if (CUresult r = cu.MemAddressFree(ptr, size); r != CUDA_SUCCESS) {
+    return Failed(cu, r, "cuMemAddressFree");
+  }
+  return waited;
 }
 
 Status CudaMapper::Load() const { return LoadCudaDriver().status(); }
@@ -194,7 +227,7 @@ Status CudaMapper::Load() const { return LoadCudaDriver().status(); }
 Result<bool> CudaMapper::Pin(void* base, uint64_t size, bool read_only) {
   auto device = DeviceOf(0);
   if (!device.ok()) return device.status();
-  const CudaDriver& cu = **LoadCudaDriver();
+  const CudaDriver& cu = **LoadCudaDriver();  // DeviceOf loaded it
   ScopedContext current(cu, device->context);
   if (Status st = current.status(); !st.ok()) return st;
   unsigned flags = CU_MEMHOSTREGISTER_PORTABLE;
@@ -213,19 +246,21 @@ Result<bool> CudaMapper::Pin(void* base, uint64_t size, bool read_only) {
   return Failed(cu, r, "cuMemHostRegister");
 }
 
-void CudaMapper::Unpin(void* base) {
-  // Only a pinned mapping is unpinned, and pinning retained the device.
+Status CudaMapper::Unpin(void* base) {
+  // Only a pinned mapping is unpinned, and pinning chose and retained the device.
   auto device = DeviceOf(0);
-  if (!device.ok()) return;
+  if (!device.ok()) return device.status();
   const CudaDriver& cu = **LoadCudaDriver();
   ScopedContext current(cu, device->context);
-  cu.MemHostUnregister(base);
+  if (Status st = current.status(); !st.ok()) return st;
+  CUresult r = cu.MemHostUnregister(base);
+  return r == CUDA_SUCCESS ? Status::OK() : Failed(cu, r, "cuMemHostUnregister");
 }
 
 Status CudaMapper::CopyIn(std::span<std::byte> dst, std::span<const std::byte> src, uint32_t pool) {
   auto device = DeviceOf(pool);
   if (!device.ok()) return device.status();
-  const CudaDriver& cu = **LoadCudaDriver();
+  const CudaDriver& cu = **LoadCudaDriver();  // DeviceOf loaded it
   ScopedContext current(cu, device->context);
   if (Status st = current.status(); !st.ok()) return st;
   CUresult r = cu.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst.data()), src.data(), dst.size());
@@ -270,10 +305,10 @@ Status NoCuda() { return Status::Unavailable("this libdepot is built without CUD
 
 CudaMapper::~CudaMapper() = default;
 Result<void*> CudaMapper::Map(int, uint64_t, uint32_t, bool) { return NoCuda(); }
-void CudaMapper::Unmap(void*, uint64_t) {}
+Status CudaMapper::Unmap(void*, uint64_t) { return NoCuda(); }
 Status CudaMapper::Load() const { return NoCuda(); }
 Result<bool> CudaMapper::Pin(void*, uint64_t, bool) { return NoCuda(); }
-void CudaMapper::Unpin(void*) {}
+Status CudaMapper::Unpin(void*) { return NoCuda(); }
 Status CudaMapper::CopyIn(std::span<std::byte>, std::span<const std::byte>, uint32_t) {
   return NoCuda();
 }

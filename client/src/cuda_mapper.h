@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -40,8 +41,10 @@ class CudaMapper : public Mapper {
   // device address.
   Result<void*> Map(int fd, uint64_t size, uint32_t pool, bool writable) override;
   // Waits for the work queued in the primary context of each GPU this mapper retained (work
-  // that may still read the range), then unmaps it.
-  void Unmap(void* base, uint64_t size) override;
+  // that may still read the range), then unmaps it and frees its address range. A range the
+  // driver does not unmap stays reserved. In a child forked since the driver was loaded,
+  // Unavailable and nothing done (the driver is the parent's).
+  Status Unmap(void* base, uint64_t size) override;
 
   // Loads the driver: OK when the calls below can work.
   Status Load() const;
@@ -51,7 +54,7 @@ class CudaMapper : public Mapper {
   // CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED and cannot register it otherwise):
   // copies from it still work, at the speed of pageable memory. Undone by Unpin.
   Result<bool> Pin(void* base, uint64_t size, bool read_only);
-  void Unpin(void* base);
+  Status Unpin(void* base);
   // Copies host bytes to device memory of this process's mapping of pool `pool`.
   Status CopyIn(std::span<std::byte> dst, std::span<const std::byte> src, uint32_t pool);
   // Waits for the work queued on `cuda_stream` (a CUstream), or, when it is null, on the legacy
@@ -66,12 +69,20 @@ class CudaMapper : public Mapper {
     void* context = nullptr;
     uint64_t granularity = 0;
   };
-  // The local GPU of pool `pool`, or (pool 0) the first GPU, whose context registers host memory.
+  // The local GPU of pool `pool`; pool 0: the GPU that pins host memory (PinDevice).
   Result<Device> DeviceOf(uint32_t pool);
+  // GPU `ordinal`, its primary context retained on first use.
+  Result<Device> Retained(int ordinal);
+  // The GPU whose primary context registers host memory, chosen by the first pin: the GPU of
+  // the context current in the pinning thread (the GPU that process works on), or GPU 0 in a
+  // thread with none. Every pin and unpin after uses it, so that no process makes a context on a
+  // GPU it does not use (each costs hundreds of MiB of that GPU's memory).
+  Result<int> PinDevice();
 
   [[maybe_unused]] const Pools& pools_;  // not read without CUDA support
   std::mutex mu_;
   std::map<int, Device> devices_;  // by ordinal: those whose primary context is retained
+  std::optional<int> pin_device_;  // PinDevice's choice, once made
 };
 
 }  // namespace depot::internal

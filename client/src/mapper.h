@@ -21,8 +21,9 @@ class Mapper {
   // returns where they are.
   virtual Result<void*> Map(int fd, uint64_t size, uint32_t pool, bool writable) = 0;
 
-  // Undoes the Map that returned `base`.
-  virtual void Unmap(void* base, uint64_t size) = 0;
+  // Undoes the Map that returned `base`. A mapping that cannot be undone is left as it is (its
+  // address range is never reused), and the reason returned.
+  virtual Status Unmap(void* base, uint64_t size) = 0;
 };
 
 }  // namespace depot::internal

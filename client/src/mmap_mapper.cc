@@ -18,6 +18,9 @@ Result<void*> MmapMapper::Map(int fd, uint64_t size, uint32_t pool, bool writabl
   return p;
 }
 
-void MmapMapper::Unmap(void* base, uint64_t size) { ::munmap(base, size); }
+Status MmapMapper::Unmap(void* base, uint64_t size) {
+  if (::munmap(base, size) == 0) return Status::OK();
+  return Status::Unavailable(fmt::format("munmap: {}", std::strerror(errno)));
+}
 
 }  // namespace depot::internal

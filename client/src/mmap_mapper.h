@@ -15,7 +15,7 @@ class MmapMapper : public Mapper {
   void set_hugepages(bool on) { hugepages_ = on; }
 
   Result<void*> Map(int fd, uint64_t size, uint32_t pool, bool writable) override;
-  void Unmap(void* base, uint64_t size) override;
+  Status Unmap(void* base, uint64_t size) override;
 
  private:
   bool hugepages_ = false;

@@ -26,6 +26,7 @@
 #include "client/src/cuda_mapper.h"
 #include "client/src/mmap_mapper.h"
 #include "client/src/pools.h"
+#include "common/fork_generation.h"
 #include "common/unique_fd.h"
 #include "depot/status.h"
 #include "proto/wire.h"
@@ -122,6 +123,7 @@ class SegmentMap {
   MmapMapper mmap_;
 
   std::atomic<uint64_t> retired_drops_{0};
+  ForkMark made_;
   std::mutex mu_;
   bool pin_host_ = false;  // register host mappings with CUDA (PinHostMemory)
   std::unordered_map<uint64_t, Segment> segments_;  // by SegmentKey(pool, id)
