@@ -1,9 +1,10 @@
 // DeviceSet is the GPUs the daemon pools: found at start-up through the DeviceBackend, filtered
 // by the `devices` setting, each with a budget (its device_capacity) that every namespace's pool
 // on that GPU draws on. Device pool n (as frames and replies number them) is devices()[n - 1];
-// pool 0 is the host. A set that found none may look again later (Redetect): at boot the GPU's
-// kernel modules may not be loaded yet when the daemon starts. Once found, the set never changes,
-// so that pool numbers and budgets stay put.
+// pool 0 is the host. A set that found none may take what a later look found (Adopt; the
+// daemon looks with a DeviceWatch): at boot the GPU's kernel modules may not be loaded yet when
+// the daemon starts. Once found, the set never changes, so that pool numbers and budgets stay
+// put.
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_DEVICE_SET_H_
@@ -50,10 +51,10 @@ class DeviceSet {
   // "2 GPUs (cuda); pool 1: GPU-... name, capacity ...", or "unavailable (<reason>)".
   std::string Summary() const;
 
-  // Looks for the GPUs again when it has none and could have some (a backend, and `devices` not
-  // none). Returns whether it has some now; unavailable() says why not.
-  bool Redetect();
-  // Whether Redetect could find any: false with GPUs already, without a backend, or with
+  // Takes the GPUs a later look of the backend found (`found`), when the set has none and could
+  // have some. Returns whether it has some now; unavailable() says why not.
+  bool Adopt(Result<std::vector<DeviceInfo>> found);
+  // Whether a later look could give it any: false with GPUs already, without a backend, or with
   // `devices = none`.
   bool may_redetect() const {
     return devices_.empty() && options_.backend != nullptr &&
@@ -66,7 +67,7 @@ class DeviceSet {
     size_t backend_index;  // in the backend's own list, which the backend's calls take
     PoolBudget budget;
   };
-  Status Open();
+  Status Open(Result<std::vector<DeviceInfo>> found);
 
   DeviceOptions options_;
   std::vector<Device> devices_;

@@ -25,7 +25,16 @@ NamespaceSet::NamespaceSet(boost::asio::io_context& io, NamespaceOptions options
   host_budget_.capacity = ShmSource::UsableCapacity(options_.host.capacity);
   host_budget_.warm_limit = std::min(options_.host.keep_warm, host_budget_.capacity);
   if (hooks_.post) maker_ = std::make_unique<SegmentMaker>(hooks_.post);
+  if (hooks_.post && devices_.may_redetect()) {
+    watch_ = std::make_unique<DeviceWatch>(
+        devices_.backend(), hooks_.post, [this](Result<std::vector<DeviceInfo>> found, bool asked) {
+          Found(std::move(found), asked);
+        });
+    watch_->Start();
+  }
 }
+
+NamespaceSet::~NamespaceSet() = default;
 
 Status NamespaceSet::LoadSpilled() {
   auto keys = spill_.Open();
@@ -50,7 +59,6 @@ void NamespaceSet::Persist() {
 }
 
 Result<Namespace*> NamespaceSet::For(uid_t uid) {
-  FindDevices(false);
   uint32_t key = options_.per_user ? static_cast<uint32_t>(uid) : Namespace::kShared;
   if (auto it = namespaces_.find(key); it != namespaces_.end()) return it->second.get();
   auto owned = std::make_unique<Namespace>(key);
@@ -124,16 +132,19 @@ Status NamespaceSet::AddDevicePools(Namespace& ns) {
   return Status::OK();
 }
 
-void NamespaceSet::FindDevices(bool now) {
-  if (!devices_.may_redetect()) {
-    if (now) spdlog::info("device pools: not looking again ({})", devices_.Summary());
+void NamespaceSet::FindDevices() {
+  if (!devices_.may_redetect() || !watch_) {
+    spdlog::info("device pools: not looking again ({})", devices_.Summary());
     return;
   }
-  auto at = std::chrono::steady_clock::now();
-  if (!now && at - looked_ < kLookAgain) return;
-  looked_ = at;
-  if (!devices_.Redetect()) {
-    if (now) spdlog::info("device pools: looked again, still {}", devices_.Summary());
+  watch_->LookNow();
+}
+
+void NamespaceSet::Found(Result<std::vector<DeviceInfo>> found, bool asked) {
+  if (!devices_.may_redetect()) return;
+  if (!devices_.Adopt(std::move(found))) {
+    if (asked) spdlog::info("device pools: looked again, still {}", devices_.Summary());
+    watch_->Start();  // ended if the backend found GPUs that are not to be pooled
     return;
   }
   spdlog::info("device pools: found on looking again: {}", devices_.Summary());

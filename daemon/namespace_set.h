@@ -4,8 +4,8 @@
 // of space first takes back the empty segments kept warm (its own and the other namespaces'),
 // then evicts its own least recently used evictable objects. With spilling on, its SpillStore
 // writes non-evictable ones to disk when that is not enough (see SpillStore). Every namespace has
-// a pool on each GPU of the DeviceSet; when the set found none, it looks again (FindDevices) at a
-// hello, where clients learn the pools, at most once per kLookAgain, and on SIGHUP.
+// a pool on each GPU of the DeviceSet; when the set found none, a DeviceWatch looks again on a
+// thread of its own, and at once on SIGHUP (FindDevices).
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_NAMESPACE_SET_H_
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "daemon/device_set.h"
+#include "daemon/device_watch.h"
 #include "daemon/namespace.h"
 #include "daemon/segment_maker.h"
 #include "daemon/spill_store.h"
@@ -77,6 +78,7 @@ class NamespaceSet {
  public:
   NamespaceSet(boost::asio::io_context& io, NamespaceOptions options, DeviceSet& devices,
                NamespaceHooks hooks);
+  ~NamespaceSet();  // stops the watch
   NamespaceSet(const NamespaceSet&) = delete;
   NamespaceSet& operator=(const NamespaceSet&) = delete;
 
@@ -84,10 +86,9 @@ class NamespaceSet {
   // prefault, the shared one reserves the whole capacity then).
   Result<Namespace*> For(uid_t uid);
 
-  // When the daemon has no GPU and could have one, looks for them again (`now`: whenever asked,
-  // as on SIGHUP; otherwise at most once per kLookAgain) and gives every namespace a pool on
-  // each GPU found. Logs what it found (an unchanged failure only when asked `now`).
-  void FindDevices(bool now);
+  // When the daemon has no GPU and could have one, has the watch look for them at once (SIGHUP);
+  // the answer comes to Found. Otherwise logs that it does not look.
+  void FindDevices();
 
   // Forgets a per-user namespace left without sessions or objects (its segments go back).
   void MaybeDrop(Namespace* ns);
@@ -131,9 +132,9 @@ class NamespaceSet {
   uint64_t PinsMade() const;
 
  private:
-  // How often a hello may make the daemon look for GPUs again: each look costs loading the
-  // driver, on the loop.
-  static constexpr std::chrono::seconds kLookAgain{2};
+  // A look of the watch: gives every namespace a pool on each GPU found. Logs what it found (an
+  // unchanged failure only when the look was `asked` for).
+  void Found(Result<std::vector<DeviceInfo>> found, bool asked);
 
   // Makes `ns`'s pools on the GPUs it has none on yet.
   Status AddDevicePools(Namespace& ns);
@@ -159,7 +160,7 @@ class NamespaceSet {
   // Evictions of the namespaces dropped so far.
   uint64_t evictions_dropped_ = 0;
   uint64_t evicted_bytes_dropped_ = 0;
-  std::chrono::steady_clock::time_point looked_ = std::chrono::steady_clock::now();
+  std::unique_ptr<DeviceWatch> watch_;  // while the set has no GPU and could have some
   SpillStore spill_;  // declared last: its I/O threads end before the namespaces go
 };
 

@@ -105,6 +105,25 @@ std::string SetIds(std::vector<Id>& out, const std::string& v, const char* what,
   return "";
 }
 
+// "" for a GPU as `devices` names it, GPU-... or MIG-... as `nvidia-smi -L` prints it; else
+// what is wrong. Ordinals change with CUDA_VISIBLE_DEVICES and the old MIG form
+// (MIG-GPU-<uuid>/<gi>/<ci>) is not what the driver reports, so either would never be found.
+inline std::string CheckDeviceUuid(const std::string& uuid) {
+  if (uuid.find('/') != std::string::npos) {
+    return fmt::format(
+        "{} is the old form of a MIG instance's name: write the MIG-... UUID that "
+        "`nvidia-smi -L` prints for it",
+        uuid);
+  }
+  if (uuid.rfind("GPU-", 0) != 0 && uuid.rfind("MIG-", 0) != 0) {
+    return fmt::format(
+        "{} is not a GPU UUID: write GPU-... or MIG-... as `nvidia-smi -L` prints "
+        "them (ordinals change with CUDA_VISIBLE_DEVICES)",
+        uuid);
+  }
+  return "";
+}
+
 template <typename Id>
 std::string JoinIds(const std::vector<Id>& ids) {
   return fmt::format("{}", fmt::join(ids, ","));

@@ -159,6 +159,9 @@ const std::vector<Key>& Keys() {
            start = comma + 1;
          }
          if (o.device_uuids.empty()) return "expected all, none, or GPU UUIDs";
+         for (const std::string& uuid : o.device_uuids) {
+           if (std::string why = CheckDeviceUuid(uuid); !why.empty()) return why;
+         }
          return "";
        },
        [](const O& o) -> std::string {

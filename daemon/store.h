@@ -86,7 +86,7 @@ class Store {
   std::string DeviceSummary() const { return devices_.Summary(); }
   // Looks for GPUs again when there are none (SIGHUP), logging what it finds; clients that
   // connect from then on are told of the pools found.
-  void FindDevices() { namespaces_.FindDevices(true); }
+  void FindDevices() { namespaces_.FindDevices(); }
 
   // The socket's group is known once the socket exists (systemd may have made it).
   void SetSocketGroup(gid_t gid) { access_.set_socket_gid(gid); }

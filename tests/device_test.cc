@@ -98,6 +98,25 @@ TEST_CASE("devices chooses GPUs by UUID", "[device]") {
   CHECK((*pools)[0].kind == "memfd-test");
 }
 
+TEST_CASE("a GPU named in devices that is not here is said, with the MIG rule", "[device]") {
+  const std::string absent = "GPU-00000000-0000-4000-8000-000000000009";
+  const std::string mig = "MIG-00000000-0000-4000-8000-000000000009";
+  {
+    // One of two found: pooled, and the other named in the log.
+    Daemon d = StandIn({"--devices", kGpu1.gpu + "," + absent});
+    auto pools = d.Connect().DevicePools();
+    REQUIRE(pools.ok());
+    CHECK(pools->size() == 1);
+    CHECK(d.Log().find(absent + " named in devices is not here") != std::string::npos);
+  }
+  // A MIG instance a CUDA process cannot see: the reason says why it may not be.
+  Daemon d = StandIn({"--devices", mig});
+  auto pools = d.Connect().DevicePools();
+  REQUIRE(pools.status().IsUnavailable());
+  CHECK(pools.status().message().find(mig + " named in devices is not here (a CUDA process sees "
+                                            "only one MIG instance") != std::string::npos);
+}
+
 TEST_CASE("an object of host and device frames round trips between processes", "[device]") {
   Daemon d = StandIn();
   const std::vector<uint64_t> sizes = {4096, 1 << 20, 3 << 20, 512 << 10};
@@ -505,7 +524,8 @@ TEST_CASE("a put and a seal of device frames from a fresh thread", "[device]") {
 }
 
 // At boot the GPU's kernel modules may load after the daemon started: it looks for GPUs again
-// on SIGHUP, and at a client's hello (where clients learn the pools), at most every 2 seconds.
+// on a thread of its own, 2 seconds after starting and less often after each look that finds
+// none, and at once on SIGHUP.
 TEST_CASE("a daemon that found no GPU finds them later", "[device]") {
   const bool on_hup = GENERATE(true, false);
   CAPTURE(on_hup);
@@ -519,14 +539,8 @@ TEST_CASE("a daemon that found no GPU finds them later", "[device]") {
   Client early = d.Connect();
   CHECK(early.DevicePools().status().IsUnavailable());
   set_gpus(2);
-  if (on_hup) {
-    ::kill(d.pid(), SIGHUP);
-    REQUIRE(WaitFor([&] { return d.Log().find("found on looking again") != std::string::npos; }));
-  } else {
-    // The start-up look was just now: a hello before 2 seconds have passed does not look again.
-    CHECK(d.Connect().DevicePools().status().IsUnavailable());
-    std::this_thread::sleep_for(std::chrono::milliseconds(2100));
-  }
+  if (on_hup) ::kill(d.pid(), SIGHUP);
+  REQUIRE(WaitFor([&] { return d.Log().find("found on looking again") != std::string::npos; }));
   Client late = d.Connect();
   auto pools = late.DevicePools();
   REQUIRE(pools.ok());
@@ -544,6 +558,25 @@ TEST_CASE("a daemon that found no GPU finds them later", "[device]") {
   auto st = late.GetStatus();
   REQUIRE(st.ok());
   CHECK(st->devices_unavailable.empty());
+}
+
+TEST_CASE("a slow look for GPUs keeps no client waiting", "[device]") {
+  // Each look takes 3 s (a driver slow to initialise) and finds none, again and again.
+  std::string gpus = TempDir() + "/gpus";
+  std::ofstream(gpus) << "0 3000\n";
+  ::setenv("DEPOT_TEST_GPUS_FILE", gpus.c_str(), 1);
+  Daemon d = StandIn();
+  ::unsetenv("DEPOT_TEST_GPUS_FILE");
+  // Over 7 s, in which the daemon looks at least once more, every connect and ping is quick.
+  auto longest = std::chrono::steady_clock::duration::zero();
+  for (auto end = std::chrono::steady_clock::now() + 7s; std::chrono::steady_clock::now() < end;) {
+    auto start = std::chrono::steady_clock::now();
+    Client c = d.Connect();
+    REQUIRE(c.Ping().ok());
+    longest = std::max(longest, std::chrono::steady_clock::now() - start);
+    std::this_thread::sleep_for(100ms);
+  }
+  CHECK(longest < 1500ms);
 }
 
 TEST_CASE("SIGHUP with GPUs already found does not look again", "[device]") {

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "daemon/shm_source.h"
 
@@ -14,8 +16,10 @@ Result<std::vector<DeviceInfo>> MemfdBackend::Devices() {
   int n = env != nullptr ? std::atoi(env) : 2;
   if (const char* file = std::getenv("DEPOT_TEST_GPUS_FILE"); file != nullptr) {
     // Read at each call, so that a test can make GPUs appear while the daemon runs.
+    // Then, optionally, how many milliseconds a look takes (a driver slow to initialise).
     std::ifstream in(file);
     if (!(in >> n)) n = 0;
+    if (int ms = 0; in >> ms && ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   }
   if (n <= 0) return Status::Unavailable("no stand-in GPUs (DEPOT_TEST_GPUS is 0)");
   std::vector<DeviceInfo> out;

@@ -294,6 +294,16 @@ TEST_CASE("devices reads all, none, or a list of GPU UUIDs", "[options]") {
   CHECK(listed->device_uuids == std::vector<std::string>{"GPU-a", "GPU-b"});
   CHECK(FormatConfig(*listed).find("devices = GPU-a,GPU-b\n") != std::string::npos);
   CHECK_FALSE(ParseOptions({"--devices", " , "}, 16 * kGiB, 8 * kGiB).ok());
+  // Named as nvidia-smi -L prints them, or never found: not ordinals, not the old MIG form.
+  auto ordinal = ParseOptions({"--devices", "0,1"}, 16 * kGiB, 8 * kGiB);
+  REQUIRE_FALSE(ordinal.ok());
+  CHECK(ordinal.status().message().find("0 is not a GPU UUID") != std::string::npos);
+  auto old_mig = ParseOptions({"--devices", "MIG-GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f/7/0"},
+                              16 * kGiB, 8 * kGiB);
+  REQUIRE_FALSE(old_mig.ok());
+  CHECK(old_mig.status().message().find("old form") != std::string::npos);
+  CHECK(ParseOptions({"--devices", "MIG-5c89852c-d268-c3f3-1b07-005d5ae1dc3f"}, 16 * kGiB, 8 * kGiB)
+            .ok());
 }
 
 TEST_CASE("Validate refuses keys that cannot go together, before the daemon starts", "[options]") {
