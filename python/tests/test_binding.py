@@ -3,6 +3,7 @@
 import gc
 import math
 import os
+import signal
 import threading
 import time
 import uuid
@@ -202,6 +203,33 @@ def test_client_does_not_cross_fork(client):
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     client.ping()
+
+
+def test_forked_child_drops_what_it_inherited_without_touching_the_parents(client):
+    """A data loader's worker, forked while its parent holds objects, lets go of the parent's
+    Client and Objects (at exit or by hand): that must neither hang (the parent's flusher thread
+    is not in the child) nor release the parent's references."""
+    guid = client.put(b"held by the parent")
+    held = client.get(guid)
+    for _ in range(3):
+        client.get(client.put(b"dropped"))  # releases waiting in the batcher, its thread running
+    gc.collect()
+    pid = os.fork()
+    if pid == 0:
+        del held
+        gc.collect()
+        client.close()
+        os._exit(0)
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung letting go of its parent's client")
+    assert os.WEXITSTATUS(done[1]) == 0
+    assert holders(client, guid) == 1
+    assert bytes(held.frames[0]) == b"held by the parent"
 
 
 # --- lifetimes --------------------------------------------------------------------------------
