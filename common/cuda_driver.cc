@@ -96,6 +96,7 @@ Result<CudaDriver> Load() {
   bind(d.StreamCreate, "cuStreamCreate");
   bind(d.StreamDestroy, "cuStreamDestroy");
   bind(d.MemcpyDtoDAsync, "cuMemcpyDtoDAsync");
+  bind(d.DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState");
   if (!missing.empty()) {
     return Status::Unavailable(fmt::format("{} lacks {}", path, missing));
   }

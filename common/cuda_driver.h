@@ -61,6 +61,7 @@ struct CudaDriver {
   PFN_cuStreamCreate_v2000 StreamCreate;
   PFN_cuStreamDestroy_v4000 StreamDestroy;
   PFN_cuMemcpyDtoDAsync_v3020 MemcpyDtoDAsync;
+  PFN_cuDevicePrimaryCtxGetState_v7000 DevicePrimaryCtxGetState;
   int driver_version = 0;
 
   // "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".

@@ -512,3 +512,30 @@ TEST_CASE("cuda: every GPU that can reach a frame's GPU is granted access to it"
   if (rc == 77) Skip("GPU 1 cannot reach GPU 0's memory (no peer access)");
   CHECK(rc == 0);
 }
+
+// Pinning registers host memory in a context: made on GPU 0 in a process that works on GPU 1, it
+// would cost GPU 0 hundreds of MiB in every such process.
+TEST_CASE("cuda: pinning makes no context on a GPU the process does not use", "[cuda]") {
+  NeedGpu(2);
+  Daemon d = CudaDaemon();
+  int rc = RunChild([&] {
+    const CudaDriver& cu = Cuda(1);  // this process works on GPU 1
+    Client c = d.Connect();
+    if (!c.PinHostMemory().ok()) return 1;
+    auto id = c.Put(Pattern(1 << 20, 3));
+    if (!id.ok() || !c.Get(*id).ok()) return 2;  // a host segment mapped, and pinned
+    CUdevice gpu0;
+    unsigned flags = 0;
+    int active = 0;
+    if (cu.DeviceGet(&gpu0, 0) != CUDA_SUCCESS ||
+        cu.DevicePrimaryCtxGetState(gpu0, &flags, &active) != CUDA_SUCCESS) {
+      return 3;
+    }
+    if (active != 0) {
+      std::printf("GPU 0's primary context is active in a process that works on GPU 1\n");
+      return 4;
+    }
+    return 0;
+  });
+  CHECK(rc == 0);
+}
