@@ -2,7 +2,8 @@
 // over a socket, memcpy) and prints one markdown document, every figure measured in this run:
 //   1 get latency by size   2 repeated get of a held object   3 put bandwidth
 //   4 small objects         5 many readers of one object       6 allocator   7 scale
-//   8 get of an object not held yet (the shared index)
+//   8 get of an object not held yet (the shared index)   9 gets at a million objects
+//   10 busy clients among a thousand connected
 // followed by the targets, each met or missed. It starts and stops its own servers: a depotd per
 // section (built in this tree) and one redis-server (from PATH), on sockets in a temporary
 // directory, pinned to CPU 0. Progress goes to stderr; the document to stdout.
@@ -73,8 +74,9 @@ int main(int argc, char** argv) {
   }
   using Section = void (*)(const Context&);
   const std::pair<int, Section> sections[] = {
-      {1, GetLatency},        {2, HeldGet}, {3, PutThroughput}, {4, SmallObjects}, {5, ManyReaders},
-      {6, AllocatorWorkload}, {7, Scale},   {8, FirstGet},      {9, ScaleGets}};
+      {1, GetLatency},  {2, HeldGet},           {3, PutThroughput}, {4, SmallObjects},
+      {5, ManyReaders}, {6, AllocatorWorkload}, {7, Scale},         {8, FirstGet},
+      {9, ScaleGets},   {10, ManyClients}};
   auto started = Clock::now();
   std::string load_before = LoadAverage();
   TempDir dir;

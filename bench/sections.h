@@ -29,8 +29,9 @@ void SmallObjects(const Context& ctx);       // 4. 1 KiB put+get ops/s, multi-ge
 void ManyReaders(const Context& ctx);        // 5. 8 readers of one large object
 void AllocatorWorkload(const Context& ctx);  // 6. fragmentation under a random workload
 void Scale(const Context& ctx);              // 7. a million objects: daemon memory, listing
-void FirstGet(const Context& ctx);   // 8. get of an object not held yet: the index, no round trip
-void ScaleGets(const Context& ctx);  // 9. first gets and multi-gets at a million objects
+void FirstGet(const Context& ctx);     // 8. get of an object not held yet: the index, no round trip
+void ScaleGets(const Context& ctx);    // 9. first gets and multi-gets at a million objects
+void ManyClients(const Context& ctx);  // 10. busy clients among a thousand connected
 
 }  // namespace depot::bench
 

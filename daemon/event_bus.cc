@@ -8,10 +8,14 @@ namespace fb = flatbuffers;
 void EventBus::Join(SessionId session, Peer* peer, const PeerCredentials& creds,
                     const void* scope) {
   members_.insert_or_assign(session, Member{peer, creds.pid, creds.uid, scope});
+  subscribers_.erase(session);
 }
 
 void EventBus::Subscribe(SessionId session) {
-  if (auto it = members_.find(session); it != members_.end()) it->second.subscribed = true;
+  if (auto it = members_.find(session); it != members_.end()) {
+    it->second.subscribed = true;
+    subscribers_.insert(session);
+  }
 }
 
 bool EventBus::subscribed(SessionId session) const {
@@ -30,9 +34,11 @@ wire::EventKind EventBus::KindOf(TableEvent e) {
 void EventBus::Emit(wire::EventKind kind, const StoredObject* object, SessionId cause,
                     const void* scope) {
   constexpr size_t kMaxBacklog = 4096;
+  if (subscribers_.empty()) return;
   auto cause_it = members_.find(cause);
-  for (auto& [sid, m] : members_) {
-    if (!m.subscribed || m.scope != scope) continue;
+  for (SessionId sid : subscribers_) {
+    Member& m = members_.at(sid);
+    if (m.scope != scope) continue;
     if (m.peer->Backlog() >= kMaxBacklog) {
       ++m.dropped;
       continue;
