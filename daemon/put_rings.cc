@@ -18,10 +18,22 @@ Result<const PutRing*> PutRings::Join(SessionId session, uid_t uid) {
   auto ring =
       PutRing::Create("putring-" + std::to_string(::getpid()) + "-" + std::to_string(session));
   if (!ring.ok()) return ring.status();
-  (*ring)->SetPolled(Word(uid));
   const PutRing* out = ring->get();
-  rings_[session] = Ring{std::move(*ring), uid};
+  Ring& r = rings_[session] = Ring{std::move(*ring), uid};
+  users_[uid].insert(session);
+  Publish(r);  // not polled: its first put rings
   return out;
+}
+
+void PutRings::Leave(SessionId session) {
+  auto it = rings_.find(session);
+  if (it == rings_.end()) return;
+  polled_.erase(session);
+  if (auto user = users_.find(it->second.uid); user != users_.end()) {
+    user->second.erase(session);
+    if (user->second.empty()) users_.erase(user);
+  }
+  rings_.erase(it);
 }
 
 PutRing* PutRings::Find(SessionId session) {
@@ -45,10 +57,23 @@ Status PutRings::Take(SessionId session) {
 }
 
 bool PutRings::TakeAll() {
+  std::vector<SessionId> all;
+  all.reserve(rings_.size());
+  for (const auto& [session, r] : rings_) all.push_back(session);
+  return TakeFrom(all);
+}
+
+bool PutRings::TakePolled() { return TakeFrom({polled_.begin(), polled_.end()}); }
+
+bool PutRings::TakeFrom(const std::vector<SessionId>& sessions) {
   // By id, not by iterator: a put may answer a get, and a failed session may close meanwhile.
   std::vector<SessionId> pending;
-  for (const auto& [session, r] : rings_) {
-    if (r.ring->Pending()) pending.push_back(session);
+  for (SessionId session : sessions) {
+    auto it = rings_.find(session);
+    if (it == rings_.end() || !it->second.ring->Pending()) continue;
+    pending.push_back(session);
+    it->second.idle_polls = 0;
+    if (!it->second.polled) SetPolled(session, it->second, true);  // puts come to it
   }
   for (SessionId session : pending) {
     if (Status st = Take(session); !st.ok()) fail_(session, st);
@@ -76,7 +101,7 @@ void PutRings::PostSpin() {
 void PutRings::Spin() {
   auto now = std::chrono::steady_clock::now();
   if (AnyPending()) {
-    TakeAll();
+    TakePolled();
     last_found_ = now;
   }
   if (now >= eager_until_ || now - last_found_ >= kSpinWindow) {
@@ -100,66 +125,85 @@ void PutRings::Spin() {
   PostSpin();
 }
 
-void PutRings::Poll() {
-  idle_polls_ = 0;
-  if (polling_) return;
-  SetPolled(true);
-  Arm();
+void PutRings::Poll(SessionId session) {
+  auto it = rings_.find(session);
+  if (it == rings_.end()) return;
+  it->second.idle_polls = 0;
+  if (!it->second.polled) SetPolled(session, it->second, true);
 }
 
 void PutRings::Arm() {
+  if (armed_ || polled_.empty()) return;
+  armed_ = true;
   timer_.expires_after(kPollInterval);
   timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) Tick();
+    if (ec) return;  // the rings are going
+    armed_ = false;
+    Tick();
   });
 }
 
 bool PutRings::AnyPending() const {
-  for (const auto& [session, r] : rings_) {
-    if (r.ring->Pending()) return true;
+  for (SessionId session : polled_) {
+    if (rings_.at(session).ring->Pending()) return true;
   }
   return false;
 }
 
 void PutRings::NoteParkedGet(uid_t uid) {
-  if (urgent_.insert(uid).second) Publish();
+  if (urgent_.insert(uid).second) PublishUser(uid);
 }
 
 void PutRings::Tick() {
-  if (std::erase_if(urgent_, [this](uid_t uid) { return !waiting_(uid); }) > 0) Publish();
-  if (AnyPending()) {
-    TakeAll();
-    idle_polls_ = 0;
-    return Arm();
+  std::vector<uid_t> calm;
+  for (uid_t uid : urgent_) {
+    if (!waiting_(uid)) calm.push_back(uid);
   }
-  if (++idle_polls_ < kIdlePolls) return Arm();
-  // Stop, then look once more: a client that published before it saw the word fall reads the
+  for (uid_t uid : calm) {
+    urgent_.erase(uid);
+    PublishUser(uid);
+  }
+  TakePolled();
+  // A ring left empty for kIdlePolls polls stops being polled, in a new epoch: its client's next
+  // put rings. Then one more look: a client that published before it saw the word fall reads the
   // word after its publication (both sides fence), so either it rings or this look finds its put.
-  SetPolled(false);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (AnyPending()) {
-    SetPolled(true);
-    TakeAll();
-    idle_polls_ = 0;
-    Arm();
+  std::vector<SessionId> idle;
+  for (SessionId session : polled_) {
+    Ring& r = rings_.at(session);
+    if (!r.ring->Pending() && ++r.idle_polls >= kIdlePolls) idle.push_back(session);
   }
+  for (SessionId session : idle) SetPolled(session, rings_.at(session), false);
+  if (!idle.empty()) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    TakeFrom(idle);
+  }
+  Arm();
 }
 
-void PutRings::SetPolled(bool polled) {
-  if (polling_ && !polled) ++epoch_;
-  polling_ = polled;
-  Publish();
+void PutRings::SetPolled(SessionId session, Ring& r, bool polled) {
+  if (r.polled && !polled) ++r.epoch;
+  r.polled = polled;
+  r.idle_polls = 0;
+  if (polled) {
+    polled_.insert(session);
+  } else {
+    polled_.erase(session);
+  }
+  Publish(r);
+  Arm();
 }
 
-uint64_t PutRings::Word(uid_t uid) const {
-  uint64_t state = urgent_.contains(uid) ? put_ring::kUrgent
-                   : polling_            ? put_ring::kPolling
-                                         : put_ring::kIdle;
-  return epoch_ << 2 | state;
+uint64_t PutRings::Word(const Ring& r) const {
+  uint64_t state = urgent_.contains(r.uid) ? put_ring::kUrgent
+                   : r.polled              ? put_ring::kPolling
+                                           : put_ring::kIdle;
+  return r.epoch << 2 | state;
 }
 
-void PutRings::Publish() {
-  for (const auto& [session, r] : rings_) r.ring->SetPolled(Word(r.uid));
+void PutRings::PublishUser(uid_t uid) {
+  auto user = users_.find(uid);
+  if (user == users_.end()) return;
+  for (SessionId session : user->second) Publish(rings_.at(session));
 }
 
 }  // namespace depot

@@ -3,19 +3,23 @@
 // rings' records:
 //   - of one session, before it handles any request of that session (Take): its own later
 //     requests see its puts;
-//   - of every session, before a get, delete, contains or stat that names a missing object, and
-//     before a list (TakeAll): once a put returns, a request that starts later finds it;
-//   - of every session, on a timer every kPollInterval while puts come (Poll, the doorbell a
-//     client rings when the rings are not polled), so that puts reach the table, the index and
-//     the LRU soon even when nobody asks for them; after kIdlePolls polls that found nothing the
-//     timer stops, and the clients are told to ring again;
+//   - of every polled session, before a get, delete, contains or stat that names a missing object
+//     (TakePolled; the rings that are not polled rang their doorbell, whose message the drain
+//     reads first): once a put returns, a request that starts later finds it;
+//   - of every session before a list or a status (TakeAll);
+//   - of every polled session, on a timer every kPollInterval, so that puts reach the table, the
+//     index and the LRU soon even when nobody asks for them.
 //   - of a session that closes, before its references go;
-//   - of every session, in a spin of the loop (Spin: a look at each ring's head, then
-//     sched_yield, then again) for a while after a request missed an object that a ring held
+//   - of every polled session, in a spin of the loop (Spin: a look at each polled ring's head,
+//     then sched_yield, then again) for a while after a request missed an object that a ring held
 //     (NoteHandOff): a process gets what others put as soon as they return, so the daemon takes
 //     each put before the get comes, and that get finds it in the shared index. The spin stops
 //     when no put comes for kSpinWindow, and does not start again for kBackOff once its yields
 //     show a shared CPU: there it would take time from the clients it serves.
+// Polling is per ring: a ring is polled from its doorbell (Poll) or from any take that found a
+// record in it, until kIdlePolls polls in a row find it empty; then its word tells its client to
+// ring again, in a new epoch. So the timer, the spin and a miss's drain look only at rings that
+// puts came to lately: a thousand idle connections cost them nothing.
 // While a get waits for an object (WaitingFn), the rings of its user's sessions are not shown as
 // polled, so that every put of theirs rings the doorbell and the get is answered at once, not at
 // the next poll. Only its user's: a get parked forever must not make every other user's puts send
@@ -74,7 +78,7 @@ class PutRings {
 
   // Makes `session`'s ring (sent to it at hello), a session of `uid`; the memfd's error.
   Result<const PutRing*> Join(SessionId session, uid_t uid);
-  void Leave(SessionId session) { rings_.erase(session); }
+  void Leave(SessionId session);
   PutRing* Find(SessionId session);
 
   // Takes what `session`'s ring holds now; the error when it broke (the caller closes the session).
@@ -82,38 +86,47 @@ class PutRings {
   // Takes what every ring holds now; a session whose ring breaks goes to the FailFn. Whether any
   // ring held a record.
   bool TakeAll();
+  // TakeAll of the polled rings only.
+  bool TakePolled();
   // A request missed an object that a ring held (TakeAll found it): a process waits for another's
   // puts. The rings are watched closely for a while (Spin).
   void NoteHandOff();
-  // The doorbell: polls the rings from now on, until they stay empty for a while.
-  void Poll();
+  // The doorbell of `session`: polls its ring from now on, until it stays empty for a while.
+  void Poll(SessionId session);
   // A get of `uid` was parked: that user's puts ring the doorbell from now on (until a poll
   // finds no get waiting).
   void NoteParkedGet(uid_t uid);
 
  private:
+  struct Ring {
+    std::unique_ptr<PutRing> ring;
+    uid_t uid;
+    bool polled = false;
+    uint64_t epoch = 0;  // times its polling stopped
+    int idle_polls = 0;  // polls in a row that found it empty
+  };
+
   void Arm();
   void Tick();
   void Spin();
   void PostSpin();
-  bool AnyPending() const;
-  void SetPolled(bool polled);
-  void Publish();  // writes Word(its user) into every ring
-  uint64_t Word(uid_t uid) const;
+  bool AnyPending() const;  // of the polled rings
+  // Takes the rings of `sessions` that hold a record, polling each from then on. Whether any did.
+  bool TakeFrom(const std::vector<SessionId>& sessions);
+  void SetPolled(SessionId session, Ring& r, bool polled);
+  void Publish(const Ring& r) { r.ring->SetPolled(Word(r)); }
+  void PublishUser(uid_t uid);  // every ring of `uid`
+  uint64_t Word(const Ring& r) const;
 
   boost::asio::steady_timer timer_;
   TakeFn take_;
   FailFn fail_;
   WaitingFn waiting_;
-  struct Ring {
-    std::unique_ptr<PutRing> ring;
-    uid_t uid;
-  };
   std::map<SessionId, Ring> rings_;
-  bool polling_ = false;
+  std::set<SessionId> polled_;                  // the rings polled now
+  std::map<uid_t, std::set<SessionId>> users_;  // the rings of each user
+  bool armed_ = false;                          // the timer waits
   std::set<uid_t> urgent_;  // the users some of whose gets wait: their puts ring
-  uint64_t epoch_ = 0;      // times the polling stopped
-  int idle_polls_ = 0;
   // The spin after a hand-off (NoteHandOff).
   bool spinning_ = false;
   std::chrono::steady_clock::time_point eager_until_{};       // NoteHandOff's window

@@ -172,7 +172,7 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
     case MsgType::kPut:
       return OnPut(s, *proto::Body<wire::PutRequest>(body));
     case MsgType::kPutsWritten:  // its ring was taken above
-      rings_.Poll();
+      rings_.Poll(s);
       break;
     case MsgType::kIndex:
       OnIndex(s, st, id, *proto::Body<wire::IndexRequest>(body));

@@ -207,7 +207,10 @@ bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint
     auto it = sessions_.find(sender);
     if (it != sessions_.end()) it->second.peer->HandleArrived();
   }
-  bool took = rings_.TakeAll();  // the rings with a put in them only
+  // The polled rings with a put in them. A ring that is not polled rang its doorbell with its
+  // first put since (every put that returned did, or found the ring polled), and its message
+  // was read just above, which took that ring.
+  bool took = rings_.TakePolled();
   drain_reading_ = false;
   // A get that the rings answered: a process gets what others put, as soon as they return.
   if (took && static_cast<MsgType>(h.type) == MsgType::kGet &&

@@ -233,8 +233,8 @@ struct Rings {
   }
   // Runs the loop until `done` or 5 s.
   template <typename Fn>
-  bool RunUntil(Fn&& done) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  bool RunUntil(Fn&& done, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+    auto until = std::chrono::steady_clock::now() + limit;
     while (!done() && std::chrono::steady_clock::now() < until) {
       io.run_one_for(std::chrono::milliseconds(10));
       if (io.stopped()) io.restart();
@@ -280,28 +280,33 @@ TEST_CASE("PutRings::Take takes one session's ring, TakeAll every ring and fails
   CHECK(r.rings.Find(3) == nullptr);
 }
 
-TEST_CASE("PutRings polls while puts come, then stops and tells the clients to ring again",
+TEST_CASE("PutRings polls a ring while puts come to it, then stops and tells its client to ring",
           "[put_rings]") {
   Rings r;
   auto a = r.Join(1, 1000);
+  auto b = r.Join(2, 1000);
   uint64_t idle = a->Word(put_ring::kPolled).load();
   CHECK((idle & put_ring::kStateMask) == put_ring::kIdle);
-  // The doorbell: polled from now on, and a put written meanwhile is taken by the timer.
-  r.rings.Poll();
+  // a's doorbell: a is polled from now on, and a put written meanwhile is taken by the timer.
+  r.rings.Poll(1);
   CHECK((a->Word(put_ring::kPolled).load() & put_ring::kStateMask) == put_ring::kPolling);
   a->Append("polled");
   CHECK(r.RunUntil([&] { return r.taken[1].size() == 1; }));
-  // A ring joined while polling is told so at once.
-  auto b = r.Join(2, 1000);
-  CHECK((b->Word(put_ring::kPolled).load() & put_ring::kStateMask) == put_ring::kPolling);
-  // With nothing more, the polling stops after kIdlePolls, in a new epoch: the client's next
+  // b rang no doorbell: it is not polled, and the timer does not look at it (a client that
+  // does not ring waits for its own next request).
+  CHECK((b->Word(put_ring::kPolled).load() & put_ring::kStateMask) == put_ring::kIdle);
+  b->Append("unrung");
+  CHECK_FALSE(r.RunUntil([&] { return !r.taken[2].empty(); }, std::chrono::milliseconds(50)));
+  REQUIRE(r.rings.Take(2).ok());
+  CHECK(r.taken[2].size() == 1);
+  // With nothing more, a's polling stops after kIdlePolls, in a new epoch: its client's next
   // put rings the doorbell once more.
   CHECK(r.RunUntil([&] {
     return (a->Word(put_ring::kPolled).load() & put_ring::kStateMask) == put_ring::kIdle;
   }));
   uint64_t stopped = a->Word(put_ring::kPolled).load();
   CHECK(stopped >> 2 == (idle >> 2) + 1);
-  CHECK(b->Word(put_ring::kPolled).load() == stopped);
+  CHECK(b->Word(put_ring::kPolled).load() == idle);
 }
 
 TEST_CASE("PutRings: a waiting get makes its own user's puts ring, no other user's",
@@ -318,7 +323,7 @@ TEST_CASE("PutRings: a waiting get makes its own user's puts ring, no other user
   CHECK((alice2->Word(put_ring::kPolled).load() & put_ring::kStateMask) == put_ring::kUrgent);
   // Once no get of hers waits, a poll finds it so and her rings are merely polled.
   r.waiting.clear();
-  r.rings.Poll();
+  r.rings.Poll(1);
   CHECK(r.RunUntil([&] {
     return (alice->Word(put_ring::kPolled).load() & put_ring::kStateMask) != put_ring::kUrgent;
   }));
@@ -333,16 +338,26 @@ TEST_CASE("PutRings: after a hand-off the rings are taken in a spin, with no pol
   a->Append("waits");
   r.io.poll();
   CHECK(r.taken[1].empty());
-  // A drain found it (a get of another session missed it): a hand-off.
+  // A drain found it (a get of another session missed it): a hand-off. The ring that held a
+  // put is polled from now on.
   CHECK(r.rings.TakeAll());
   CHECK_FALSE(r.rings.TakeAll());  // nothing held any more
+  CHECK((a->Word(put_ring::kPolled).load() & put_ring::kStateMask) == put_ring::kPolling);
   r.rings.NoteHandOff();
-  // The next put is taken by the loop alone, though the rings are not polled (no timer).
+  // The next put is taken by the loop alone: the spin, or the timer that polls the ring now.
   a->Append("spun");
-  CHECK(r.RunUntil([&] { return r.taken[1].size() == 2; }));
-  CHECK((a->Word(put_ring::kPolled).load() & put_ring::kStateMask) == put_ring::kIdle);
-  // With no put for a while the spin ends: the loop has nothing left to run, and a later put
-  // waits again for a request, the timer or a doorbell.
+  r.io.restart();
+  auto start = std::chrono::steady_clock::now();
+  while (r.taken[1].size() < 2 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) {
+    if (r.io.poll_one() == 0 && r.io.stopped()) r.io.restart();
+  }
+  CHECK(r.taken[1].size() == 2);
+  // With no put for a while the spin ends and the ring stops being polled: a later put waits
+  // again for a request, the timer or a doorbell.
+  CHECK(r.RunUntil([&] {
+    return (a->Word(put_ring::kPolled).load() & put_ring::kStateMask) == put_ring::kIdle;
+  }));
   r.io.restart();
   r.io.poll();
   a->Append("waits again");
