@@ -448,6 +448,15 @@ TEST_CASE("hostile rings close their own connection and harm nobody", "[put][rin
         }
         Raw r(d.socket());
         RawRing ring(r);
+        if (trigger == Trigger::kOthersMiss) {
+          // Puts came to this ring lately (its doorbell, answered before the ping): the daemon
+          // polls it, and another client's miss takes it.
+          r.Write(Empty(proto::MsgType::kPutsWritten, 0));
+          r.Write(Empty(proto::MsgType::kPing, 4));
+          proto::Header h{};
+          std::vector<uint8_t> pong;
+          if (!r.Read(h, pong)) return 101;
+        }
         auto frame = [](uint64_t offset, uint64_t size, uint32_t segment) {
           return wire::FrameLocation(offset, size, segment, 0);
         };
@@ -501,6 +510,13 @@ TEST_CASE("hostile rings close their own connection and harm nobody", "[put][rin
             r.TryWrite(Empty(proto::MsgType::kPutsWritten, 0));
             break;
           case Trigger::kOthersMiss:
+            // As a client does after it publishes: the word read after a fence says whether
+            // the daemon still polls the ring, or its doorbell must ring.
+            std::atomic_thread_fence(std::memory_order_seq_cst);
+            if ((ring.Word(put_ring::kPolled).load() & put_ring::kStateMask) !=
+                put_ring::kPolling) {
+              r.TryWrite(Empty(proto::MsgType::kPutsWritten, 0));
+            }
             written.Send("written");
         }
         return static_cast<int>(r.ReadFinalError().code());
