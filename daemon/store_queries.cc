@@ -48,7 +48,19 @@ void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
   if (more) objects.pop_back();
   fb::FlatBufferBuilder fbb(256 * objects.size() + 64);
   std::vector<fb::Offset<wire::ObjectInfo>> infos;
-  for (const StoredObject* o : objects) infos.push_back(replies::ObjectInfo(fbb, *o, false));
+  infos.reserve(objects.size());
+  // The records lie in id order and the listing goes in GUID order: at a million objects each
+  // record is a cache miss, which cost most of a page. Fetched a few objects ahead, the misses
+  // overlap the building of the entries before them.
+  constexpr size_t kAhead = 16;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    if (i + kAhead < objects.size()) {
+      const auto* next = reinterpret_cast<const char*>(objects[i + kAhead]);
+      __builtin_prefetch(next);
+      __builtin_prefetch(next + sizeof(StoredObject) - 1);
+    }
+    infos.push_back(replies::ObjectInfo(fbb, *objects[i], false));
+  }
   fbb.Finish(wire::CreateListReply(fbb, fbb.CreateVector(infos), more));
   Reply(s, id, MsgType::kList, fbb);
 }

@@ -241,16 +241,8 @@ std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
     });
   }
   std::vector<Result<Object>> out(guids.size(), Status::NotFound("not requested"));
-  std::vector<size_t> wanted;  // indexes of GUIDs not held already
-  for (size_t i = 0; i < guids.size(); ++i) {
-    if (auto held = conn_->Cached(guids[i])) {
-      out[i] = std::move(*held);
-    } else if (auto found = conn_->FromIndex(guids[i])) {
-      out[i] = std::move(*found);
-    } else {
-      wanted.push_back(i);
-    }
-  }
+  std::vector<size_t> wanted;  // indexes of GUIDs not held already, asked in one round trip
+  conn_->GetLocal(guids, out, wanted);
   if (wanted.empty()) return out;
   fb::FlatBufferBuilder fbb(64 + 16 * wanted.size());
   std::vector<wire::Guid> ids;
@@ -356,6 +348,9 @@ Result<ListPage> Client::ListHeldBy(int32_t pid, std::optional<Guid> after, uint
   ListPage page;
   page.more = r->more();
   if (r->objects()) {
+    // Reserved once: growing a vector of thousands of ObjectInfos moved each of them again and
+    // again, into fresh pages, and cost most of a listing.
+    page.objects.reserve(r->objects()->size());
     for (const wire::ObjectInfo* o : *r->objects()) page.objects.push_back(FromWire(*o));
   }
   return page;

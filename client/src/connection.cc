@@ -133,6 +133,142 @@ std::optional<Object> Connection::FromIndex(const Guid& guid) {
   return found;
 }
 
+void Connection::GetLocal(std::span<const Guid> guids, std::span<Result<Object>> out,
+                          std::vector<size_t>& missed) {
+  std::vector<std::shared_ptr<Holding>> held(guids.size());
+  cache_.FindMany(guids, held);
+  std::vector<size_t> look;  // positions not held
+  look.reserve(guids.size());
+  for (size_t i = 0; i < guids.size(); ++i) {
+    if (held[i]) {
+      out[i] = Object(std::move(held[i]));
+    } else {
+      look.push_back(i);
+    }
+  }
+  const IndexReader* index = index_.load(std::memory_order_acquire);
+  if (index == nullptr || look.empty()) {
+    missed.insert(missed.end(), look.begin(), look.end());
+    return;
+  }
+  size_t first_missed = missed.size();
+  if (FromIndexMany(*index, guids, look, out, missed) && Refresh(false)) {
+    // The index was replaced: what missed the old one is looked for in the new one.
+    look.assign(missed.begin() + static_cast<ptrdiff_t>(first_missed), missed.end());
+    missed.resize(first_missed);
+    FromIndexMany(*index_.load(std::memory_order_acquire), guids, look, out, missed);
+  }
+}
+
+bool Connection::FromIndexMany(const IndexReader& index, std::span<const Guid> guids,
+                               std::span<const size_t> look, std::span<Result<Object>> out,
+                               std::vector<size_t>& missed) {
+  // What the index said of each object found, in flat arrays: one allocation each per batch.
+  struct Found {
+    size_t at;  // position in guids
+    uint64_t entry, seq;
+    uint32_t frames_begin, frames_end;
+    uint32_t metadata_begin, metadata_end;
+    std::optional<uint64_t> checksum;
+    uint32_t creator_uid;
+    int32_t creator_pid;
+  };
+  std::vector<Found> found;
+  std::vector<uint64_t> ids;
+  std::vector<wire::FrameLocation> frames;
+  std::vector<std::byte> metadata;
+  found.reserve(look.size());
+  ids.reserve(look.size());
+  frames.reserve(look.size());
+  IndexHit hit;
+  size_t misses = missed.size();
+  // The entries lie at random in a table that may be far bigger than the cache: each is
+  // fetched a few GUIDs ahead of its read, so that the misses overlap.
+  constexpr size_t kAhead = 16;
+  for (size_t k = 0; k < std::min(kAhead, look.size()); ++k) index.Prefetch(guids[look[k]]);
+  for (size_t k = 0; k < look.size(); ++k) {
+    if (k + kAhead < look.size()) index.Prefetch(guids[look[k + kAhead]]);
+    size_t at = look[k];
+    if (!index.FindInto(guids[at], hit)) {
+      missed.push_back(at);
+      continue;
+    }
+    auto frames_begin = static_cast<uint32_t>(frames.size());
+    auto metadata_begin = static_cast<uint32_t>(metadata.size());
+    frames.insert(frames.end(), hit.frames.begin(), hit.frames.end());
+    metadata.insert(metadata.end(), hit.metadata.begin(), hit.metadata.end());
+    found.push_back({at, hit.entry, hit.seq, frames_begin, static_cast<uint32_t>(frames.size()),
+                     metadata_begin, static_cast<uint32_t>(metadata.size()), hit.checksum,
+                     hit.creator_uid, hit.creator_pid});
+    ids.push_back(hit.id);
+  }
+  bool retired = missed.size() > misses && index.Retired();
+  // The slots, claimed together and published behind one fence; when they run out, once more
+  // after asking for more, and what still has none is asked of the daemon.
+  std::vector<uint32_t> slots(found.size());
+  size_t claimed = slots_->PublishMany(ids, slots);
+  if (claimed < found.size() && Refresh(true)) {
+    claimed +=
+        slots_->PublishMany(std::span(ids).subspan(claimed), std::span(slots).subspan(claimed));
+  }
+  for (size_t k = claimed; k < found.size(); ++k) missed.push_back(found[k].at);
+  std::vector<std::shared_ptr<Holding>> holdings;
+  std::vector<size_t> positions;  // of each holding
+  std::vector<SegmentMap::IndexedFrames> maps;
+  holdings.reserve(claimed);
+  positions.reserve(claimed);
+  maps.reserve(claimed);
+  std::shared_ptr<Connection> self = shared_from_this();
+  for (size_t k = 0; k < claimed; ++k) {
+    const Found& f = found[k];
+    if (!index.Unchanged(f.entry, f.seq)) {
+      // Withdrawn (or moved) since it was read: the daemon may be freeing it.
+      slots_->Clear(slots[k]);
+      missed.push_back(f.at);
+      continue;
+    }
+    auto h = std::make_shared<Holding>();
+    h->slot = slots[k];  // from here on h's destruction clears it
+    h->conn = self;
+    h->guid = guids[f.at];
+    h->checksum = f.checksum;
+    h->creator_uid = f.creator_uid;
+    h->creator_pid = f.creator_pid;
+    h->metadata.assign(metadata.begin() + f.metadata_begin, metadata.begin() + f.metadata_end);
+    std::span<const wire::FrameLocation> its(frames.data() + f.frames_begin,
+                                             f.frames_end - f.frames_begin);
+    h->frames.reserve(its.size());
+    for (const wire::FrameLocation& fl : its) {
+      if (fl.pool() != 0) {
+        for (const wire::FrameLocation& p : its) h->places.push_back(pools_.PlaceOf(p.pool()));
+        break;
+      }
+    }
+    maps.push_back({.frames = its, .uses = &h->segment_uses, .views = &h->frames});
+    holdings.push_back(std::move(h));
+    positions.push_back(f.at);
+  }
+  segments_.MapIndexedMany(maps);
+  size_t kept = 0;
+  for (size_t k = 0; k < holdings.size(); ++k) {
+    std::shared_ptr<Holding>& h = holdings[k];
+    if (!maps[k].mapped) {
+      // A segment not mapped yet: the daemon's reply brings it (h's destruction frees the slot).
+      missed.push_back(positions[k]);
+      h.reset();
+      continue;
+    }
+    for (auto v : h->frames) h->size += v.size();
+    positions[kept] = positions[k];
+    holdings[kept++] = std::move(h);
+  }
+  holdings.resize(kept);
+  cache_.RememberMany(holdings);
+  for (size_t k = 0; k < kept; ++k) out[positions[k]] = Object(std::move(holdings[k]));
+  index_gets_.fetch_add(kept, std::memory_order_relaxed);
+  return retired;
+}
+
 bool Connection::Refresh(bool more_slots) {
   std::lock_guard lk(refresh_mu_);
   auto now = std::chrono::steady_clock::now();
@@ -187,12 +323,8 @@ std::optional<Object> Connection::Held(const Guid& guid, std::shared_ptr<Holding
                                        std::vector<std::byte> metadata) {
   h->conn = shared_from_this();
   h->guid = guid;
-  auto mapped = segments_.MapIndexed(frames, h->segment_uses);
-  if (!mapped) return std::nullopt;
-  for (auto& f : *mapped) {
-    h->frames.emplace_back(f.data(), f.size());
-    h->size += f.size();
-  }
+  if (!segments_.MapIndexed(frames, h->segment_uses, h->frames)) return std::nullopt;
+  for (auto f : h->frames) h->size += f.size();
   if (std::any_of(frames.begin(), frames.end(),
                   [](const wire::FrameLocation& f) { return f.pool() != 0; })) {
     for (const wire::FrameLocation& f : frames) h->places.push_back(pools_.PlaceOf(f.pool()));

@@ -106,6 +106,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // round trip; nullopt when the index does not have it, no slot is free, it changed meanwhile,
   // or a segment it lies in is not mapped yet (the caller then asks the daemon).
   std::optional<Object> FromIndex(const Guid& guid);
+  // A multi-GUID get's look in this process, without a round trip: each of `guids` it holds
+  // already or takes from the shared index (as FromIndex) is written at its position in `out`
+  // (as long as `guids`); the positions of the others, for the daemon to answer, are appended to
+  // `missed`. One pass: each lock is taken once for the batch, the slots are claimed together and
+  // published behind one fence, and no allocation is made per object beyond its Holding.
+  void GetLocal(std::span<const Guid> guids, std::span<Result<Object>> out,
+                std::vector<size_t>& missed);
   // FromIndex for an object this connection put in one message moments ago, whose message the
   // daemon may still be reading: looks again, yielding the CPU between looks (the daemon may
   // share it), for at most kOwnPutWait. nullopt when `guid` is not such a put or did not appear.
@@ -153,6 +160,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<Object> Held(const Guid& guid, std::shared_ptr<Holding> h,
                              std::span<const wire::FrameLocation> frames,
                              std::vector<std::byte> metadata);
+
+  // GetLocal's pass over the shared index for the positions `look` of `guids`; appends those it
+  // cannot answer to `missed`. Whether `index` was retired and a position missed (the caller
+  // may refresh and look again).
+  bool FromIndexMany(const IndexReader& index, std::span<const Guid> guids,
+                     std::span<const size_t> look, std::span<Result<Object>> out,
+                     std::vector<size_t>& missed);
 
   Connection(UniqueFd fd, std::string path);
   // Asks the daemon for more reference slots (`more_slots`) or for the index that replaced a

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -39,29 +40,35 @@ Result<IndexReader> IndexReader::Map(const UniqueFd& fd, uint64_t sets, uint64_t
 }
 
 std::optional<IndexHit> IndexReader::Find(const Guid& guid) const {
+  IndexHit hit;
+  if (!FindInto(guid, hit)) return std::nullopt;
+  return hit;
+}
+
+bool IndexReader::FindInto(const Guid& guid, IndexHit& hit) const {
   for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
     for (uint64_t way = 0; way < index::kWays; ++way) {
       uint64_t entry = index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
-      std::optional<IndexHit> hit;
+      bool found = false;
       for (int tries = 0; tries < kTries; ++tries) {
-        if (Read(entry, guid, hit)) break;
+        if (Read(entry, guid, hit, found)) break;
+        found = false;
       }
-      if (hit) return hit;
+      if (found) return true;
     }
   }
-  return std::nullopt;
+  return false;
 }
 
-bool IndexReader::Read(uint64_t entry, const Guid& guid, std::optional<IndexHit>& out) const {
+bool IndexReader::Read(uint64_t entry, const Guid& guid, IndexHit& hit, bool& found) const {
   const uint64_t* e = map_.words() + entry;
-  out.reset();
+  found = false;
   uint64_t seq = Load(&e[index::kSeq], std::memory_order_acquire);
   if (seq & 1) return false;
   if (Load(&e[index::kGuidHi]) != guid.hi || Load(&e[index::kGuidLo]) != guid.lo) {
     std::atomic_thread_fence(std::memory_order_acquire);
     return Load(&e[index::kSeq]) == seq;  // another object's (or none): a miss, if stable
   }
-  IndexHit hit;
   hit.entry = entry;
   hit.seq = seq;
   hit.id = Load(&e[index::kId]);
@@ -78,23 +85,26 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, std::optional<IndexHit>
               index::RecordBytes(frames, metadata) <= arena_bytes_ - record;
   if (sane) {
     const uint64_t* r = map_.words() + index::ArenaWord(sets_) + record / 8;
-    hit.frames.reserve(frames);
+    hit.frames.clear();
     for (uint64_t i = 0; i < frames; ++i, r += index::kFrameWords) {
       uint64_t place = Load(&r[2]);
       hit.frames.emplace_back(Load(&r[0]), Load(&r[1]), static_cast<uint32_t>(place),
                               static_cast<uint32_t>(place >> 32));
     }
-    std::vector<uint64_t> words((metadata + 7) / 8);
-    for (uint64_t& w : words) w = Load(r++);
+    // Word by word: the arena is written concurrently, so each word is one atomic load.
     hit.metadata.resize(metadata);
-    if (metadata > 0) std::memcpy(hit.metadata.data(), words.data(), metadata);
+    for (uint64_t at = 0; at < metadata; at += 8) {
+      uint64_t w = Load(r++);
+      std::memcpy(hit.metadata.data() + at, &w, std::min<uint64_t>(8, metadata - at));
+    }
+    hit.checksum.reset();
     if (index::ShapeFlags(shape) & index::kHasChecksum) hit.checksum = checksum;
     hit.creator_uid = static_cast<uint32_t>(creator);
     hit.creator_pid = static_cast<int32_t>(creator >> 32);
   }
   std::atomic_thread_fence(std::memory_order_acquire);
   if (Load(&e[index::kSeq]) != seq) return false;
-  if (sane) out = std::move(hit);
+  found = sane;
   return true;
 }
 
@@ -109,8 +119,8 @@ bool IndexReader::HasRoomFor(const Guid& guid) const {
   return false;
 }
 
-bool IndexReader::Unchanged(const IndexHit& hit) const {
-  return Load(map_.words() + hit.entry + index::kSeq) == hit.seq;
+bool IndexReader::Unchanged(uint64_t entry, uint64_t seq) const {
+  return Load(map_.words() + entry + index::kSeq) == seq;
 }
 
 }  // namespace depot::internal

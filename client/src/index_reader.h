@@ -48,11 +48,25 @@ class IndexReader {
   // The entry of `guid`, read consistently; nullopt when it is not indexed (or the entry kept
   // changing, or made no sense).
   std::optional<IndexHit> Find(const Guid& guid) const;
+  // Find into `hit`, whose vectors keep their capacity: a batch reads many entries into one
+  // IndexHit without an allocation each. False when `guid` is not indexed (`hit` then holds
+  // nothing of use).
+  bool FindInto(const Guid& guid, IndexHit& hit) const;
+  // Starts loading `guid`'s first set into the cache, so that a batch's reads of many random
+  // entries overlap their misses instead of waiting for each in turn.
+  void Prefetch(const Guid& guid) const {
+    const uint64_t* set = map_.words() + index::kEntriesWord +
+                          index::SetOf(guid, sets_) * index::kWays * index::kEntryWords;
+    for (uint64_t way = 0; way < index::kWays; ++way) {
+      __builtin_prefetch(set + way * index::kEntryWords);
+    }
+  }
 
   // Whether `hit`'s entry is still as it was read. Called after the caller published the id and
   // fenced (SlotTable::Publish): true means the daemon will see that slot before it lets the
   // object go.
-  bool Unchanged(const IndexHit& hit) const;
+  bool Unchanged(const IndexHit& hit) const { return Unchanged(hit.entry, hit.seq); }
+  bool Unchanged(uint64_t entry, uint64_t seq) const;
   // Whether `guid`'s set has an empty entry now, so that the daemon could index it (a hint: the
   // set may change before it does).
   bool HasRoomFor(const Guid& guid) const;
@@ -65,8 +79,9 @@ class IndexReader {
  private:
   IndexReader(SharedMapping map, uint64_t sets, uint64_t arena_bytes)
       : map_(std::move(map)), sets_(sets), arena_bytes_(arena_bytes) {}
-  // Reads the entry at word `entry` if it names `guid`; false when it changed meanwhile.
-  bool Read(uint64_t entry, const Guid& guid, std::optional<IndexHit>& out) const;
+  // Reads the entry at word `entry` into `out` if it names `guid` (`found` then true); false when
+  // it changed meanwhile.
+  bool Read(uint64_t entry, const Guid& guid, IndexHit& out, bool& found) const;
 
   SharedMapping map_;
   uint64_t sets_;

@@ -7,6 +7,19 @@ void ObjectCache::Remember(const std::shared_ptr<Holding>& h) {
   entries_[h->guid] = Entry{h, h.get()};
 }
 
+void ObjectCache::FindMany(std::span<const Guid> guids, std::span<std::shared_ptr<Holding>> found) {
+  std::lock_guard lk(mu_);
+  for (size_t i = 0; i < guids.size(); ++i) {
+    auto it = entries_.find(guids[i]);
+    if (it != entries_.end()) found[i] = it->second.holding.lock();
+  }
+}
+
+void ObjectCache::RememberMany(std::span<const std::shared_ptr<Holding>> holdings) {
+  std::lock_guard lk(mu_);
+  for (const auto& h : holdings) entries_[h->guid] = Entry{h, h.get()};
+}
+
 void ObjectCache::Forget(const Holding& h) {
   std::lock_guard lk(mu_);
   auto it = entries_.find(h.guid);

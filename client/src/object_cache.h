@@ -50,8 +50,12 @@ class ObjectCache {
     if (it == entries_.end()) return nullptr;
     return it->second.holding.lock();
   }
+  // Find for each of `guids`, under one lock: found[i] is guids[i]'s holding or null.
+  void FindMany(std::span<const Guid> guids, std::span<std::shared_ptr<Holding>> found);
   // Remembers `h` as the holding of its GUID.
   void Remember(const std::shared_ptr<Holding>& h);
+  // Remember for each of `holdings`, under one lock.
+  void RememberMany(std::span<const std::shared_ptr<Holding>> holdings);
   // `h`'s last Object is gone: forgets it, unless a newer holding of its GUID took its place.
   void Forget(const Holding& h);
   // This process deleted `guid`: a get or contains of it must ask the daemon again, and find it

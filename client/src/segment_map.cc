@@ -149,14 +149,25 @@ Result<std::vector<std::span<std::byte>>> SegmentMap::MapFrames(
   return out;
 }
 
-std::optional<std::vector<std::span<std::byte>>> SegmentMap::MapIndexed(
-    std::span<const wire::FrameLocation> frames, std::vector<uint64_t>& uses) {
-  std::vector<std::span<std::byte>> out;
-  size_t first = uses.size();
+bool SegmentMap::MapIndexed(std::span<const wire::FrameLocation> frames,
+                            std::vector<uint64_t>& uses,
+                            std::vector<std::span<const std::byte>>& views) {
   std::lock_guard lk(mu_);
+  return MapIndexedLocked(frames, uses, views);
+}
+
+void SegmentMap::MapIndexedMany(std::span<IndexedFrames> objects) {
+  std::lock_guard lk(mu_);
+  for (IndexedFrames& o : objects) o.mapped = MapIndexedLocked(o.frames, *o.uses, *o.views);
+}
+
+bool SegmentMap::MapIndexedLocked(std::span<const wire::FrameLocation> frames,
+                                  std::vector<uint64_t>& uses,
+                                  std::vector<std::span<const std::byte>>& views) {
+  size_t first = uses.size(), first_view = views.size();
   for (const wire::FrameLocation& f : frames) {
     if (f.size() == 0) {
-      out.emplace_back();
+      views.emplace_back();
       continue;
     }
     uint64_t key = SegmentKey(f.pool(), f.segment());
@@ -172,13 +183,14 @@ std::optional<std::vector<std::span<std::byte>>> SegmentMap::MapIndexed(
         f.offset() + f.size() > it->second.size || f.offset() + f.size() < f.offset()) {
       for (size_t i = first; i < uses.size(); ++i) --segments_[uses[i]].uses;
       uses.resize(first);
-      return std::nullopt;
+      views.resize(first_view);
+      return false;
     }
     ++it->second.uses;
     uses.push_back(key);
-    out.emplace_back(static_cast<std::byte*>(base) + f.offset(), f.size());
+    views.emplace_back(static_cast<const std::byte*>(base) + f.offset(), f.size());
   }
-  return out;
+  return true;
 }
 
 std::vector<uint8_t> SegmentMap::DropUses(const std::vector<uint64_t>& uses) {

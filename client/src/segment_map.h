@@ -70,10 +70,21 @@ class SegmentMap {
       std::vector<std::span<std::byte>>* unpopulated = nullptr);
   // Resolves frames the shared index named, in segments this process has already mapped
   // read-only and that are neither retired nor dedicated (no fd comes with the index); records
-  // one use per frame in `uses`. nullopt, with nothing recorded, when one is not so mapped or a
-  // frame leaves its segment: the caller asks the daemon, whose reply brings the descriptor.
-  std::optional<std::vector<std::span<std::byte>>> MapIndexed(
-      std::span<const wire::FrameLocation> frames, std::vector<uint64_t>& uses);
+  // one use per frame in `uses` and appends each frame's bytes to `views`. False, with nothing
+  // recorded or appended, when one is not so mapped or a frame leaves its segment: the caller
+  // asks the daemon, whose reply brings the descriptor.
+  bool MapIndexed(std::span<const wire::FrameLocation> frames, std::vector<uint64_t>& uses,
+                  std::vector<std::span<const std::byte>>& views);
+  // One object of MapIndexedMany: its frames, where their uses and views go, and whether they
+  // were mapped.
+  struct IndexedFrames {
+    std::span<const wire::FrameLocation> frames;
+    std::vector<uint64_t>* uses;
+    std::vector<std::span<const std::byte>>* views;
+    bool mapped = false;
+  };
+  // MapIndexed for each of `objects`, under one lock for them all (a multi-GUID get).
+  void MapIndexedMany(std::span<IndexedFrames> objects);
   // Returns the SegmentsDropped message naming the retired segments this unmapped, or nothing.
   std::vector<uint8_t> DropUses(const std::vector<uint64_t>& uses);
   // A reply's results are all handled: its dedicated segments that no frame uses (a mapping
@@ -88,6 +99,9 @@ class SegmentMap {
   Status PinHostMemory();
 
  private:
+  // MapIndexed, under mu_.
+  bool MapIndexedLocked(std::span<const wire::FrameLocation> frames, std::vector<uint64_t>& uses,
+                        std::vector<std::span<const std::byte>>& views);
   struct Segment {
     UniqueFd ro_fd;  // opened O_RDONLY: maps read-only only
     UniqueFd rw_fd;  // sent with creates (and, for a CUDA chunk, with gets too)

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "common/shared_mapping.h"
@@ -57,6 +58,10 @@ class SlotTable {
   // It also notes `id` among the touches, so that the daemon's LRU sees the get.
   // nullopt when every slot is taken: the caller asks the daemon instead.
   std::optional<uint32_t> Publish(uint64_t id);
+  // Publish for many ids under one lock and with one fence after the last: claims slots for the
+  // first of `ids` while slots are free, writing slot k into `slots[k]`. Returns how many it
+  // claimed (the rest: the caller asks for more slots, or asks the daemon).
+  size_t PublishMany(std::span<const uint64_t> ids, std::span<uint32_t> slots);
   // Empties slot `slot` (release: the reads of the object's bytes come before it), frees it and
   // lowers the high-water word past the free slots at the top.
   void Clear(uint32_t slot);
@@ -66,6 +71,8 @@ class SlotTable {
   uint64_t* Slot(uint32_t n) const { return base_ + index::SlotWord(n); }
   void StoreHigh();                      // under mu_
   void MarkUsed(uint32_t n, bool used);  // under mu_
+  // Claims the lowest free slot and notes the touch of `id`; nullopt when none is free. Under mu_.
+  std::optional<uint32_t> Claim(uint64_t id);
 
   SharedMapping map_;
   uint64_t* base_;
