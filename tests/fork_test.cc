@@ -94,6 +94,10 @@ TEST_CASE("a child forked from a connected process is told to connect its own cl
     auto again = p.client.Get(p.held_id);
     if (again.ok()) return kGetServed;
     if (!SaysForked(again.status())) return kWrongError;
+    const Guid both[] = {p.held_id, p.other};
+    auto many = p.client.Get(both);
+    if (many[0].ok() || many[1].ok()) return kGetServed;
+    if (!SaysForked(many[0].status())) return kWrongError;
     if (p.client.Put(Pattern(100, 9)).ok()) return kPutServed;
     Status ping = p.client.Ping();
     if (ping.ok()) return kPingServed;

@@ -135,6 +135,10 @@ std::optional<Object> Connection::FromIndex(const Guid& guid) {
 
 void Connection::GetLocal(std::span<const Guid> guids, std::span<Result<Object>> out,
                           std::vector<size_t>& missed) {
+  if (forked()) {  // the cache and the slots are the parent's: the request then says why
+    for (size_t i = 0; i < guids.size(); ++i) missed.push_back(i);
+    return;
+  }
   std::vector<std::shared_ptr<Holding>> held(guids.size());
   cache_.FindMany(guids, held);
   std::vector<size_t> look;  // positions not held
