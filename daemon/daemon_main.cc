@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -179,7 +180,13 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
         } else if (auto level = ReadLogLevel(opts.config_path); !level.ok()) {
           spdlog::error("SIGHUP: {}; log level unchanged", level.status().message());
         } else {
-          spdlog::set_level(spdlog::level::from_str(*level));
+          // Said before the change, at a level the old setting shows (info, or the old level
+          // when that is quieter), so that a reload to a quieter level is still confirmed.
+          auto old_level = spdlog::get_level();
+          auto new_level = spdlog::level::from_str(*level);
+          spdlog::log(std::max(old_level, spdlog::level::info), "SIGHUP: log level {} -> {}",
+                      spdlog::level::to_string_view(old_level), *level);
+          spdlog::set_level(new_level);
           spdlog::info("SIGHUP: log level is now {}", *level);
         }
         (*store)->FindDevices();
