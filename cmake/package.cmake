@@ -162,6 +162,8 @@ if(TARGET depot_python)
   set(CPACK_DEBIAN_PYTHON_PACKAGE_BREAKS
       "python3-dask (<< 2022.12.1), python3-dask (>= 2026.8~), python3-distributed (<< 2022.12.1), python3-distributed (>= 2026.8~)")
 endif()
+# Its prerm removes the __pycache__ the interpreter wrote, which dpkg knows nothing of.
+set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/python3-depot/prerm)
 set(CPACK_COMPONENT_PYTHON_DESCRIPTION "${PROJECT_DESCRIPTION}: Python module
 ${depot_about}
 
