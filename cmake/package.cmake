@@ -93,8 +93,9 @@ set(CPACK_DEBIAN_DEPOT_PACKAGE_NAME depot)
 set(CPACK_DEBIAN_DEPOT_PACKAGE_SECTION misc)
 set(CPACK_COMPONENT_DEPOT_DEPENDS lib)
 # postinst creates the user with systemd-sysusers when systemd is there, with adduser otherwise:
-# both may run, so adduser is a dependency.
-set(CPACK_DEBIAN_DEPOT_PACKAGE_DEPENDS adduser)
+# both may run, so adduser is a dependency. procps: /bin/kill, which the unit's ExecReload= runs
+# (a minimal system lacks it, and `systemctl reload depotd` then fails with 203/EXEC).
+set(CPACK_DEBIAN_DEPOT_PACKAGE_DEPENDS "adduser, procps")
 set(CPACK_COMPONENT_DEPOT_DESCRIPTION "${PROJECT_DESCRIPTION}: daemon and tools
 ${depot_about}
 

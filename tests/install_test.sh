@@ -279,8 +279,8 @@ dups=$(cat "${packages[@]/#/$tmp/contents-}" | sort | uniq -d)
 ok "each package holds its files (no path in two); each has its copyright and changelog"
 
 depends() { dpkg-deb -f "${deb[$1]}" Depends; }
-[[ $(depends depot) == *libc6* && $(depends depot) == *adduser* && $(depends depot) == *"libdepot0 (= "* ]] ||
-  fail "depot's Depends ($(depends depot)) lacks libc6, adduser or libdepot0"
+[[ $(depends depot) == *libc6* && $(depends depot) == *adduser* && $(depends depot) == *procps* && $(depends depot) == *"libdepot0 (= "* ]] ||
+  fail "depot's Depends ($(depends depot)) lacks libc6, adduser, procps or libdepot0"
 [[ $(depends libdepot-dev) == *"libdepot0 (= "* ]] || fail "libdepot-dev's Depends ($(depends libdepot-dev)) lacks libdepot0"
 [[ -z ${deb[python3-depot]:-} || $(depends python3-depot) == *python3* ]] ||
   fail "python3-depot's Depends ($(depends python3-depot)) lacks python3"
