@@ -7,6 +7,7 @@
 #   lib/pkgconfig/depot.pc                         pkg-config depot
 #   lib/systemd/system/*.service, *.socket         from systemd/, when there
 #   lib/sysusers.d/depot.conf, lib/tmpfiles.d/depot.conf   from systemd/, when there
+#   share/depot/depotd.service.d/*.conf            optional drop-ins, from systemd/drop-ins/
 #   etc/depot/*.conf                               from config/, when there; /etc/depot for the prefix /usr
 #
 # Two paths depend on the prefix itself, which is known only when installing (`cmake --install
@@ -58,12 +59,16 @@ install(CODE "${depot_install_pc}" COMPONENT dev)
 set(DEPOT_SYSTEMD_UNITS "")
 set(DEPOT_SYSUSERS_SNIPPET "")
 set(DEPOT_TMPFILES_SNIPPET "")
+set(DEPOT_DROP_INS "")
 file(GLOB_RECURSE depot_systemd_files CONFIGURE_DEPENDS LIST_DIRECTORIES false
      RELATIVE ${PROJECT_SOURCE_DIR}/systemd ${PROJECT_SOURCE_DIR}/systemd/*)
 foreach(file IN LISTS depot_systemd_files)
   set(path ${PROJECT_SOURCE_DIR}/systemd/${file})
   if(file MATCHES "\\.(service|socket)$")
     list(APPEND DEPOT_SYSTEMD_UNITS ${path})
+  elseif(file MATCHES "^drop-ins/.*\\.conf$")
+    # Optional drop-ins for depotd.service, shipped for the operator to link (not applied).
+    list(APPEND DEPOT_DROP_INS ${path})
   elseif(file MATCHES "sysusers|tmpfiles")
     string(TOUPPER ${CMAKE_MATCH_0} kind)
     if(DEPOT_${kind}_SNIPPET)
@@ -78,6 +83,10 @@ foreach(file IN LISTS depot_systemd_files)
 endforeach()
 if(DEPOT_SYSTEMD_UNITS)
   install(FILES ${DEPOT_SYSTEMD_UNITS} DESTINATION lib/systemd/system COMPONENT depot)
+endif()
+if(DEPOT_DROP_INS)
+  install(FILES ${DEPOT_DROP_INS} DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/depot/depotd.service.d
+          COMPONENT depot)
 endif()
 if(DEPOT_SYSUSERS_SNIPPET)
   install(FILES ${DEPOT_SYSUSERS_SNIPPET} DESTINATION lib/sysusers.d RENAME depot.conf

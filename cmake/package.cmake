@@ -93,8 +93,9 @@ set(CPACK_DEBIAN_DEPOT_PACKAGE_NAME depot)
 set(CPACK_DEBIAN_DEPOT_PACKAGE_SECTION misc)
 set(CPACK_COMPONENT_DEPOT_DEPENDS lib)
 # postinst creates the user with systemd-sysusers when systemd is there, with adduser otherwise:
-# both may run, so adduser is a dependency.
-set(CPACK_DEBIAN_DEPOT_PACKAGE_DEPENDS adduser)
+# both may run, so adduser is a dependency. procps: /bin/kill, which the unit's ExecReload= runs
+# (a minimal system lacks it, and `systemctl reload depotd` then fails with 203/EXEC).
+set(CPACK_DEBIAN_DEPOT_PACKAGE_DEPENDS "adduser, procps")
 set(CPACK_COMPONENT_DEPOT_DESCRIPTION "${PROJECT_DESCRIPTION}: daemon and tools
 ${depot_about}
 
@@ -162,6 +163,8 @@ if(TARGET depot_python)
   set(CPACK_DEBIAN_PYTHON_PACKAGE_BREAKS
       "python3-dask (<< 2022.12.1), python3-dask (>= 2026.8~), python3-distributed (<< 2022.12.1), python3-distributed (>= 2026.8~)")
 endif()
+# Its prerm removes the __pycache__ the interpreter wrote, which dpkg knows nothing of.
+set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/python3-depot/prerm)
 set(CPACK_COMPONENT_PYTHON_DESCRIPTION "${PROJECT_DESCRIPTION}: Python module
 ${depot_about}
 

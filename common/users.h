@@ -12,6 +12,9 @@ namespace depot {
 // "uid N (name)", or "uid N" when the user database has no name for it. Thread-safe.
 std::string DescribeUser(uid_t uid);
 
+// The group's name, or its number when the group database has no name for it. Thread-safe.
+std::string GroupName(gid_t gid);
+
 }  // namespace depot
 
 #endif  // DEPOT_COMMON_USERS_H_

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -124,6 +125,9 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   auto server = Server::Start(io, std::move(*claim), **store, server_opts);
   if (!server.ok()) {
     spdlog::critical("{}", server.status().message());
+    // The store has taken the spill manifest: give it back, so that the next start knows this
+    // one held nothing it lost (it served no client).
+    (*store)->Persist();
     return 1;
   }
   std::unique_ptr<MetricsServer> metrics;
@@ -131,12 +135,17 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
     Store* served = store->get();
     auto started =
         MetricsServer::Start(io, opts.metrics_listen, [served] { return served->Metrics(); });
-    if (!started.ok()) {
-      spdlog::critical("{}", started.status().message());
-      return 1;
+    // The endpoint is an extra: one that cannot start (under the shipped unit, which allows no
+    // AF_INET) must not take the store down, nor make systemd restart it into its start limit.
+    if (started.ok()) {
+      metrics = std::move(*started);
+      spdlog::info("metrics: http://{}/metrics", metrics->address());
+    } else {
+      spdlog::error(
+          "metrics_listen = {}: {}; serving without the metrics endpoint (under the shipped "
+          "unit, enable the network with the drop-in of docs/deployment.md, \"Metrics\")",
+          opts.metrics_listen, started.status().message());
     }
-    metrics = std::move(*started);
-    spdlog::info("metrics: http://{}/metrics", metrics->address());
   }
   if (struct stat sock{}; ::stat(socket_path.c_str(), &sock) == 0) {
     (*store)->SetSocketGroup(sock.st_gid);
@@ -171,7 +180,13 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
         } else if (auto level = ReadLogLevel(opts.config_path); !level.ok()) {
           spdlog::error("SIGHUP: {}; log level unchanged", level.status().message());
         } else {
-          spdlog::set_level(spdlog::level::from_str(*level));
+          // Said before the change, at a level the old setting shows (info, or the old level
+          // when that is quieter), so that a reload to a quieter level is still confirmed.
+          auto old_level = spdlog::get_level();
+          auto new_level = spdlog::level::from_str(*level);
+          spdlog::log(std::max(old_level, spdlog::level::info), "SIGHUP: log level {} -> {}",
+                      spdlog::level::to_string_view(old_level), *level);
+          spdlog::set_level(new_level);
           spdlog::info("SIGHUP: log level is now {}", *level);
         }
         (*store)->FindDevices();

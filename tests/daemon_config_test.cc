@@ -163,4 +163,10 @@ TEST_CASE("SIGHUP re-reads the log level from the config file", "[config]") {
   ::kill(d.pid(), SIGHUP);
   REQUIRE(WaitFor([&] { return d.Log().find("log level unchanged") != std::string::npos; }));
   CHECK_THAT(d.Log(), Contains(conf + ":1: log_level = loud"));
+
+  // To a level that hides info lines: the reload is still said, with the old and new level.
+  WriteConfig(dir, "log_level = error\ncapacity = 64MiB\n");
+  ::kill(d.pid(), SIGHUP);
+  CHECK(WaitFor(
+      [&] { return d.Log().find("SIGHUP: log level info -> error") != std::string::npos; }));
 }

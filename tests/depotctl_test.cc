@@ -8,6 +8,7 @@
 
 #include "daemon/shm_source.h"
 #include "tests/daemon_fixture.h"
+#include "tests/other_users.h"
 
 using namespace depot;
 using namespace depot::test;
@@ -103,6 +104,33 @@ TEST_CASE("depotctl fails with a one-line error and a documented exit code", "[d
   CHECK(err.find("no depotd is listening at " + nowhere) != std::string::npos);
   CHECK(err.find("systemctl status depotd") != std::string::npos);
   CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+}
+
+TEST_CASE(
+    "a user the socket's mode shuts out is told so and how to join its group, not that "
+    "no daemon runs",
+    "[depotctl]") {
+  NeedRoot();
+  // The service's socket as depotd.socket makes it: mode 0660, reachable, closed to other groups.
+  std::string dir = TempDir();
+  REQUIRE(::chmod(dir.c_str(), 0755) == 0);
+  Daemon d(dir + "/depot.sock", {"--capacity", "64MiB", "--socket-mode", "0660"});
+  int rc = RunAs(kMallory, kMallory, {}, [&] {
+    auto c = Client::Connect({d.socket(), "outsider"});
+    if (c.ok()) return 10;
+    std::fprintf(stderr, "%s\n", c.status().ToString().c_str());
+    if (!c.status().IsPermissionDenied()) return 11;
+    std::string out, err;
+    int code = Run({DEPOTCTL_PATH, "--socket", d.socket(), "status"}, &out, &err);
+    std::fprintf(stderr, "depotctl: %d %s", code, err.c_str());
+    if (code != 1) return 12;  // an error, not "no daemon" (4)
+    bool says_how =
+        err.find("permission denied connecting to depotd at " + d.socket()) != std::string::npos &&
+        err.find("usermod -aG root") != std::string::npos &&
+        err.find("is the service running") == std::string::npos;
+    return says_how && std::count(err.begin(), err.end(), '\n') == 1 ? 0 : 13;
+  });
+  CHECK(rc == 0);
 }
 
 TEST_CASE("depotctl ls filters by state and name and sorts", "[depotctl]") {

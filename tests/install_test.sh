@@ -74,6 +74,9 @@ expected=(bin/depotctl bin/depotd lib/libdepot.so lib/libdepot.so.0 lib/libdepot
 for u in "${units[@]}"; do expected+=("lib/systemd/system/$u"); done
 [[ -n $sysusers ]] && expected+=(lib/sysusers.d/depot.conf)
 [[ -n $tmpfiles ]] && expected+=(lib/tmpfiles.d/depot.conf)
+for f in "$source"/systemd/drop-ins/*.conf; do
+  [[ -f $f ]] && expected+=("share/depot/depotd.service.d/$(basename "$f")")
+done
 for c in "${configs[@]}"; do expected+=("etc/depot/$c"); done
 for f in "${expected[@]}"; do
   [[ -e $prefix/$f ]] || fail "not installed: $prefix/$f"
@@ -257,6 +260,9 @@ daemon_files=(/usr/bin/depotd /usr/bin/depotctl /usr/share/man/man8/depotd.8.gz
 for u in "${units[@]}"; do daemon_files+=("/usr/lib/systemd/system/$u"); done
 [[ -n $sysusers ]] && daemon_files+=(/usr/lib/sysusers.d/depot.conf)
 [[ -n $tmpfiles ]] && daemon_files+=(/usr/lib/tmpfiles.d/depot.conf)
+for f in "$source"/systemd/drop-ins/*.conf; do
+  [[ -f $f ]] && daemon_files+=("/usr/share/depot/depotd.service.d/$(basename "$f")")
+done
 for c in "${configs[@]}"; do daemon_files+=("/etc/depot/$c"); done
 expect depot "${daemon_files[@]}"
 expect libdepot0 /usr/lib/libdepot.so.0
@@ -273,8 +279,8 @@ dups=$(cat "${packages[@]/#/$tmp/contents-}" | sort | uniq -d)
 ok "each package holds its files (no path in two); each has its copyright and changelog"
 
 depends() { dpkg-deb -f "${deb[$1]}" Depends; }
-[[ $(depends depot) == *libc6* && $(depends depot) == *adduser* && $(depends depot) == *"libdepot0 (= "* ]] ||
-  fail "depot's Depends ($(depends depot)) lacks libc6, adduser or libdepot0"
+[[ $(depends depot) == *libc6* && $(depends depot) == *adduser* && $(depends depot) == *procps* && $(depends depot) == *"libdepot0 (= "* ]] ||
+  fail "depot's Depends ($(depends depot)) lacks libc6, adduser, procps or libdepot0"
 [[ $(depends libdepot-dev) == *"libdepot0 (= "* ]] || fail "libdepot-dev's Depends ($(depends libdepot-dev)) lacks libdepot0"
 [[ -z ${deb[python3-depot]:-} || $(depends python3-depot) == *python3* ]] ||
   fail "python3-depot's Depends ($(depends python3-depot)) lacks python3"

@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/unique_fd.h"
 #include "tests/daemon_fixture.h"
 #include "tests/other_users.h"
 
@@ -421,6 +422,50 @@ TEST_CASE("metrics_listen refuses what is not an IP address and a port", "[metri
   }
   std::string out, err;
   CHECK(Run({DEPOTD_PATH, "--metrics-listen", "[::1]:9464", "--check-config"}, &out, &err) == 0);
+}
+
+TEST_CASE("a metrics endpoint that cannot start leaves the store serving its spilled objects",
+          "[metrics]") {
+  // A port already taken: the endpoint cannot bind it, as the shipped unit (no AF_INET) cannot.
+  UniqueFd taken(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(taken.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(taken.get(), 1) == 0);
+  REQUIRE(::getsockname(taken.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string busy = fmt::format("127.0.0.1:{}", ntohs(addr.sin_port));
+
+  const std::string dir = TempDir();
+  const std::string socket = dir + "/depot.sock";
+  const std::vector<std::string> spill = {"--capacity", "64MiB", "--spill-dir", dir + "/spill"};
+  const auto bytes = Pattern(100 << 10, 7);
+  Guid guid;
+  {
+    Daemon d(socket, spill);  // a clean stop writes the object and the manifest
+    Client c = d.Connect();
+    auto put = c.Put(bytes);
+    REQUIRE(put.ok());
+    guid = *put;
+  }
+  {
+    auto with_metrics = spill;
+    with_metrics.insert(with_metrics.end(), {"--metrics-listen", busy});
+    Daemon d(socket, with_metrics);
+    Client c = d.Connect();
+    auto o = c.Get(guid, std::chrono::seconds(10));
+    REQUIRE(o.ok());
+    CHECK(std::equal(bytes.begin(), bytes.end(), o->frame(0).begin(), o->frame(0).end()));
+    CHECK_THAT(d.Log(), Contains("serving without the metrics endpoint"));
+    CHECK_THAT(d.Log(), Contains(busy));
+    CHECK(d.Log().find("did not stop cleanly") == std::string::npos);
+  }
+  // That start took the manifest and gave it back at its clean stop.
+  Daemon d(socket, spill);
+  CHECK(d.Log().find("did not stop cleanly") == std::string::npos);
+  Client c = d.Connect();
+  CHECK(c.Get(guid, std::chrono::seconds(10)).ok());
 }
 
 TEST_CASE("a real Prometheus scrapes the endpoint and answers queries about a put", "[metrics]") {

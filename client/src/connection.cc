@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,10 +11,29 @@
 
 #include "client/src/daemon_trust.h"
 #include "common/unix_socket.h"
+#include "common/users.h"
 
 namespace depot::internal {
 
 Holding::~Holding() { conn->Forget(*this); }
+
+namespace {
+
+// Why a connect to `path` failed with EACCES or EPERM: the socket (or its directory) is closed to
+// this user, which the service's socket is to anyone outside its group. Names the group that
+// admits, found on the socket or, when its directory cannot even be searched, on the directory.
+Status ConnectDenied(const std::string& path, int error) {
+  struct stat st {};
+  std::string dir = path.substr(0, path.find_last_of('/') + 1);
+  bool known = ::stat(path.c_str(), &st) == 0 || (!dir.empty() && ::stat(dir.c_str(), &st) == 0);
+  std::string group = known ? GroupName(st.st_gid) : "depot";
+  return Status::PermissionDenied(fmt::format(
+      "permission denied connecting to depotd at {} ({}): only members of the group {} may use "
+      "it; ask an administrator to add you (`sudo usermod -aG {} $USER`), then log in again",
+      path, std::strerror(error), group, group));
+}
+
+}  // namespace
 
 Connection::Connection(UniqueFd fd, std::string path)
     : channel_(std::move(fd), std::move(path), segments_) {}
@@ -25,6 +45,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   if (!fd.valid() && errno == ENAMETOOLONG) {
     return Status::InvalidArgument(fmt::format("socket path {} is too long", path));
   }
+  if (!fd.valid() && (errno == EACCES || errno == EPERM)) return ConnectDenied(path, errno);
   if (!fd.valid()) {
     return Status::Unavailable(fmt::format(
         "no depotd is listening at {} ({}): is the service running (`systemctl status depotd`)? "
