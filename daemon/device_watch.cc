@@ -47,11 +47,18 @@ void DeviceWatch::Run() {
     lk.unlock();
     auto devices = backend_.Devices();
     bool found = devices.ok();
+    if (found) {
+      // Ended before the answer is posted, so that the loop, finding none of these GPUs usable,
+      // can Start again; the backend is the loop's from here on.
+      lk.lock();
+      running_ = false;
+      lk.unlock();
+    }
     post_([alive = alive_, found_cb = found_, devices = std::move(devices), asked]() mutable {
       if (*alive) found_cb(std::move(devices), asked);
     });
+    if (found) return;
     lk.lock();
-    if (found) break;  // the backend is the loop's from here on
     wait = std::min(wait * 2, kLongestWait);
   }
   running_ = false;
