@@ -226,6 +226,16 @@ bool Holds(const Object& o, const std::vector<std::byte>& bytes) {
          std::memcmp(o.frame(0).data(), bytes.data(), bytes.size()) == 0;
 }
 
+uint64_t Requests(Client& c, const std::string& name) {
+  auto clients = c.Clients();
+  REQUIRE(clients.ok());
+  for (const ClientInfo& i : *clients) {
+    if (i.pid == ::getpid() && i.name == name) return i.requests;
+  }
+  FAIL("no connection named " << name);
+  return 0;
+}
+
 std::vector<std::byte> Pattern(size_t size, uint32_t seed) {
   std::vector<std::byte> v(size);
   uint32_t x = seed * 2654435761u + 1;

@@ -89,6 +89,10 @@ StoreStatus StatusOf(Client& c);
 // Whether `o` is one frame holding exactly `bytes`.
 bool Holds(const Object& o, const std::vector<std::byte>& bytes);
 
+// The requests the daemon has counted for this process's connection named `name` (Client::Clients);
+// fails the test when there is none.
+uint64_t Requests(Client& c, const std::string& name);
+
 // Resident bytes of process `pid` (VmRSS); 0 when it cannot be read.
 uint64_t ResidentOf(pid_t pid);
 

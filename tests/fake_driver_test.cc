@@ -56,24 +56,35 @@ UniqueFd Chunk(size_t size) {
 
 constexpr size_t kChunk = 2 << 20;
 
+// A chunk mapped read-only on GPU 0 through the stand-in driver.
+struct MappedChunk {
+  MappedChunk() {
+    auto mapped = mapper.Map(fd.get(), kChunk, 0, false);
+    REQUIRE(mapped.ok());
+    base = *mapped;
+  }
+  Fake fake;
+  internal::Pools pools;
+  internal::CudaMapper mapper{pools};
+  UniqueFd fd = Chunk(kChunk);
+  void* base = nullptr;
+};
+
 }  // namespace
 
 TEST_CASE("a device mapping the driver does not unmap keeps its address range, and says why",
           "[fake_driver]") {
-  Fake fake;
-  internal::Pools pools;
-  internal::CudaMapper mapper(pools);
-  UniqueFd fd = Chunk(kChunk);
-  auto base = mapper.Map(fd.get(), kChunk, 0, false);
-  REQUIRE(base.ok());
+  MappedChunk m;
+  Fake& fake = m.fake;
+  internal::CudaMapper& mapper = m.mapper;
   size_t mark = fake.Mark();
   fake.fail_next("cuMemUnmap", 1);
-  Status st = mapper.Unmap(*base, kChunk);
+  Status st = mapper.Unmap(m.base, kChunk);
   CHECK(st.IsUnavailable());
   CHECK(st.message().find("cuMemUnmap") != std::string::npos);
   // Freed while still mapped, the range could be reserved again over live memory.
   CHECK(fake.Since(mark).find("cuMemAddressFree") == std::string::npos);
-  CHECK(mapper.Unmap(*base, kChunk).ok());
+  CHECK(mapper.Unmap(m.base, kChunk).ok());
   CHECK(fake.Since(mark).find("cuMemAddressFree") != std::string::npos);
 }
 
@@ -112,22 +123,19 @@ TEST_CASE("host memory is pinned in the context of the GPU the process works on"
 }
 
 TEST_CASE("a child forked after the driver was loaded uses none of it", "[fake_driver]") {
-  Fake fake;
-  internal::Pools pools;
-  internal::CudaMapper mapper(pools);
-  UniqueFd fd = Chunk(kChunk);
-  auto base = mapper.Map(fd.get(), kChunk, 0, false);
-  REQUIRE(base.ok());
+  MappedChunk m;
+  Fake& fake = m.fake;
+  internal::CudaMapper& mapper = m.mapper;
   int rc = RunChild([&] {
     size_t mark = fake.Mark();
     auto loaded = LoadCudaDriver();
     if (loaded.ok() || loaded.status().message().find("forked") == std::string::npos) return 1;
-    if (mapper.Unmap(*base, kChunk).ok()) return 2;  // the parent's mapping, left as it is
-    if (!fake.Since(mark).empty()) return 3;         // and the driver not called at all
+    if (mapper.Unmap(m.base, kChunk).ok()) return 2;  // the parent's mapping, left as it is
+    if (!fake.Since(mark).empty()) return 3;          // and the driver not called at all
     return 0;
   });
   CHECK(rc == 0);
-  CHECK(mapper.Unmap(*base, kChunk).ok());
+  CHECK(mapper.Unmap(m.base, kChunk).ok());
 }
 
 TEST_CASE("a GPU in the exclusive-process compute mode is pooled and reported", "[fake_driver]") {

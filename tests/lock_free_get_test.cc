@@ -22,21 +22,6 @@ using namespace depot::test;
 
 namespace {
 
-// The requests the daemon has counted for this process's connection named `name`.
-uint64_t Requests(Client& c, const std::string& name) {
-  auto clients = c.Clients();
-  REQUIRE(clients.ok());
-  for (const ClientInfo& i : *clients) {
-    if (i.pid == ::getpid() && i.name == name) return i.requests;
-  }
-  FAIL("no connection named " << name);
-  return 0;
-}
-
-bool Same(const Object& o, const std::vector<std::byte>& want) {
-  return o.size() == want.size() && std::memcmp(o.frame(0).data(), want.data(), want.size()) == 0;
-}
-
 // This process's mappings whose file name starts with `prefix` ("/memfd:index-", say): each
 // one's address and size, and its name.
 struct Mapping {
@@ -85,11 +70,11 @@ TEST_CASE("a get of a sealed object not held yet costs no round trip", "[index]"
   // Only the clients request itself went to the daemon.
   CHECK(Requests(*reader, "reader") == before + 1);
   CHECK(reader->index_gets() == 3);  // the second get and the batch of two
-  CHECK(Same(*second, Pattern(4096, 1)));
+  CHECK(Holds(*second, Pattern(4096, 1)));
   REQUIRE(batch.size() == 2);
   for (size_t i = 0; i < 2; ++i) {
     REQUIRE(batch[i].ok());
-    CHECK(Same(*batch[i], Pattern(4096, static_cast<uint32_t>(i + 2))));
+    CHECK(Holds(*batch[i], Pattern(4096, static_cast<uint32_t>(i + 2))));
   }
   CHECK(second->metadata().size() == 3);
   CHECK(second->metadata()[2] == std::byte{3});
@@ -121,7 +106,7 @@ TEST_CASE("a get of an object this process has just put in one message waits for
     REQUIRE(id.ok());
     auto got = c->Get(*id);
     REQUIRE(got.ok());
-    CHECK(Same(*got, Pattern(1024, i)));
+    CHECK(Holds(*got, Pattern(1024, i)));
   }
   // A get finds its object in the index once the daemon has read the put, which it does within
   // a wait of 100 µs unless the machine is very busy; then the get asks it. Most go without.
@@ -150,7 +135,7 @@ TEST_CASE("an object deleted while a slot holds it keeps its bytes, and is freed
     if (!first.ok() || !obj.ok() || Requests(*r, "reader") != before + 1) return 1;
     holding.Send("holding");
     deleted.Receive();
-    bool same = Same(*obj, data);
+    bool same = Holds(*obj, data);
     obj = Status::NotFound("dropped");  // the last Object goes: the slot is cleared
     released.Send("released");
     done.Receive();
@@ -188,7 +173,7 @@ TEST_CASE("eviction passes over an evictable object a slot holds", "[index]") {
     if (!obj.ok() || Requests(*r, "reader") != before + 1) return 1;
     holding.Send("holding");
     filled.Receive();
-    return Same(*obj, data) ? 0 : 2;
+    return Holds(*obj, data) ? 0 : 2;
   });
   REQUIRE(holding.Receive() == "holding");
   // Held (the warm one by a daemon reference, this one by a slot): neither is evictable.
@@ -202,7 +187,7 @@ TEST_CASE("eviction passes over an evictable object a slot holds", "[index]") {
   CHECK(WEXITSTATUS(Wait(reader)) == 0);
   auto still = c.Get(*id, kNoWait);
   REQUIRE(still.ok());
-  CHECK(Same(*still, data));
+  CHECK(Holds(*still, data));
 }
 
 TEST_CASE("kill -9 of a process holding objects through slots frees them", "[index]") {
@@ -279,7 +264,7 @@ TEST_CASE("garbage another user writes into its own slots harms nobody", "[index
   CHECK(WaitFor([&] { return StatusOf(admin).objects_deleted == 0; }));
   auto alice = RunAs(kAlice, kAlice, {}, [&] {
     auto obj = d.Connect().Get(kept);
-    return obj.ok() && Same(*obj, Pattern(50000, 1)) ? 0 : 1;
+    return obj.ok() && Holds(*obj, Pattern(50000, 1)) ? 0 : 1;
   });
   CHECK(alice == 0);
 }
@@ -322,7 +307,7 @@ TEST_CASE("a user whose metadata fills the index leaves the other users their pa
     if (!reader.ok() || !reader->Get(ids[0]).ok()) return 3;
     for (uint32_t i = 1; i < 4; ++i) {
       auto obj = reader->Get(ids[i]);
-      if (!obj.ok() || !Same(*obj, Pattern(100, i))) return 4;
+      if (!obj.ok() || !Holds(*obj, Pattern(100, i))) return 4;
     }
     return reader->index_gets() == 3 ? 0 : 5;
   });
@@ -385,7 +370,7 @@ TEST_CASE("with the index full or off, every get still goes through the daemon",
   for (uint32_t i = 0; i < 40; ++i) {
     auto obj = reader->Get(ids[i]);
     REQUIRE(obj.ok());
-    CHECK(Same(*obj, Pattern(3000, i)));
+    CHECK(Holds(*obj, Pattern(3000, i)));
     held.push_back(*obj);
   }
   uint64_t asked = Requests(*reader, "reader") - before - 1;
@@ -414,7 +399,7 @@ TEST_CASE("a process holds thousands of objects from an index that grows with th
   for (uint32_t i = 0; i < kCount; ++i) {
     auto obj = reader->Get(ids[i]);
     REQUIRE(obj.ok());
-    REQUIRE(Same(*obj, Pattern(64, i)));
+    REQUIRE(Holds(*obj, Pattern(64, i)));
     held.push_back(*obj);
   }
   StoreStatus st = StatusOf(c);
@@ -430,7 +415,7 @@ TEST_CASE("a process holds thousands of objects from an index that grows with th
   // its bytes until let go.
   REQUIRE(c.Delete(ids[kCount - 1]).ok());
   CHECK(StatusOf(c).objects_deleted == 1);
-  CHECK(Same(held.back(), Pattern(64, kCount - 1)));
+  CHECK(Holds(held.back(), Pattern(64, kCount - 1)));
   held.pop_back();
   CHECK(WaitFor([&] { return StatusOf(c).objects_deleted == 0; }));
 }

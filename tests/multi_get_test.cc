@@ -19,21 +19,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The requests the daemon has counted for this process's connection named `name`.
-uint64_t Requests(Client& c, const std::string& name) {
-  auto clients = c.Clients();
-  REQUIRE(clients.ok());
-  for (const ClientInfo& i : *clients) {
-    if (i.pid == ::getpid() && i.name == name) return i.requests;
-  }
-  FAIL("no connection named " << name);
-  return 0;
-}
-
-bool Same(const Object& o, const std::vector<std::byte>& want) {
-  return o.size() == want.size() && std::memcmp(o.frame(0).data(), want.data(), want.size()) == 0;
-}
-
 std::vector<std::byte> MetadataOf(uint32_t i) {
   return {std::byte(i), std::byte(i >> 8), std::byte{7}};
 }
@@ -58,7 +43,7 @@ std::vector<Guid> PutMany(Client& c, uint32_t n) {
 // Checks that `o` is object i of PutMany.
 void CheckObject(const Result<Object>& o, uint32_t i) {
   REQUIRE(o.ok());
-  CHECK(Same(*o, Pattern(64 + i % 50, i)));
+  CHECK(Holds(*o, Pattern(64 + i % 50, i)));
   auto metadata = MetadataOf(i);
   CHECK(std::equal(o->metadata().begin(), o->metadata().end(), metadata.begin(), metadata.end()));
   CHECK(o->checksum().has_value());
@@ -222,7 +207,7 @@ TEST_CASE("a multi-GUID get racing deletes gets the old bytes or NotFound", "[mu
         continue;
       }
       REQUIRE(got[i].ok());
-      CHECK(Same(*got[i], Pattern(256, round * kCount + i)));
+      CHECK(Holds(*got[i], Pattern(256, round * kCount + i)));
     }
   }
 }
