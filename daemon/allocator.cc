@@ -57,6 +57,25 @@ bool Allocator::Free(uint64_t offset, uint64_t bytes) {
   return true;
 }
 
+bool Allocator::Reserve(uint64_t offset, uint64_t bytes) {
+  uint64_t size = BlockSize(bytes);
+  if (bytes == 0 || offset % alignment_ != 0 || offset > size_ || size > size_ - offset) {
+    return false;
+  }
+  // The free block that holds it starts at or before it and ends at or after its end.
+  auto it = free_by_offset_.upper_bound(offset);
+  if (it == free_by_offset_.begin()) return false;
+  --it;
+  auto [start, length] = *it;
+  if (start + length < offset + size) return false;
+  EraseFree(it);
+  if (offset > start) InsertFree(start, offset - start);
+  if (start + length > offset + size) InsertFree(offset + size, start + length - offset - size);
+  ++allocated_blocks_;
+  used_ += size;
+  return true;
+}
+
 bool Allocator::Split(uint64_t offset, uint64_t bytes, uint64_t head) {
   uint64_t size = BlockSize(bytes);
   if (head == 0 || head % alignment_ != 0 || head >= size || offset % alignment_ != 0 ||

@@ -37,6 +37,10 @@ class Allocator {
   // non-empty; as with Free, the caller vouches that the block is allocated.
   bool Split(uint64_t offset, uint64_t bytes, uint64_t head);
 
+  // Allocates exactly the block [offset, offset + BlockSize(bytes)), as if Allocate had given it:
+  // a block a previous daemon allocated, adopted from the memory it left (see KeptMemory). False
+  // (and nothing changes) when it is misaligned, leaves the region or is not all free.
+  bool Reserve(uint64_t offset, uint64_t bytes);
   // The bytes Allocate(bytes) reserves.
   uint64_t BlockSize(uint64_t bytes) const { return (bytes + alignment_ - 1) & ~(alignment_ - 1); }
 

@@ -245,3 +245,27 @@ TEST_CASE("Split cuts an allocated block into parts freed on their own", "[alloc
 
 }  // namespace
 }  // namespace depot
+
+TEST_CASE("Reserve takes exactly the block named, and only free space", "[allocator]") {
+  depot::Allocator a(1024, 64);
+  REQUIRE(a.Reserve(128, 100));  // [128, 256)
+  CHECK(a.used() == 128);
+  CHECK(a.allocated_blocks() == 1);
+  CHECK_FALSE(a.Reserve(192, 64));   // inside the block just taken
+  CHECK_FALSE(a.Reserve(64, 128));   // overlaps its start
+  CHECK_FALSE(a.Reserve(100, 64));   // misaligned
+  CHECK_FALSE(a.Reserve(960, 128));  // leaves the region
+  CHECK_FALSE(a.Reserve(0, 0));
+  REQUIRE(a.Reserve(0, 64));
+  REQUIRE(a.Reserve(960, 64));
+  // What is left free is [64, 128) and [256, 960): Allocate finds them, and nothing overlaps.
+  CHECK(a.largest_free() == 704);
+  CHECK(a.Allocate(64) == std::optional<uint64_t>(64));
+  CHECK(a.Allocate(704) == std::optional<uint64_t>(256));
+  CHECK_FALSE(a.Allocate(64).has_value());
+  // Reserved blocks are freed like allocated ones, and coalesce.
+  REQUIRE(a.Free(128, 100));
+  REQUIRE(a.Free(0, 64));
+  REQUIRE(a.Free(64, 64));
+  CHECK(a.largest_free() == 256);
+}
