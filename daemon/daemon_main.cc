@@ -65,12 +65,14 @@ bool SamePath(const std::string& a, const std::string& b) {
 }
 
 // Claims the socket to serve: the one systemd passed (socket activation) when there is one,
-// since clients already connect there, else opts.socket_path, bound by the server.
-Result<SocketClaim> ClaimSocket(const DaemonOptions& opts) {
-  auto passed = TakePassedSocket();
+// since clients already connect there, else opts.socket_path, bound by the server. What else
+// systemd passed (the last daemon's kept memory) goes to `kept`.
+Result<SocketClaim> ClaimSocket(const DaemonOptions& opts, std::vector<KeptFd>& kept) {
+  auto passed = TakePassed();
   if (!passed.ok()) return passed.status();
-  if (!passed->has_value()) return SocketClaim::Acquire(opts.socket_path);
-  PassedSocket& socket = **passed;
+  kept = std::move(passed->kept);
+  if (!passed->socket) return SocketClaim::Acquire(opts.socket_path);
+  PassedSocket& socket = *passed->socket;
   if (SamePath(opts.socket_path, socket.path)) {
     spdlog::info("serving the socket systemd passed, {}", socket.path);
   } else if (opts.socket_path == DefaultSocketPath()) {
@@ -98,7 +100,8 @@ std::string StatusLine(const std::string& socket_path, const DaemonOptions& o, s
 }
 
 int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
-  auto claim = ClaimSocket(opts);
+  std::vector<KeptFd> kept;
+  auto claim = ClaimSocket(opts, kept);
   if (!claim.ok()) {
     spdlog::critical("{}", claim.status().message());
     return 1;
@@ -113,7 +116,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
   if (opts.all_devices || !opts.device_uuids.empty()) backend = make_backend(&devices_unavailable);
   StoreOptions so =
       StoreOptionsFrom(opts, socket_path, backend.get(), std::move(devices_unavailable));
-  auto store = Store::Create(io, so);
+  auto store = Store::Create(io, so, std::move(kept));
   if (!store.ok()) {
     spdlog::critical("cannot start the store (the host pool, or spill_dir): {}",
                      store.status().message());

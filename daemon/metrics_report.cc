@@ -173,6 +173,19 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Family("depot_index_left_out_total", "counter",
            "Objects left out of a shared index because their set or its records were full.");
   t.Sample("depot_index_left_out_total", {}, s.index_left_out);
+  t.Family("depot_kept_descriptors", "gauge",
+           "Descriptors of host memory handed to systemd's descriptor store (keep_memory).");
+  t.Sample("depot_kept_descriptors", {}, s.kept_descriptors);
+  t.Family("depot_adopted_objects", "gauge",
+           "Objects served again at start from the memory the last depotd kept.");
+  t.Sample("depot_adopted_objects", {}, s.adopted_objects);
+  t.Family("depot_adopted_bytes", "gauge", "Bytes of those objects.");
+  t.Sample("depot_adopted_bytes", {}, s.adopted_bytes);
+  t.Family("depot_adoption_dropped", "gauge",
+           "Kept entries dropped at start: torn, or not matching the kept segments.");
+  t.Sample("depot_adoption_dropped", {}, s.adoption_dropped);
+  t.Family("depot_adoption_seconds", "gauge", "How long the adoption of kept memory took.");
+  t.Sample("depot_adoption_seconds", {}, static_cast<double>(s.adoption_us) / 1e6);
   t.Family("depot_index_growths_total", "counter",
            "Times a shared index moved to one twice as big.");
   t.Sample("depot_index_growths_total", {}, s.index_growths);

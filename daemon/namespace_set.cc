@@ -16,6 +16,7 @@ NamespaceSet::NamespaceSet(boost::asio::io_context& io, NamespaceOptions options
     : options_(std::move(options)),
       devices_(devices),
       hooks_(std::move(hooks)),
+      kept_(io, options_.keep_memory, options_.restart_grace),
       spill_(io, options_.spill,
              {.restored = [this](Namespace& ns, const Guid& guid,
                                  const Status& st) { hooks_.restored(ns, guid, st); },
@@ -34,7 +35,29 @@ NamespaceSet::NamespaceSet(boost::asio::io_context& io, NamespaceOptions options
   }
 }
 
-NamespaceSet::~NamespaceSet() = default;
+NamespaceSet::~NamespaceSet() {
+  kept_.Stop();  // the daemon stops: its segments stay in the store for the next one
+}
+
+AdoptionReport NamespaceSet::AdoptKept(std::vector<KeptFd> kept) {
+  return kept_.Adopt(std::move(kept), [this](uint32_t key) -> Namespace* {
+    if ((key == Namespace::kShared) == options_.per_user) {
+      spdlog::warn("kept memory of namespace {} is not served under namespaces = {}", key,
+                   options_.per_user ? "per_user" : "shared");
+      return nullptr;
+    }
+    if (options_.host.prefault) {
+      spdlog::warn("kept memory is not adopted with prefault = on: its objects are lost");
+      return nullptr;
+    }
+    auto ns = For(key == Namespace::kShared ? 0 : key);
+    if (!ns.ok()) {
+      spdlog::error("kept memory of namespace {}: {}", key, ns.status().message());
+      return nullptr;
+    }
+    return *ns;
+  });
+}
 
 Status NamespaceSet::LoadSpilled() {
   auto keys = spill_.Open();
@@ -69,7 +92,8 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
                                     {.budget = &host_budget_,
                                      .segment_size = options_.host.segment_size,
                                      .prefault = options_.host.prefault,
-                                     .reuse_large = true},
+                                     .reuse_large = true,
+                                     .keeper = kept_.KeeperFor(key)},
                                     [this, ns](uint32_t id) { return hooks_.retired(*ns, 0, id); });
   if (!host.ok()) return host.status();
   ns->pools_.push_back(std::move(*host));
@@ -97,6 +121,7 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
       },
       WallClockNs);
   ns->table_->set_observer([this, ns](TableEvent e, const StoredObject& o, SessionId by) {
+    kept_.Note(*ns, e, o);
     hooks_.event(*ns, e, o, by);
     if (!spill_.enabled()) return;
     if (e == TableEvent::kSealed) spill_.SpillAhead(*ns, Stats(0).used, host_budget_.capacity);
@@ -106,6 +131,7 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   });
   ns->table_->set_slot_readers(ns->gets_.get());
   if (Status st = spill_.Attach(*ns); !st.ok()) return st;
+  if (Status st = kept_.Attach(*ns); !st.ok()) return st;
   if (key != Namespace::kShared) spdlog::info("namespace of uid {} created", key);
   namespaces_.emplace(key, std::move(owned));
   return ns;
@@ -166,6 +192,7 @@ void NamespaceSet::MaybeDrop(Namespace* ns) {
   evictions_dropped_ += c.evictions;
   evicted_bytes_dropped_ += c.evicted_bytes;
   spill_.Detach(*ns);
+  kept_.Detach(*ns);
   namespaces_.erase(ns->key());
 }
 
@@ -265,6 +292,7 @@ void NamespaceSet::Report(StoreStatus& st) const {
     st.slot_grants_refused += ns->gets()->grants_refused();
   }
   spill_.Report(st);
+  kept_.Report(st);
 }
 
 std::vector<DevicePoolInfo> NamespaceSet::DevicePools() const {

@@ -24,6 +24,7 @@
 
 #include "daemon/device_set.h"
 #include "daemon/device_watch.h"
+#include "daemon/kept_memory.h"
 #include "daemon/namespace.h"
 #include "daemon/segment_maker.h"
 #include "daemon/spill_store.h"
@@ -50,6 +51,10 @@ struct NamespaceOptions {
   uint64_t index_max_entries = 0;   // ... up to which it grows
   uint64_t max_slots_per_user = 0;  // reference slots past the first 1024 of each session
   SpillOptions spill;
+  // Host memory kept across restarts in systemd's descriptor store (KeptMemory), and how long
+  // adopted segments stay closed to new objects.
+  bool keep_memory = false;
+  std::chrono::milliseconds restart_grace{30000};
 };
 
 // What the rest of the daemon hears from its namespaces.
@@ -109,6 +114,9 @@ class NamespaceSet {
   Status LoadSpilled();
   // At a clean stop, every session closed: writes every object still in memory to disk.
   void Persist();
+  // Adopts the memory a previous daemon kept (see KeptMemory), before anything is served.
+  AdoptionReport AdoptKept(std::vector<KeptFd> kept);
+  const KeptMemory& kept() const { return kept_; }
   // The disk behind the host pools: MakeRoom for creates, Acquire for gets.
   SpillStore& spill() { return spill_; }
   const SpillStore& spill() const { return spill_; }
@@ -156,6 +164,7 @@ class NamespaceSet {
   NamespaceHooks hooks_;
   PoolBudget host_budget_;
   std::unique_ptr<SegmentMaker> maker_;  // before the namespaces, whose pools use it
+  KeptMemory kept_;                      // before the namespaces, whose pools tell it
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
   // Evictions of the namespaces dropped so far.
   uint64_t evictions_dropped_ = 0;

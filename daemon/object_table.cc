@@ -394,7 +394,8 @@ void ObjectTable::FinishRestore(ObjectId id, std::span<const Location> frames,
   Notify(TableEvent::kRestored, o, 0);
 }
 
-Result<const StoredObject*> ObjectTable::Adopt(NewObject n, const SpilledFacts& facts) {
+Result<const StoredObject*> ObjectTable::Adopt(NewObject n, const SpilledFacts& facts,
+                                               bool in_memory) {
   n.creator = 0;  // no session of this daemon created it
   auto inserted = Insert(n);
   if (!inserted.ok()) return inserted.status();
@@ -404,8 +405,15 @@ Result<const StoredObject*> ObjectTable::Adopt(NewObject n, const SpilledFacts& 
   o.checksum = facts.checksum;
   o.has_checksum = facts.has_checksum;
   o.state = ObjectState::kSealed;
-  o.residence = Residence::kDisk;
   ++counts_.sealed;
+  if (in_memory) {
+    counts_.sealed_bytes += o.size();
+    LruAdd(o);
+    Publish(o);
+    Notify(TableEvent::kSealed, o, 0);
+    return &o;
+  }
+  o.residence = Residence::kDisk;
   ++counts_.spilled;
   counts_.spilled_bytes += o.size();
   return &o;

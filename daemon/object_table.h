@@ -303,9 +303,10 @@ class ObjectTable {
   // back to Disk (no memory for it now).
   void FinishRestore(ObjectId id, std::span<const Location> frames, const Status& restored);
 
-  // Adds a sealed object found on disk at start-up (a previous daemon spilled it): on disk, owned
-  // by no session. AlreadyExists when the GUID is taken.
-  Result<const StoredObject*> Adopt(NewObject o, const SpilledFacts& facts);
+  // Adds a sealed object a previous daemon left, owned by no session: on disk (it spilled it), or
+  // `in_memory` at `o.frames` (memory it kept, see KeptMemory), then published and told as
+  // sealed. AlreadyExists when the GUID is taken.
+  Result<const StoredObject*> Adopt(NewObject o, const SpilledFacts& facts, bool in_memory = false);
 
   // The visible object with this GUID, or nullptr.
   const StoredObject* Find(const Guid& guid) const;

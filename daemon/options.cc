@@ -272,6 +272,18 @@ const std::vector<Key>& Keys() {
          return v.empty() ? "" : MetricsServer::CheckAddress(v);
        },
        [](const O& o) { return o.metrics_listen; }},
+      {{"keep_memory", "on",
+        "under systemd, keep the host pool's memory and its objects across a restart or a crash "
+        "of depotd, in the service's file descriptor store (FileDescriptorStoreMax=)"},
+       [](O& o, const std::string& v, uint64_t) { return SetBool(o.keep_memory, v); },
+       [](const O& o) { return OnOff(o.keep_memory); }},
+      {{"restart_grace_ms", "30000",
+        "after a restart, segments of kept memory take no new objects for this long: clients "
+        "of the last depotd may still use what was free there"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetUint(o.restart_grace_ms, v, 0, 3600 * 1000);
+       },
+       [](const O& o) { return std::to_string(o.restart_grace_ms); }},
       {{"spill_dir", "",
         "directory (the daemon's own, 0700) where objects go when the host pool is full, and "
         "across restarts (empty: no spilling)"},

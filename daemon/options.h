@@ -57,6 +57,8 @@ struct DaemonOptions {
   std::string metrics_listen;  // empty: no HTTP metrics endpoint
   std::string spill_dir;       // empty: no spilling
   std::string spill_capacity;  // bytes, or a % of the spill directory's file system
+  bool keep_memory = false;    // in systemd's descriptor store, across restarts
+  uint32_t restart_grace_ms = 0;
 
   // What to do rather than serve.
   std::string config_path;

@@ -46,8 +46,12 @@ SegmentedPool::~SegmentedPool() {
     if (Warm(seg)) budget_->warm -= seg.size();
     Unmap(seg);
     source_->Release(seg.memory);
+    if (options_.keeper != nullptr) options_.keeper->Forget(id);
   }
-  for (auto& [id, memory] : held_) source_->Release(memory);
+  for (auto& [id, memory] : held_) {
+    source_->Release(memory);
+    if (options_.keeper != nullptr) options_.keeper->Forget(id);
+  }
 }
 
 Result<uint8_t*> SegmentedPool::Map(uint32_t id) {
@@ -81,13 +85,14 @@ Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool la
   bool dedicated = large && !options_.reuse_large;
   auto [it, inserted] = segments_.emplace(id, Segment{id, std::move(*memory), dedicated, owner,
                                                       Allocator(bytes, options_.alignment), large});
+  if (options_.keeper != nullptr) options_.keeper->Keep(id, it->second.fd(), owner, large);
   return &it->second;
 }
 
 SegmentedPool::Segment* SegmentedPool::Fit(uint64_t size, bool large, uint32_t owner) {
   Segment* emptiest = nullptr;
   for (auto& [id, seg] : segments_) {
-    if (seg.dedicated || (seg.owner != owner && seg.owner != kAnyOwner)) continue;
+    if (seg.dedicated || seg.closed || (seg.owner != owner && seg.owner != kAnyOwner)) continue;
     // A large object may take room in a shared segment (a GPU's chunk is large), never a small
     // object in a large one: it would pin memory made for one large object.
     if (seg.large && !large) continue;
@@ -148,7 +153,7 @@ void SegmentedPool::GrowAhead(uint32_t owner) {
   }
   uint64_t free = 0;
   for (const auto& [id, seg] : segments_) {
-    if (seg.large || seg.owner != owner) continue;
+    if (seg.large || seg.closed || seg.owner != owner) continue;
     if (seg.allocator.empty()) return;  // one is ready already
     free += seg.allocator.free();
   }
@@ -174,8 +179,9 @@ void SegmentedPool::Adopt(uint32_t id, uint32_t owner, Result<SegmentMemory> mem
   budget_->reserved += bytes;
   budget_->warm += bytes;
   ++made_ahead_;
-  segments_.emplace(id, Segment{id, std::move(*memory), false, owner,
-                                Allocator(bytes, options_.alignment), false});
+  auto [it, inserted] = segments_.emplace(id, Segment{id, std::move(*memory), false, owner,
+                                                      Allocator(bytes, options_.alignment), false});
+  if (options_.keeper != nullptr) options_.keeper->Keep(id, it->second.fd(), owner, false);
 }
 
 void SegmentedPool::Free(const Location& location) {
@@ -184,6 +190,10 @@ void SegmentedPool::Free(const Location& location) {
   Segment& seg = it->second;
   budget_->used -= seg.allocator.BlockSize(location.size);
   if (!seg.allocator.empty() || options_.prefault) return;
+  if (seg.closed) {
+    Retire(it);  // kept memory that nothing holds any more: never reused, never kept warm
+    return;
+  }
   // Kept, the segment's next object is written into pages its clients have mapped and faulted in
   // already, rather than into a new segment that is reserved, zeroed and faulted in anew; but
   // every byte kept is memory held for nobody, hence the limit.
@@ -237,6 +247,7 @@ uint64_t SegmentedPool::Retire(std::map<uint32_t, Segment>::iterator it) {
   reserved_ -= size;
   budget_->reserved -= size;
   source_->Release(memory);
+  if (options_.keeper != nullptr) options_.keeper->Forget(id);
   return size;
 }
 
@@ -249,6 +260,55 @@ void SegmentedPool::Dropped(uint32_t id) {
   budget_->reserved -= size;
   source_->Release(it->second);
   held_.erase(it);
+  if (options_.keeper != nullptr) options_.keeper->Forget(id);
+}
+
+Status SegmentedPool::AdoptKept(uint32_t id, uint32_t owner, bool large, SegmentMemory memory) {
+  if (id == 0 || segments_.contains(id) || held_.contains(id)) {
+    return Status::InvalidArgument(fmt::format("segment {} is there already", id));
+  }
+  uint64_t bytes = memory.size;
+  reserved_ += bytes;
+  budget_->reserved += bytes;
+  next_id_ = std::max(next_id_, id + 1);
+  auto [it, inserted] = segments_.emplace(id, Segment{id, std::move(memory), false, owner,
+                                                      Allocator(bytes, options_.alignment), large});
+  it->second.closed = true;
+  if (options_.keeper != nullptr) options_.keeper->Keep(id, it->second.fd(), owner, large);
+  return Status::OK();
+}
+
+bool SegmentedPool::ReserveKept(const Location& frame) {
+  auto it = segments_.find(frame.segment);
+  if (it == segments_.end() || !it->second.closed || frame.size == 0 ||
+      !it->second.allocator.Reserve(frame.offset, frame.size)) {
+    return false;
+  }
+  budget_->Use(it->second.allocator.BlockSize(frame.size));
+  return true;
+}
+
+void SegmentedPool::ReleaseEmptyKept() {
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    auto next = std::next(it);
+    if (it->second.closed && it->second.allocator.empty()) Retire(it);
+    it = next;
+  }
+}
+
+void SegmentedPool::OpenKept() {
+  for (auto& [id, seg] : segments_) seg.closed = false;
+}
+
+std::pair<uint32_t, uint64_t> SegmentedPool::closed() const {
+  std::pair<uint32_t, uint64_t> out{0, 0};
+  for (const auto& [id, seg] : segments_) {
+    if (seg.closed) {
+      ++out.first;
+      out.second += seg.size();
+    }
+  }
+  return out;
 }
 
 const SegmentedPool::Segment* SegmentedPool::segment(uint32_t id) const {

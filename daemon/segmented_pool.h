@@ -41,6 +41,17 @@
 
 namespace depot {
 
+// Told of every segment whose memory a pool holds, so that it can be kept across a restart of
+// the daemon (KeptMemory). Not told when the pool goes with the daemon.
+class SegmentKeeper {
+ public:
+  virtual ~SegmentKeeper() = default;
+  // Segment `id` (read-write descriptor `fd`) of `owner` now holds memory of the pool.
+  virtual void Keep(uint32_t id, int fd, uint32_t owner, bool large) = 0;
+  // Segment `id` went back to its source.
+  virtual void Forget(uint32_t id) = 0;
+};
+
 struct SegmentedPoolOptions {
   PoolBudget* budget = nullptr;  // the capacity, shared with other pools; outlives this one
   uint64_t segment_size = 0;     // rounded up to the source's granularity
@@ -52,6 +63,7 @@ struct SegmentedPoolOptions {
   // Large objects go to large segments that are kept warm and reused (the host); off, each gets
   // a dedicated segment, given back when it is freed (a GPU).
   bool reuse_large = false;
+  SegmentKeeper* keeper = nullptr;  // outlives the pool; null: segments are not kept
 };
 
 struct PoolStats {
@@ -84,7 +96,10 @@ class SegmentedPool {
     bool dedicated;  // holds one large object, given back when it goes (reuse_large off)
     uint32_t owner;  // the uid whose objects it holds, or kAnyOwner
     Allocator allocator;
-    bool large = false;      // holds large objects only (dedicated ones are large too)
+    bool large = false;  // holds large objects only (dedicated ones are large too)
+    // Adopted from a previous daemon (AdoptKept) and not opened since: takes no new block, since
+    // a client of that daemon may still write into what was free there (see KeptMemory).
+    bool closed = false;
     uint8_t* map = nullptr;  // the daemon's own mapping, made for inline writes (see Map)
     int fd() const { return memory.fd.get(); }
     // The descriptor for readers: read-only where the memory has one.
@@ -145,6 +160,21 @@ class SegmentedPool {
 
   PoolStats stats() const;
 
+  // Adoption from a previous daemon's kept memory (see KeptMemory). Takes `memory` as segment
+  // `id` of `owner`, closed: no block of it is handed out until OpenKept. Its bytes count
+  // against the budget even past the capacity (a smaller capacity than the last daemon's).
+  // InvalidArgument for an id taken.
+  Status AdoptKept(uint32_t id, uint32_t owner, bool large, SegmentMemory memory);
+  // Takes the block of `frame` in its closed segment, as Allocate would have: false when there
+  // is no such segment or the block is not free there.
+  bool ReserveKept(const Location& frame);
+  // Gives back the closed segments that hold no block (nothing kept lives there).
+  void ReleaseEmptyKept();
+  // Opens every closed segment to new blocks.
+  void OpenKept();
+  // How many segments are closed, and their bytes.
+  std::pair<uint32_t, uint64_t> closed() const;
+
  private:
   SegmentedPool(std::unique_ptr<SegmentSource> source, SegmentedPoolOptions options,
                 RetireFn on_retire);
@@ -161,7 +191,7 @@ class SegmentedPool {
   void Adopt(uint32_t id, uint32_t owner, Result<SegmentMemory> memory);
   // Whether the segment is kept warm while empty: counted in the budget's warm bytes.
   bool Warm(const Segment& seg) const {
-    return !options_.prefault && !seg.dedicated && seg.allocator.empty();
+    return !options_.prefault && !seg.dedicated && !seg.closed && seg.allocator.empty();
   }
   // Gives a segment back, or holds it while clients map it; returns the bytes given back.
   uint64_t Retire(std::map<uint32_t, Segment>::iterator it);

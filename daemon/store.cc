@@ -57,9 +57,11 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
           },
           [this](uid_t uid) { return waits_.guids_by_user().contains(uid); }) {}
 
-Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options) {
+Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options,
+                                             std::vector<KeptFd> kept) {
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
   if (Status st = store->namespaces_.LoadSpilled(); !st.ok()) return st;
+  store->namespaces_.AdoptKept(std::move(kept));
   if (!store->options_.namespaces.per_user) {
     // The one shared namespace exists from the start (prefaulted when asked).
     auto ns = store->namespaces_.For(0);

@@ -60,8 +60,10 @@ class Store {
  public:
   // InvalidArgument for options that cannot go together; the pool's error when the shared
   // namespace cannot be made (with prefault, its whole capacity is reserved here); the spill
-  // directory's when it cannot be used (its objects from a previous daemon are adopted here).
-  static Result<std::unique_ptr<Store>> Create(boost::asio::io_context& io, StoreOptions options);
+  // directory's when it cannot be used (its objects from a previous daemon are adopted here, and
+  // then those of the memory it kept, `kept`, from systemd's descriptor store).
+  static Result<std::unique_ptr<Store>> Create(boost::asio::io_context& io, StoreOptions options,
+                                               std::vector<KeptFd> kept = {});
 
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;

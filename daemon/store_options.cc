@@ -24,6 +24,8 @@ StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_
                          .max_parked = o.max_pending,
                          .max_parked_bytes = o.max_pending_bytes,
                          .max_parked_bytes_per_user = o.max_parked_bytes_per_user};
+  so.namespaces.keep_memory = o.keep_memory;
+  so.namespaces.restart_grace = std::chrono::milliseconds(o.restart_grace_ms);
   so.devices = {.backend = backend,
                 .unavailable = std::move(devices_unavailable),
                 .all = o.all_devices,

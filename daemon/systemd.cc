@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -56,24 +57,38 @@ std::string OneLine(std::string text) {
 
 }  // namespace
 
-Result<std::optional<PassedSocket>> TakePassedSocket() {
+Result<Passed> TakePassed() {
   // unset_environment = 1: the LISTEN_* variables describe this process only.
-  int n = ::sd_listen_fds(1);
+  char** names = nullptr;
+  int n = ::sd_listen_fds_with_names(1, &names);
   if (n < 0) {
     return Status::InvalidArgument(fmt::format(
         "cannot read the sockets passed by systemd (LISTEN_FDS, LISTEN_PID): {}; unset them to "
         "let depotd bind its socket itself",
         std::strerror(-n)));
   }
-  if (n == 0) return std::optional<PassedSocket>();
+  Passed passed;
   // Owned from here on, so that every early return closes what was passed.
-  std::vector<UniqueFd> fds;
-  for (int i = 0; i < n; ++i) fds.emplace_back(SD_LISTEN_FDS_START + i);
-  if (n > 1) {
-    return Status::InvalidArgument(
-        fmt::format("systemd passed {} sockets but depotd serves one; {}", n, kSocketUnitHint));
+  std::vector<UniqueFd> sockets;
+  for (int i = 0; i < n; ++i) {
+    std::string name = names != nullptr && names[i] != nullptr ? names[i] : "";
+    UniqueFd fd(SD_LISTEN_FDS_START + i);
+    if (name.starts_with("depot.")) {
+      passed.kept.push_back({std::move(name), std::move(fd)});
+    } else {
+      sockets.push_back(std::move(fd));
+    }
   }
-  int fd = fds[0].get();
+  if (names != nullptr) {
+    for (int i = 0; i < n; ++i) std::free(names[i]);
+    std::free(names);
+  }
+  if (sockets.empty()) return passed;
+  if (sockets.size() > 1) {
+    return Status::InvalidArgument(fmt::format(
+        "systemd passed {} sockets but depotd serves one; {}", sockets.size(), kSocketUnitHint));
+  }
+  int fd = sockets[0].get();
   int r = ::sd_is_socket_unix(fd, SOCK_STREAM, /*listening=*/1, nullptr, 0);
   if (r < 0) {
     return Status::InvalidArgument(
@@ -86,7 +101,8 @@ Result<std::optional<PassedSocket>> TakePassedSocket() {
   }
   auto path = BoundPath(fd);
   if (!path.ok()) return path.status();
-  return std::optional<PassedSocket>(PassedSocket{std::move(fds[0]), std::move(*path)});
+  passed.socket = PassedSocket{std::move(sockets[0]), std::move(*path)};
+  return passed;
 }
 
 void NotifyReady(const std::string& status) { Notify("READY=1\nSTATUS=" + OneLine(status)); }

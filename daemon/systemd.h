@@ -10,7 +10,9 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "daemon/kept_memory.h"
 #include "depot/status.h"
 #include "proto/fd_passing.h"
 
@@ -22,12 +24,20 @@ struct PassedSocket {
   std::string path;
 };
 
-// Takes the socket passed by socket activation (LISTEN_FDS/LISTEN_PID, which it then removes from
-// the environment). nullopt when none was passed to this process. InvalidArgument, saying what
-// to change in the .socket unit, when what was passed is not exactly one listening Unix stream
+// What the service manager passed: the socket of socket activation, and the descriptors of the
+// last daemon's memory from the service's descriptor store (see KeptMemory), told apart by name
+// (LISTEN_FDNAMES): the kept ones are named "depot.…".
+struct Passed {
+  std::optional<PassedSocket> socket;
+  std::vector<KeptFd> kept;
+};
+
+// Takes what systemd passed (LISTEN_FDS/LISTEN_PID/LISTEN_FDNAMES, which it then removes from the
+// environment); nothing when nothing was passed to this process. InvalidArgument, saying what to
+// change in the .socket unit, when the sockets passed are not exactly one listening Unix stream
 // socket bound to a filesystem path (a datagram or TCP socket, an abstract name, two sockets):
 // depotd then refuses to start rather than serve something other than what was configured.
-Result<std::optional<PassedSocket>> TakePassedSocket();
+Result<Passed> TakePassed();
 
 // Notifications to the service manager (sd_notify). Each is a no-op when NOTIFY_SOCKET is unset;
 // a failure to send is logged at debug level and otherwise ignored, since the daemon serves

@@ -171,6 +171,20 @@ int Status(depot::Client& c, bool json) {
         rate(s->spill_bytes, s->spill_ms), s->restores, FormatBytes(s->restore_bytes),
         rate(s->restore_bytes, s->restore_ms), s->spill_failures);
   }
+  if (!s->keep_memory) {
+    fmt::print("kept memory   off (not under systemd, or keep_memory = off)\n");
+  } else {
+    fmt::print(
+        "kept memory   {} descriptors in systemd's store; at start {} objects ({}) adopted in "
+        "{:.1f} ms, {} dropped, {} catalogs refused{}\n",
+        s->kept_descriptors, s->adopted_objects, FormatBytes(s->adopted_bytes),
+        static_cast<double>(s->adoption_us) / 1000, s->adoption_dropped, s->adoption_refused,
+        s->kept_closed_bytes == 0
+            ? ""
+            : fmt::format("; {} of kept segments closed to new objects until the grace period "
+                          "ends",
+                          FormatBytes(s->kept_closed_bytes)));
+  }
   fmt::print("requests      {} answered, {} errors{}\n", s->requests, errors_total,
              errors_text.empty() ? "" : " (" + errors_text + ")");
   fmt::print("namespaces    {}\n", s->per_user_namespaces

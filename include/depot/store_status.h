@@ -108,7 +108,20 @@
   X(slot_grants_refused, uint64_t, "index", "slot_grants_refused",                                \
     "asks for more reference slots refused since start (the user's part spent)")                  \
   X(max_slots_per_user, uint64_t, "limits", "max_slots_per_user",                                 \
-    "reference slots one user may be granted past the first 1024 of each connection")
+    "reference slots one user may be granted past the first 1024 of each connection")             \
+  X(keep_memory, bool, "kept", "on",                                                              \
+    "host memory is kept in systemd's descriptor store across restarts")                          \
+  X(kept_descriptors, uint64_t, "kept", "descriptors", "descriptors handed to that store now")    \
+  X(adopted_objects, uint64_t, "kept", "adopted_objects",                                         \
+    "objects served again at start from the memory the last daemon kept")                         \
+  X(adopted_bytes, uint64_t, "kept", "adopted_bytes", "bytes of those objects")                   \
+  X(adoption_dropped, uint64_t, "kept", "dropped",                                                \
+    "kept entries dropped at start: torn, or not matching the kept segments")                     \
+  X(adoption_refused, uint64_t, "kept", "refused",                                                \
+    "kept catalogs refused whole at start (another format version)")                              \
+  X(adoption_us, uint64_t, "kept", "adoption_us", "microseconds the adoption at start took")      \
+  X(kept_closed_bytes, uint64_t, "kept", "closed_bytes",                                          \
+    "bytes of adopted segments taking no new objects until the grace period ends")
 
 namespace depot {
 

@@ -1,0 +1,272 @@
+#include "daemon/kept_memory.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "depot/units.h"
+
+namespace depot {
+
+// The keeper of one namespace's host pool: stores each segment under its name, and forgets it.
+class KeptMemory::Keeper : public SegmentKeeper {
+ public:
+  Keeper(KeptMemory* kept, uint32_t key) : kept_(kept), key_(key) {}
+  void Keep(uint32_t id, int fd, uint32_t owner, bool large) override {
+    std::string name = fmt::format("depot.seg.{}.{}.{}.{}", key_, id, owner, large ? 1 : 0);
+    // A segment being adopted is in the store already.
+    if (!kept_->adopting_.contains(key_)) kept_->store_.Keep(name, fd);
+    names_[id] = std::move(name);
+  }
+  void Forget(uint32_t id) override {
+    auto it = names_.find(id);
+    if (it == names_.end()) return;
+    if (!kept_->stopping_) kept_->store_.Forget(it->second);
+    names_.erase(it);
+  }
+
+ private:
+  KeptMemory* kept_;
+  uint32_t key_;
+  std::map<uint32_t, std::string> names_;
+};
+
+namespace {
+
+std::string CatalogName(uint32_t key, uint64_t generation) {
+  return fmt::format("depot.catalog.{}.{}", key, generation);
+}
+
+struct KeptSegment {
+  uint32_t id = 0;
+  uint32_t owner = 0;
+  bool large = false;
+  KeptFd kept;
+};
+
+struct KeptNamespace {
+  std::vector<KeptSegment> segments;
+  std::map<uint64_t, KeptFd> catalogs;  // by generation
+};
+
+// A passed descriptor as a segment: a memfd that nobody can shrink or grow, reopened read-only
+// for readers as SealedMemfd does.
+Result<SegmentMemory> SegmentOf(KeptSegment& s) {
+  int fd = s.kept.fd.get();
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+    return Status::InvalidArgument("not a segment");
+  }
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+    return Status::InvalidArgument("not sealed against resizing");
+  }
+  UniqueFd read_only(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_RDONLY | O_CLOEXEC));
+  if (!read_only.valid()) return Status::Unavailable("cannot reopen it read-only");
+  SegmentMemory m{std::move(s.kept.fd), static_cast<uint64_t>(st.st_size), s.kept.name, 0,
+                  UniqueFd()};
+  m.read_only_fd = std::move(read_only);
+  return m;
+}
+
+}  // namespace
+
+KeptMemory::KeptMemory(boost::asio::io_context& io, bool wanted, std::chrono::milliseconds grace)
+    : io_(io), store_(wanted), grace_(grace), grace_timer_(io) {}
+
+KeptMemory::~KeptMemory() = default;
+
+SegmentKeeper* KeptMemory::KeeperFor(uint32_t key) {
+  if (!on()) return nullptr;
+  auto& keeper = keepers_[key];
+  if (!keeper) keeper = std::make_unique<Keeper>(this, key);
+  return keeper.get();
+}
+
+Status KeptMemory::Attach(Namespace& ns) {
+  if (!on()) return Status::OK();
+  auto catalog = Catalog::Create(ns.key());
+  if (!catalog.ok()) return catalog.status();
+  Place& place = places_[ns.key()];
+  place.catalog = std::move(*catalog);
+  place.ns = &ns;
+  if (auto it = adopting_.find(ns.key()); it != adopting_.end()) {
+    place.generation = it->second + 1;  // stored once the last daemon's is adopted
+  } else {
+    StoreCatalog(ns.key(), place);
+  }
+  return Status::OK();
+}
+
+void KeptMemory::StoreCatalog(uint32_t key, Place& place) {
+  store_.Keep(CatalogName(key, place.generation), place.catalog->fd());
+  place.stored = true;
+}
+
+void KeptMemory::Detach(const Namespace& ns) {
+  auto it = places_.find(ns.key());
+  if (it == places_.end()) return;
+  if (it->second.stored && !stopping_) store_.Forget(CatalogName(ns.key(), it->second.generation));
+  places_.erase(it);
+}
+
+void KeptMemory::Note(const Namespace& ns, TableEvent e, const StoredObject& o) {
+  auto it = places_.find(ns.key());
+  if (it == places_.end()) return;
+  Catalog& catalog = *it->second.catalog;
+  auto slot = static_cast<uint32_t>(o.id);
+  switch (e) {
+    case TableEvent::kSealed:
+    case TableEvent::kRestored:
+      if (o.residence == Residence::kMemory) catalog.Record(slot, o);
+      break;
+    case TableEvent::kCreated:
+      break;
+    default:  // deleted, evicted, spilled, aborted, freed: no longer an object in memory
+      catalog.Erase(slot);
+      break;
+  }
+}
+
+AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns_for) {
+  auto start = std::chrono::steady_clock::now();
+  report_ = {};
+  report_.ran = !kept.empty();
+  std::map<uint32_t, KeptNamespace> found;
+  for (KeptFd& k : kept) {
+    uint32_t key = 0, id = 0, owner = 0, large = 0;
+    uint64_t generation = 0;
+    int end = 0;
+    const char* name = k.name.c_str();
+    if (std::sscanf(name, "depot.seg.%" SCNu32 ".%" SCNu32 ".%" SCNu32 ".%" SCNu32 "%n", &key, &id,
+                    &owner, &large, &end) == 4 &&
+        name[end] == '\0') {
+      found[key].segments.push_back({id, owner, large != 0, std::move(k)});
+    } else if (std::sscanf(name, "depot.catalog.%" SCNu32 ".%" SCNu64 "%n", &key, &generation,
+                           &end) == 2 &&
+               name[end] == '\0') {
+      found[key].catalogs[generation] = std::move(k);
+    } else {
+      spdlog::warn("kept memory: {} is no descriptor of depotd's; dropped", k.name);
+      store_.Forget(k.name);
+    }
+  }
+  for (auto& [key, kn] : found) {
+    // The newest catalog is the complete one (see the class comment); older ones are done with.
+    std::optional<KeptFd> newest;
+    uint64_t generation = 0;
+    if (!kn.catalogs.empty()) {
+      generation = kn.catalogs.rbegin()->first;
+      newest = std::move(kn.catalogs.rbegin()->second);
+      kn.catalogs.erase(std::prev(kn.catalogs.end()));
+    }
+    for (auto& [gen, old] : kn.catalogs) store_.Forget(old.name);
+    adopting_[key] = generation;
+    Namespace* ns = ns_for(key);
+    std::unique_ptr<Catalog> last;
+    if (ns != nullptr && newest) {
+      auto opened = Catalog::Open(std::move(newest->fd), key);
+      if (opened.ok()) {
+        last = std::move(*opened);
+      } else {
+        ++report_.refused;
+        spdlog::error("kept memory of namespace {}: {}; its objects are lost", key,
+                      opened.status().message());
+      }
+    }
+    if (ns == nullptr) {
+      for (KeptSegment& s : kn.segments) store_.Forget(s.kept.name);
+      if (newest) store_.Forget(newest->name);
+      adopting_.erase(key);
+      continue;
+    }
+    SegmentedPool& pool = ns->host_pool();
+    for (KeptSegment& s : kn.segments) {
+      std::string name = s.kept.name;
+      auto memory = SegmentOf(s);
+      Status st = memory.ok() ? pool.AdoptKept(s.id, s.owner, s.large, std::move(*memory))
+                              : memory.status();
+      if (!st.ok()) {
+        spdlog::warn("kept memory: {}: {}; dropped", name, st.message());
+        store_.Forget(name);
+        continue;
+      }
+      ++report_.segments;
+    }
+    uint64_t torn = 0;
+    std::vector<CatalogObject> objects = last ? last->Read(&torn) : std::vector<CatalogObject>();
+    report_.dropped += torn;
+    for (CatalogObject& c : objects) {
+      std::vector<Location> taken;
+      bool fits = true;
+      for (const Location& f : c.object.frames) {
+        if (f.size == 0) continue;
+        if (f.pool != 0 || !pool.ReserveKept(f)) {
+          fits = false;
+          break;
+        }
+        taken.push_back(f);
+      }
+      uint64_t size = 0;
+      for (const Location& f : c.object.frames) size += f.size;
+      if (fits && ns->table().Adopt(std::move(c.object), c.facts, true).ok()) {
+        ++report_.objects;
+        report_.bytes += size;
+        continue;
+      }
+      for (const Location& f : taken) pool.Free(f);
+      ++report_.dropped;
+    }
+    auto before = pool.closed().first;
+    pool.ReleaseEmptyKept();
+    report_.released += before - pool.closed().first;
+    adopting_.erase(key);
+    if (auto it = places_.find(key); it != places_.end()) StoreCatalog(key, it->second);
+    if (newest) store_.Forget(newest->name);
+  }
+  report_.milliseconds =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (report_.ran) {
+    spdlog::info(
+        "kept memory: {} objects ({}) served again from {} segments in {:.1f} ms, {} dropped{}; "
+        "kept segments take no new objects for {} s",
+        report_.objects, FormatBytes(report_.bytes), report_.segments - report_.released,
+        report_.milliseconds, report_.dropped,
+        report_.refused > 0 ? fmt::format(", {} catalogs refused", report_.refused) : "",
+        grace_.count() / 1000.0);
+    grace_timer_.expires_after(grace_);
+    grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) OpenAll();
+    });
+  }
+  return report_;
+}
+
+void KeptMemory::Report(StoreStatus& st) const {
+  st.keep_memory = on();
+  st.kept_descriptors = store_.stored();
+  st.adopted_objects = report_.objects;
+  st.adopted_bytes = report_.bytes;
+  st.adoption_dropped = report_.dropped;
+  st.adoption_refused = report_.refused;
+  st.adoption_us = static_cast<uint64_t>(report_.milliseconds * 1000);
+  for (const auto& [key, place] : places_) {
+    st.kept_closed_bytes += place.ns->host_pool().closed().second;
+  }
+}
+
+void KeptMemory::OpenAll() {
+  uint64_t bytes = 0;
+  for (auto& [key, place] : places_) {
+    bytes += place.ns->host_pool().closed().second;
+    place.ns->host_pool().OpenKept();
+  }
+  spdlog::info("kept memory: the grace period ended; {} of kept segments take new objects",
+               FormatBytes(bytes));
+}
+
+}  // namespace depot

@@ -1,0 +1,119 @@
+// KeptMemory keeps the host memory of every namespace across a restart or a crash of depotd:
+// each host segment and each namespace's Catalog (the sealed objects in them) is handed to
+// systemd's descriptor store (FdStore) as it is made, and taken out when it is given back. A new
+// depotd is passed them again and, before it serves anyone, adopts them: every catalog entry is
+// checked (its own hash, then its frames against the segments passed: pool, bounds, no overlap,
+// GUID not taken) and becomes a sealed object again at the same bytes, published in the index;
+// what does not check out is dropped and counted, never served. It takes no disk I/O and no copy.
+//
+// Clients of the last daemon may still map those segments, and one may still write where that
+// daemon had a lease or a create under way, which no catalog records. So an adopted segment is
+// closed: it takes no new block until `grace` has passed (OpenKept), and a closed segment whose
+// objects are all gone is given back rather than reused. The pages of a held object never change
+// under its holder; new objects go to new segments meanwhile.
+//
+// Names in the store: "depot.seg.KEY.ID.OWNER.LARGE" for a segment (namespace key, segment id,
+// owner uid, 1 for a segment of large objects) and "depot.catalog.KEY.GEN" for a catalog (a new
+// daemon stores its own, GEN + 1, once it has adopted the last one, and then forgets that one: a
+// crash in between leaves both, and the newer, complete one is read).
+//
+// Not thread-safe: the daemon's single loop owns it.
+#ifndef DEPOT_DAEMON_KEPT_MEMORY_H_
+#define DEPOT_DAEMON_KEPT_MEMORY_H_
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "daemon/catalog.h"
+#include "daemon/fd_store.h"
+#include "daemon/namespace.h"
+#include "depot/store_status.h"
+
+namespace depot {
+
+// A descriptor the service manager passed back from its store, by the name it was stored under.
+struct KeptFd {
+  std::string name;
+  UniqueFd fd;
+};
+
+// What adoption found, for the log, status and metrics.
+struct AdoptionReport {
+  bool ran = false;         // descriptors were passed back
+  uint64_t objects = 0;     // served again
+  uint64_t bytes = 0;       // their sizes
+  uint64_t dropped = 0;     // entries that did not check out (torn, bad frames, GUID taken)
+  uint64_t segments = 0;    // segments adopted
+  uint64_t released = 0;    // of those, given back at once: nothing kept lived there
+  uint64_t refused = 0;     // catalogs refused whole (another version): their objects are lost
+  double milliseconds = 0;  // from the first descriptor read to the last object published
+};
+
+class KeptMemory {
+ public:
+  // The namespace of key `key` (Namespace::kShared, or a uid), made if needed; null when it
+  // cannot be (then what was kept for it is given back).
+  using NamespaceFor = std::function<Namespace*(uint32_t key)>;
+
+  KeptMemory(boost::asio::io_context& io, bool wanted, std::chrono::milliseconds grace);
+  ~KeptMemory();
+  KeptMemory(const KeptMemory&) = delete;
+  KeptMemory& operator=(const KeptMemory&) = delete;
+
+  bool on() const { return store_.on(); }
+
+  // The keeper of namespace `key`'s host pool (null when off): it outlives the pool.
+  SegmentKeeper* KeeperFor(uint32_t key);
+  // A namespace was made (its table exists): from now on its sealed objects are recorded. Its
+  // catalog is stored at once unless an adoption for it is under way.
+  Status Attach(Namespace& ns);
+  // Forgets a namespace that is dropped (its catalog leaves the store).
+  void Detach(const Namespace& ns);
+  // A table transition of `ns` (see ObjectTable::EventFn): records or erases the object.
+  void Note(const Namespace& ns, TableEvent e, const StoredObject& o);
+
+  // Adopts what a previous daemon kept (see the class comment), making namespaces through `ns`.
+  // Closed segments open after the grace period.
+  AdoptionReport Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns);
+  const AdoptionReport& report() const { return report_; }
+
+  // The daemon is stopping: the pools about to go leave their segments in the store for the next
+  // daemon.
+  void Stop() { stopping_ = true; }
+
+  // Adds what it keeps and what the start adopted to a status.
+  void Report(StoreStatus& st) const;
+
+ private:
+  class Keeper;
+  struct Place {
+    std::unique_ptr<Catalog> catalog;
+    Namespace* ns = nullptr;
+    uint64_t generation = 1;
+    bool stored = false;  // the catalog is in the store
+  };
+  void StoreCatalog(uint32_t key, Place& place);
+  void OpenAll();
+
+  boost::asio::io_context& io_;
+  FdStore store_;
+  std::chrono::milliseconds grace_;
+  boost::asio::steady_timer grace_timer_;
+  bool stopping_ = false;
+  std::map<uint32_t, Place> places_;
+  std::map<uint32_t, std::unique_ptr<Keeper>> keepers_;
+  std::map<uint32_t, uint64_t> adopting_;  // key -> generation of the catalog being adopted
+  AdoptionReport report_;
+};
+
+}  // namespace depot
+
+#endif  // DEPOT_DAEMON_KEPT_MEMORY_H_

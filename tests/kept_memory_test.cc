@@ -1,0 +1,337 @@
+// Memory kept across a crash of depotd: a real daemon hands its segments and catalog to a
+// descriptor store (here the test plays systemd's part of it: it listens on NOTIFY_SOCKET, keeps
+// what FDSTORE=1 hands it, drops what FDSTOREREMOVE=1 names, and passes what it kept to the next
+// daemon as LISTEN_FDS/LISTEN_FDNAMES), is killed with SIGKILL, and the next one serves the same
+// objects from the same pages. scripts/systemd-check does the same under a real systemd.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "common/unique_fd.h"
+#include "tests/daemon_fixture.h"
+
+using namespace depot;
+using namespace depot::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// systemd's descriptor store, as much of it as depotd uses.
+class FdStoreStandIn {
+ public:
+  explicit FdStoreStandIn(const std::string& path) : path_(path) {
+    fd_ = UniqueFd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    REQUIRE(::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  }
+  const std::string& path() const { return path_; }
+
+  // Reads every notification waiting (up to `wait` for the first).
+  void Drain(std::chrono::milliseconds wait = 0ms) {
+    while (true) {
+      pollfd p{fd_.get(), POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return;
+      wait = 0ms;
+      char text[4096];
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
+      iovec iov{text, sizeof text};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      ssize_t n = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
+      if (n <= 0) return;
+      std::vector<UniqueFd> fds;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+          fds.emplace_back(fd);
+        }
+      }
+      std::map<std::string, std::string> fields;
+      std::istringstream lines(std::string(text, static_cast<size_t>(n)));
+      for (std::string l; std::getline(lines, l);) {
+        auto eq = l.find('=');
+        if (eq != std::string::npos) fields[l.substr(0, eq)] = l.substr(eq + 1);
+      }
+      if (fields["FDSTORE"] == "1") {
+        for (auto& fd : fds) kept_.emplace_back(fields["FDNAME"], std::move(fd));
+      } else if (fields["FDSTOREREMOVE"] == "1") {
+        std::erase_if(kept_, [&](const auto& k) { return k.first == fields["FDNAME"]; });
+      }
+    }
+  }
+
+  // The descriptors kept under names starting with `prefix`.
+  size_t Count(const std::string& prefix) const {
+    return std::count_if(kept_.begin(), kept_.end(),
+                         [&](const auto& k) { return k.first.starts_with(prefix); });
+  }
+  // The descriptor of the one entry named `prefix`..., or -1.
+  int Find(const std::string& prefix) const {
+    for (const auto& k : kept_)
+      if (k.first.starts_with(prefix)) return k.second.get();
+    return -1;
+  }
+
+  // In a child about to exec depotd: passes every kept descriptor as systemd does.
+  void PassToChild() const {
+    if (kept_.empty()) return;  // as systemd, which sets nothing then
+    std::vector<int> high;
+    std::string names;
+    for (const auto& [name, fd] : kept_) {
+      high.push_back(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 1000));
+      names += (names.empty() ? "" : ":") + name;
+    }
+    for (size_t i = 0; i < high.size(); ++i) ::dup2(high[i], 3 + static_cast<int>(i));
+    ::setenv("LISTEN_FDS", std::to_string(high.size()).c_str(), 1);
+    ::setenv("LISTEN_FDNAMES", names.c_str(), 1);
+    ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
+  }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+  std::vector<std::pair<std::string, UniqueFd>> kept_;
+};
+
+// depotd under the stand-in: NOTIFY_SOCKET set, what the store kept passed to it.
+struct Service {
+  Service(const std::string& dir, FdStoreStandIn& store, std::vector<std::string> args = {})
+      : socket(dir + "/depot.sock"), log(dir + "/depotd.log") {
+    store.Drain();
+    pid = Spawn([&]() {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(out, STDERR_FILENO);
+      ::setenv("NOTIFY_SOCKET", store.path().c_str(), 1);
+      store.PassToChild();
+      std::vector<std::string> argv{DEPOTD_PATH, "--socket", socket, "--capacity", "256MiB"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      std::vector<char*> c;
+      for (auto& a : argv) c.push_back(a.data());
+      c.push_back(nullptr);
+      ::execv(c[0], c.data());
+      return 127;
+    });
+  }
+  ~Service() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      Wait(pid);
+    }
+  }
+  Client Connect() {
+    std::optional<Client> client;
+    bool up = WaitFor([&] {
+      auto c = Client::Connect({socket, "kept_memory_test"});
+      if (c.ok()) client.emplace(std::move(*c));
+      return c.ok();
+    });
+    INFO("log:\n" << Log());
+    REQUIRE(up);
+    return std::move(*client);
+  }
+  void Kill() {
+    ::kill(pid, SIGKILL);
+    Wait(pid);
+    pid = -1;
+  }
+  std::string Log() const {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  std::string socket, log;
+  pid_t pid = -1;
+};
+
+struct Put {
+  Guid guid;
+  std::vector<std::vector<std::byte>> frames;
+};
+
+Put PutFrames(Client& c, std::vector<size_t> sizes, uint32_t seed, const CreateOptions& o = {}) {
+  Put p;
+  std::vector<std::span<const std::byte>> spans;
+  for (size_t i = 0; i < sizes.size(); ++i) p.frames.push_back(Pattern(sizes[i], seed + i));
+  for (auto& f : p.frames) spans.emplace_back(f);
+  auto id = c.Put(std::span<const std::span<const std::byte>>(spans), o);
+  INFO(id.status().ToString());
+  REQUIRE(id.ok());
+  p.guid = *id;
+  return p;
+}
+
+void CheckSame(Client& c, const Put& p) {
+  auto o = c.Get(p.guid);
+  INFO(p.guid.ToString() << ": " << o.status().ToString());
+  REQUIRE(o.ok());
+  REQUIRE(o->frame_count() == p.frames.size());
+  for (size_t i = 0; i < p.frames.size(); ++i) {
+    REQUIRE(o->frame(i).size() == p.frames[i].size());
+    CHECK(std::memcmp(o->frame(i).data(), p.frames[i].data(), p.frames[i].size()) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("After a kill -9, the next depotd serves every sealed object from the kept memory",
+          "[kept]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::vector<Put> puts;
+  Put deleted;
+  {
+    Service first(dir, store);
+    Client c = first.Connect();
+    for (size_t size : {100, 4096, 65536, 1 << 20, 16 << 20}) {
+      puts.push_back(PutFrames(c, {size}, static_cast<uint32_t>(size)));
+    }
+    CreateOptions named;
+    named.name = "three frames";
+    const std::byte metadata[] = {std::byte{1}, std::byte{2}};
+    named.metadata = metadata;
+    puts.push_back(PutFrames(c, {10, 0, 3 << 20}, 77, named));
+    deleted = PutFrames(c, {5000}, 5);
+    REQUIRE(c.Delete(deleted.guid).ok());
+    auto draft = c.Create({1000});  // never sealed: not an object
+    REQUIRE(draft.ok());
+    auto st = StatusOf(c);
+    CHECK(st.keep_memory);
+    store.Drain(1s);
+    CHECK(store.Count("depot.catalog.") == 1);
+    CHECK(store.Count("depot.seg.") >= 1);
+    first.Kill();
+  }
+  store.Drain();
+  Service second(dir, store);
+  Client c = second.Connect();
+  auto st = StatusOf(c);
+  INFO(second.Log());
+  CHECK(st.adopted_objects == puts.size());
+  CHECK(st.adoption_dropped == 0);
+  for (const Put& p : puts) CheckSame(c, p);
+  auto named = c.Get(puts.back().guid);
+  REQUIRE(named.ok());
+  REQUIRE(named->metadata().size() == 2);
+  CHECK(named->metadata()[1] == std::byte{2});
+  CHECK(c.Get(deleted.guid).status().IsNotFound());
+  CHECK(second.Log().find("served again") != std::string::npos);
+  // The next daemon stored a catalog of its own and forgot the last one.
+  store.Drain(1s);
+  CHECK(store.Count("depot.catalog.") == 1);
+  CHECK(store.Find("depot.catalog.4294967295.2") >= 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("A kept entry that does not check out is dropped, and the rest are served", "[kept]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  Put good, bad;
+  {
+    Service first(dir, store);
+    Client c = first.Connect();
+    good = PutFrames(c, {1000}, 1);
+    bad = PutFrames(c, {2000}, 2);
+    StatusOf(c);  // the daemon has taken both puts from the connection's ring
+    store.Drain(1s);
+    first.Kill();
+  }
+  store.Drain();
+  // Damage the second entry's frame size in the catalog, as a torn write would.
+  int catalog = store.Find("depot.catalog.");
+  REQUIRE(catalog >= 0);
+  void* map = ::mmap(nullptr, 4096 + 2 * 128, PROT_READ | PROT_WRITE, MAP_SHARED, catalog, 0);
+  REQUIRE(map != MAP_FAILED);
+  static_cast<uint8_t*>(map)[4096 + 128 + 104] ^= 0x10;
+  ::munmap(map, 4096 + 2 * 128);
+  Service second(dir, store);
+  Client c = second.Connect();
+  auto st = StatusOf(c);
+  CHECK(st.adopted_objects == 1);
+  CHECK(st.adoption_dropped == 1);
+  CheckSame(c, good);
+  CHECK(c.Get(bad.guid).status().IsNotFound());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("A mapping held across a crash never changes while the kept segments are closed",
+          "[kept]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::optional<Service> first(std::in_place, dir, store);
+  Client old_client = first->Connect();
+  Put held = PutFrames(old_client, {1 << 20}, 9);
+  Put other = PutFrames(old_client, {1 << 20}, 10);  // keeps the segment in use
+  auto view = old_client.Get(held.guid);
+  REQUIRE(view.ok());
+  StatusOf(old_client);
+  store.Drain(1s);
+  first->Kill();
+  first.reset();
+  store.Drain();
+  Service second(dir, store);
+  Client c = second.Connect();
+  uint64_t closed = StatusOf(c).kept_closed_bytes;
+  CHECK(closed > 0);
+  REQUIRE(c.Delete(held.guid).ok());
+  // New objects go elsewhere while the kept segment is closed, however many there are.
+  for (int i = 0; i < 100; ++i) PutFrames(c, {1 << 20}, 1000 + i);
+  CHECK(std::memcmp(view->frame(0).data(), held.frames[0].data(), held.frames[0].size()) == 0);
+  CheckSame(c, other);
+  CHECK(StatusOf(c).kept_closed_bytes == closed);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Kept segments open to new objects once the grace period has passed", "[kept]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  Put kept;
+  {
+    Service first(dir, store);
+    Client c = first.Connect();
+    kept = PutFrames(c, {4096}, 3);
+    StatusOf(c);
+    store.Drain(1s);
+    first.Kill();
+  }
+  store.Drain();
+  Service second(dir, store, {"--restart-grace-ms", "200"});
+  Client c = second.Connect();
+  CHECK(WaitFor([&] { return StatusOf(c).kept_closed_bytes == 0; }, 10s));
+  INFO(second.Log());
+  CHECK(second.Log().find("grace period ended") != std::string::npos);
+  CheckSame(c, kept);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Without a service manager nothing is kept and nothing is adopted", "[kept]") {
+  Daemon d;
+  Client c = d.Connect();
+  auto st = StatusOf(c);
+  CHECK_FALSE(st.keep_memory);
+  CHECK(st.kept_descriptors == 0);
+  CHECK(st.adopted_objects == 0);
+}
