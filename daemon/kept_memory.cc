@@ -8,7 +8,10 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "common/wall_clock.h"
+#include "daemon/put_ring.h"
 #include "depot/units.h"
+#include "proto/wire.h"
 
 namespace depot {
 
@@ -50,6 +53,7 @@ struct KeptSegment {
 
 struct KeptNamespace {
   std::vector<KeptSegment> segments;
+  std::vector<KeptRing> rings;
   std::map<uint64_t, KeptFd> catalogs;  // by generation
 };
 
@@ -146,6 +150,10 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
                     &owner, &large, &end) == 4 &&
         name[end] == '\0') {
       found[key].segments.push_back({id, owner, large != 0, std::move(k)});
+    } else if (std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 "%n", &key, &owner,
+                           &generation, &end) == 3 &&
+               name[end] == '\0') {
+      found[key].rings.push_back({owner, std::move(k)});
     } else if (std::sscanf(name, "depot.catalog.%" SCNu32 ".%" SCNu64 "%n", &key, &generation,
                            &end) == 2 &&
                name[end] == '\0') {
@@ -180,6 +188,7 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
     }
     if (ns == nullptr) {
       for (KeptSegment& s : kn.segments) store_.Forget(s.kept.name);
+      for (KeptRing& r : kn.rings) store_.Forget(r.kept.name);
       if (newest) store_.Forget(newest->name);
       adopting_.erase(key);
       continue;
@@ -201,26 +210,10 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
     std::vector<CatalogObject> objects = last ? last->Read(&torn) : std::vector<CatalogObject>();
     report_.dropped += torn;
     for (CatalogObject& c : objects) {
-      std::vector<Location> taken;
-      bool fits = true;
-      for (const Location& f : c.object.frames) {
-        if (f.size == 0) continue;
-        if (f.pool != 0 || !pool.ReserveKept(f)) {
-          fits = false;
-          break;
-        }
-        taken.push_back(f);
-      }
-      uint64_t size = 0;
-      for (const Location& f : c.object.frames) size += f.size;
-      if (fits && ns->table().Adopt(std::move(c.object), c.facts, true).ok()) {
-        ++report_.objects;
-        report_.bytes += size;
-        continue;
-      }
-      for (const Location& f : taken) pool.Free(f);
-      ++report_.dropped;
+      if (!AdoptObject(*ns, std::move(c.object), c.facts)) ++report_.dropped;
     }
+    // Then the puts the last daemon had not taken: their bytes are in blocks it had leased.
+    for (KeptRing& ring : kn.rings) AdoptRing(*ns, ring);
     auto before = pool.closed().first;
     pool.ReleaseEmptyKept();
     report_.released += before - pool.closed().first;
@@ -257,6 +250,84 @@ void KeptMemory::Report(StoreStatus& st) const {
   for (const auto& [key, place] : places_) {
     st.kept_closed_bytes += place.ns->host_pool().closed().second;
   }
+}
+
+bool KeptMemory::AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& facts) {
+  SegmentedPool& pool = ns.host_pool();
+  std::vector<Location> taken;
+  uint64_t size = 0;
+  for (const Location& f : n.frames) {
+    if (f.size == 0) continue;
+    if (f.pool != 0 || !pool.ReserveKept(f, n.creator_uid)) {
+      for (const Location& t : taken) pool.Free(t);
+      return false;
+    }
+    taken.push_back(f);
+    size += f.size;
+  }
+  if (!ns.table().Adopt(std::move(n), facts, true).ok()) {
+    for (const Location& t : taken) pool.Free(t);
+    return false;
+  }
+  ++report_.objects;
+  report_.bytes += size;
+  return true;
+}
+
+void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring) {
+  std::string name = ring.kept.name;
+  auto adopted = PutRing::Adopt(std::move(ring.kept.fd));
+  if (!adopted.ok()) {
+    spdlog::warn("kept memory: {}: {}; dropped", name, adopted.status().message());
+    store_.Forget(name);
+    return;
+  }
+  // Each record is checked as the last daemon would have (it is the client's to write), and its
+  // frames against the segments of the ring's user; a put of an object that exists already was
+  // taken just before the crash, and its record is done with.
+  Status taken = (*adopted)->Take([&](std::span<const uint8_t> body, bool) {
+    if (!proto::VerifyBody(static_cast<uint16_t>(proto::MsgType::kPut), body)) {
+      return Status::ProtocolError("a put that does not verify");
+    }
+    const wire::PutRequest& req = *proto::Body<wire::PutRequest>(body);
+    if (req.guid() == nullptr || req.frames() == nullptr) {
+      return Status::ProtocolError("a put without a GUID or frames");
+    }
+    NewObject n;
+    n.guid = proto::FromWire(*req.guid());
+    if (req.owner_scoped() || ns.table().Find(n.guid) != nullptr) return Status::OK();
+    for (const wire::FrameLocation* f : *req.frames()) {
+      n.frames.push_back(
+          {.segment = f->segment(), .pool = f->pool(), .offset = f->offset(), .size = f->size()});
+    }
+    if (req.metadata()) n.metadata.assign(req.metadata()->begin(), req.metadata()->end());
+    if (req.name()) n.name = req.name()->str();
+    n.evictable = req.evictable();
+    n.creator_uid = ring.uid;
+    int64_t now = WallClockNs();
+    SpilledFacts facts{req.checksum().value_or(0), req.checksum().has_value(), now, now};
+    if (!AdoptObject(ns, std::move(n), facts)) ++report_.dropped;
+    return Status::OK();
+  });
+  if (!taken.ok()) {
+    ++report_.dropped;
+    spdlog::warn("kept memory: {}: {}; the rest of it is dropped", name, taken.message());
+  }
+  store_.Forget(name);
+}
+
+void KeptMemory::KeepRing(uint32_t key, uint32_t uid, SessionId session, int fd) {
+  if (!on()) return;
+  std::string name = fmt::format("depot.ring.{}.{}.{}", key, uid, session);
+  store_.Keep(name, fd);
+  rings_[session] = std::move(name);
+}
+
+void KeptMemory::ForgetRing(SessionId session) {
+  auto it = rings_.find(session);
+  if (it == rings_.end()) return;
+  if (!stopping_) store_.Forget(it->second);
+  rings_.erase(it);
 }
 
 void KeptMemory::OpenAll() {

@@ -45,6 +45,12 @@ struct KeptFd {
   UniqueFd fd;
 };
 
+// A session's put ring the last daemon kept, and its user.
+struct KeptRing {
+  uint32_t uid = 0;
+  KeptFd kept;
+};
+
 // What adoption found, for the log, status and metrics.
 struct AdoptionReport {
   bool ran = false;         // descriptors were passed back
@@ -79,6 +85,11 @@ class KeptMemory {
   void Detach(const Namespace& ns);
   // A table transition of `ns` (see ObjectTable::EventFn): records or erases the object.
   void Note(const Namespace& ns, TableEvent e, const StoredObject& o);
+  // Session `session` of user `uid` in namespace `key` has a put ring: kept while it lives, so
+  // that the next daemon takes the puts this one had not taken when it was killed.
+  void KeepRing(uint32_t key, uint32_t uid, SessionId session, int fd);
+  // The session closed, its ring taken to the end.
+  void ForgetRing(SessionId session);
 
   // Adopts what a previous daemon kept (see the class comment), making namespaces through `ns`.
   // Closed segments open after the grace period.
@@ -101,6 +112,11 @@ class KeptMemory {
     bool stored = false;  // the catalog is in the store
   };
   void StoreCatalog(uint32_t key, Place& place);
+  // The puts of a ring of the last daemon that it had not taken, as objects of `ns`.
+  void AdoptRing(Namespace& ns, KeptRing& ring);
+  // Makes `n` an object of `ns` at the memory the last daemon left (its frames in closed
+  // segments of `n.creator_uid`); false, taking nothing, when they do not check out.
+  bool AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& facts);
   void OpenAll();
 
   boost::asio::io_context& io_;
@@ -110,7 +126,8 @@ class KeptMemory {
   bool stopping_ = false;
   std::map<uint32_t, Place> places_;
   std::map<uint32_t, std::unique_ptr<Keeper>> keepers_;
-  std::map<uint32_t, uint64_t> adopting_;  // key -> generation of the catalog being adopted
+  std::map<uint32_t, uint64_t> adopting_;   // key -> generation of the catalog being adopted
+  std::map<SessionId, std::string> rings_;  // the name each session's ring is kept under
   AdoptionReport report_;
 };
 

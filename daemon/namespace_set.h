@@ -116,6 +116,7 @@ class NamespaceSet {
   void Persist();
   // Adopts the memory a previous daemon kept (see KeptMemory), before anything is served.
   AdoptionReport AdoptKept(std::vector<KeptFd> kept);
+  KeptMemory& kept() { return kept_; }
   const KeptMemory& kept() const { return kept_; }
   // The disk behind the host pools: MakeRoom for creates, Acquire for gets.
   SpillStore& spill() { return spill_; }

@@ -1,6 +1,8 @@
 #include "daemon/put_ring.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +24,22 @@ Result<std::unique_ptr<PutRing>> PutRing::Create(const std::string& name) {
   if (!map.ok()) return map.status();
   layout::Write(map->words(), put_ring::kPutRingLayout);
   return std::unique_ptr<PutRing>(new PutRing(std::move(memory->fd), std::move(*map)));
+}
+
+Result<std::unique_ptr<PutRing>> PutRing::Adopt(UniqueFd fd) {
+  struct stat st {};
+  int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (::fstat(fd.get(), &st) != 0 ||
+      static_cast<uint64_t>(st.st_size) != put_ring::kRingFileBytes || seals < 0 ||
+      (seals & F_SEAL_SHRINK) == 0) {
+    return Status::InvalidArgument("not a put ring");
+  }
+  auto map = SharedMapping::Map(fd.get(), put_ring::kRingFileBytes, true, "kept put ring");
+  if (!map.ok()) return map.status();
+  std::unique_ptr<PutRing> ring(new PutRing(std::move(fd), std::move(*map)));
+  // Where the last daemon had taken it to: it stores the tail only once a record is handled.
+  ring->tail_ = Load(ring->map_.words() + put_ring::kTail, std::memory_order_acquire);
+  return ring;
 }
 
 bool PutRing::Intact() const { return layout::Intact(map_.words(), put_ring::kPutRingLayout); }
@@ -68,11 +86,13 @@ Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>
     std::memcpy(body_.data(), records + at, first);
     std::memcpy(body_.data() + first, records, length - first);
     tail_ += put_ring::RecordSpan(length);
-    Store(map_.words() + put_ring::kTail, tail_, std::memory_order_release);
     if (Status st = take(body_, (header & put_ring::kHeld) != 0); !st.ok()) {
       broken_ = true;
       return st;
     }
+    // Only now, the put handled (and its object recorded where memory is kept): a daemon killed
+    // before this store leaves the record to the next one (KeptMemory).
+    Store(map_.words() + put_ring::kTail, tail_, std::memory_order_release);
   }
   return Status::OK();
 }

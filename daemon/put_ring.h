@@ -32,6 +32,10 @@ class PutRing {
  public:
   // An empty ring in a memfd named `name`; the memfd's error when it cannot be made.
   static Result<std::unique_ptr<PutRing>> Create(const std::string& name);
+  // The ring of a session of the last daemon, kept across its crash (KeptMemory): Take hands out
+  // what its client published and that daemon had not taken. InvalidArgument for a descriptor
+  // that is no ring (its size or seals).
+  static Result<std::unique_ptr<PutRing>> Adopt(UniqueFd fd);
 
   // Sent to the session: read-write.
   int fd() const { return fd_.get(); }

@@ -278,9 +278,9 @@ Status SegmentedPool::AdoptKept(uint32_t id, uint32_t owner, bool large, Segment
   return Status::OK();
 }
 
-bool SegmentedPool::ReserveKept(const Location& frame) {
+bool SegmentedPool::ReserveKept(const Location& frame, uint32_t owner) {
   auto it = segments_.find(frame.segment);
-  if (it == segments_.end() || !it->second.closed || frame.size == 0 ||
+  if (it == segments_.end() || !it->second.closed || it->second.owner != owner || frame.size == 0 ||
       !it->second.allocator.Reserve(frame.offset, frame.size)) {
     return false;
   }

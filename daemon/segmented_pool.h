@@ -165,9 +165,9 @@ class SegmentedPool {
   // against the budget even past the capacity (a smaller capacity than the last daemon's).
   // InvalidArgument for an id taken.
   Status AdoptKept(uint32_t id, uint32_t owner, bool large, SegmentMemory memory);
-  // Takes the block of `frame` in its closed segment, as Allocate would have: false when there
-  // is no such segment or the block is not free there.
-  bool ReserveKept(const Location& frame);
+  // Takes the block of `frame` in its closed segment of `owner`, as Allocate would have: false
+  // when there is no such segment or the block is not free there.
+  bool ReserveKept(const Location& frame, uint32_t owner);
   // Gives back the closed segments that hold no block (nothing kept lives there).
   void ReleaseEmptyKept();
   // Opens every closed segment to new blocks.

@@ -45,6 +45,7 @@ void Store::Close(SessionId session) {
     spdlog::warn("session {} closed with a broken put ring: {}", session, taken.message());
   }
   rings_.Leave(session);
+  namespaces_.kept().ForgetRing(session);
   if (ns->gets() != nullptr) ns->gets()->Leave(session);  // its slots keep nothing from now on
   ns->table().DropSession(session);
   owner_scopes_.Close(session, ns->table());
@@ -142,6 +143,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   // The put ring: without it (no memory for it) puts go in messages.
   uint64_t ring_bytes = 0;
   if (auto ring = rings_.Join(s, st.creds.uid); ring.ok()) {
+    namespaces_.kept().KeepRing(st.ns->key(), st.creds.uid, s, (*ring)->fd());
     UniqueFd fd(::fcntl((*ring)->fd(), F_DUPFD_CLOEXEC, 0));
     if (fd.valid()) {
       fds.push_back(std::move(fd));

@@ -246,6 +246,33 @@ TEST_CASE("After a kill -9, the next depotd serves every sealed object from the 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("A put that returned before the daemon took it from the ring survives a kill -9",
+          "[kept]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::vector<Put> puts;
+  {
+    Service first(dir, store);
+    Client c = first.Connect();
+    puts.push_back(PutFrames(c, {1000}, 1));  // takes a lease: later puts need no reply
+    StatusOf(c);
+    store.Drain(1s);
+    // The daemon reads nothing from here on: these puts return with their records in the ring.
+    REQUIRE(::kill(first.pid, SIGSTOP) == 0);
+    for (uint32_t i = 0; i < 5; ++i) puts.push_back(PutFrames(c, {100 + i * 1000}, 10 + i));
+    first.Kill();
+  }
+  store.Drain();
+  Service second(dir, store);
+  Client c = second.Connect();
+  auto st = StatusOf(c);
+  INFO(second.Log());
+  CHECK(st.adopted_objects == puts.size());
+  CHECK(st.adoption_dropped == 0);
+  for (const Put& p : puts) CheckSame(c, p);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("A kept entry that does not check out is dropped, and the rest are served", "[kept]") {
   std::string dir = TempDir();
   FdStoreStandIn store(dir + "/notify");
