@@ -1,0 +1,120 @@
+// A stand-in for systemd's file descriptor store, as much of it as depotd uses (for the tests
+// and benchmarks of memory kept across restarts, which cannot have a systemd as PID 1): it listens
+// on the socket NOTIFY_SOCKET names, keeps what FDSTORE=1 hands it under its FDNAME, drops what
+// FDSTOREREMOVE=1 names, and passes what it kept to a child about to exec the next depotd as
+// systemd does (LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID). scripts/systemd-check runs the real one.
+#ifndef DEPOT_TESTS_FD_STORE_STAND_IN_H_
+#define DEPOT_TESTS_FD_STORE_STAND_IN_H_
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/unique_fd.h"
+
+namespace depot::test {
+
+// systemd's descriptor store, as much of it as depotd uses.
+class FdStoreStandIn {
+ public:
+  explicit FdStoreStandIn(const std::string& path) : path_(path) {
+    fd_ = UniqueFd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    if (::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      throw std::runtime_error("cannot bind " + path + ": " + std::strerror(errno));
+    }
+  }
+  const std::string& path() const { return path_; }
+
+  // Reads every notification waiting (up to `wait` for the first).
+  void Drain(std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
+    while (true) {
+      pollfd p{fd_.get(), POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return;
+      wait = std::chrono::milliseconds(0);
+      char text[4096];
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
+      iovec iov{text, sizeof text};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      ssize_t n = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
+      if (n <= 0) return;
+      std::vector<UniqueFd> fds;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+          fds.emplace_back(fd);
+        }
+      }
+      std::map<std::string, std::string> fields;
+      std::istringstream lines(std::string(text, static_cast<size_t>(n)));
+      for (std::string l; std::getline(lines, l);) {
+        auto eq = l.find('=');
+        if (eq != std::string::npos) fields[l.substr(0, eq)] = l.substr(eq + 1);
+      }
+      if (fields["FDSTORE"] == "1") {
+        for (auto& fd : fds) kept_.emplace_back(fields["FDNAME"], std::move(fd));
+      } else if (fields["FDSTOREREMOVE"] == "1") {
+        std::erase_if(kept_, [&](const auto& k) { return k.first == fields["FDNAME"]; });
+      }
+    }
+  }
+
+  // The descriptors kept under names starting with `prefix`.
+  size_t Count(const std::string& prefix) const {
+    return std::count_if(kept_.begin(), kept_.end(),
+                         [&](const auto& k) { return k.first.starts_with(prefix); });
+  }
+  // The descriptor of the one entry named `prefix`..., or -1.
+  int Find(const std::string& prefix) const {
+    for (const auto& k : kept_)
+      if (k.first.starts_with(prefix)) return k.second.get();
+    return -1;
+  }
+
+  // In a child about to exec depotd: passes every kept descriptor as systemd does.
+  void PassToChild() const {
+    if (kept_.empty()) return;  // as systemd, which sets nothing then
+    std::vector<int> high;
+    std::string names;
+    for (const auto& [name, fd] : kept_) {
+      high.push_back(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 1000));
+      names += (names.empty() ? "" : ":") + name;
+    }
+    for (size_t i = 0; i < high.size(); ++i) ::dup2(high[i], 3 + static_cast<int>(i));
+    ::setenv("LISTEN_FDS", std::to_string(high.size()).c_str(), 1);
+    ::setenv("LISTEN_FDNAMES", names.c_str(), 1);
+    ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
+  }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+  std::vector<std::pair<std::string, UniqueFd>> kept_;
+};
+
+}  // namespace depot::test
+
+#endif  // DEPOT_TESTS_FD_STORE_STAND_IN_H_
