@@ -12,10 +12,15 @@
 // objects are all gone is given back rather than reused. The pages of a held object never change
 // under its holder; new objects go to new segments meanwhile.
 //
+// Each session's put ring is kept too: a put returns once its record is in the ring, and the
+// next daemon takes what the last one had not (the records checked like messages, their frames
+// against the ring's user's closed segments).
+//
 // Names in the store: "depot.seg.KEY.ID.OWNER.LARGE" for a segment (namespace key, segment id,
-// owner uid, 1 for a segment of large objects) and "depot.catalog.KEY.GEN" for a catalog (a new
-// daemon stores its own, GEN + 1, once it has adopted the last one, and then forgets that one: a
-// crash in between leaves both, and the newer, complete one is read).
+// owner uid, 1 for a segment of large objects), "depot.ring.KEY.UID.SESSION" for a put ring, and
+// "depot.catalog.KEY.GEN" for a catalog (a new daemon stores its own, GEN + 1, once it has adopted
+// the last one, and then forgets that one: a crash in between leaves both, and the newer,
+// complete one is read).
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_KEPT_MEMORY_H_
