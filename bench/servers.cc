@@ -13,7 +13,8 @@
 #include <vector>
 
 namespace depot::bench {
-pid_t LaunchServer(const std::vector<std::string>& argv, const std::string& log) {
+pid_t LaunchServer(const std::vector<std::string>& argv, const std::string& log,
+                   const std::function<void()>& prepare) {
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t pid = ::fork();
@@ -23,6 +24,7 @@ pid_t LaunchServer(const std::vector<std::string>& argv, const std::string& log)
     PinTo(kServerCpu);
     if (FILE* f = std::freopen(log.c_str(), "w", stderr)) (void)f;
     if (FILE* f = std::freopen("/dev/null", "w", stdout)) (void)f;
+    if (prepare) prepare();
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -78,11 +80,18 @@ DepotDaemon::DepotDaemon(const std::string& dir, const std::string& name, Daemon
   if (!config.spill_dir.empty()) argv.insert(argv.end(), {"--spill-dir", config.spill_dir});
   argv.insert(argv.end(), config.args.begin(), config.args.end());
   std::string log = fmt::format("{}/{}.log", dir, name);
-  pid_ = LaunchServer(argv, log);
+  pid_ = LaunchServer(argv, log, config.prepare);
   AwaitServer(pid_, "depotd", log, [&] { return Client::Connect({socket_, "probe"}).ok(); });
 }
 
 DepotDaemon::~DepotDaemon() { StopServer(pid_); }
+
+void DepotDaemon::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
 
 Client DepotDaemon::Connect(const std::string& client_name) const {
   return Check(Client::Connect({socket_, client_name}), "connect to depotd");

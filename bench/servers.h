@@ -28,6 +28,7 @@ struct DaemonConfig {
   std::string spill_dir;                // empty: no spilling
   std::string binary{};                 // empty: the depotd built in this tree
   std::vector<std::string> args{};      // more of depotd's command line
+  std::function<void()> prepare{};      // runs in the child just before exec
 };
 
 class DepotDaemon {
@@ -44,6 +45,8 @@ class DepotDaemon {
   const std::string& socket() const { return socket_; }
   pid_t pid() const { return pid_; }
   const DaemonConfig& config() const { return config_; }
+  // SIGKILL, then reaps: a crash.
+  void Kill();
   // "prefaulted 1.3 GiB pool" / "1.3 GiB pool, 64 MiB segments made on demand"
   std::string Describe() const;
 
@@ -55,7 +58,9 @@ class DepotDaemon {
 
 // Forks and execs `argv` (PATH searched) on kServerCpu, stdout to /dev/null and stderr to `log`;
 // the server gets SIGTERM when the benchmark dies.
-pid_t LaunchServer(const std::vector<std::string>& argv, const std::string& log);
+// `prepare` runs in the child just before exec.
+pid_t LaunchServer(const std::vector<std::string>& argv, const std::string& log,
+                   const std::function<void()>& prepare = {});
 // Waits up to 30 s for `ready` (polled); BenchError, with the log, when the server exits first or
 // the time runs out.
 void AwaitServer(pid_t pid, const std::string& what, const std::string& log,

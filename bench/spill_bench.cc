@@ -7,7 +7,9 @@
 //      cache) against a plain read of a 64 MiB file (dropped likewise);
 //   3. a get of an object in memory, alone and while another process makes depotd spill;
 //   4. a clean stop of a full pool (SIGTERM until exit: every object written) and the restart
-//      (until the socket serves), against the plain write of the same bytes.
+//      (until the socket serves, and until its first get), against the plain write of the same
+//      bytes;
+//   5. the same pool kept in memory across a kill -9 (keep_memory), against section 4's path.
 //
 //   spill_bench [--quick] [--dir DIR]    DIR: where to measure (default /var/tmp)
 #include <fcntl.h>
@@ -26,6 +28,7 @@
 #include "bench/harness.h"
 #include "bench/servers.h"
 #include "depot/client.h"
+#include "tests/fd_store_stand_in.h"
 
 namespace depot::bench {
 namespace {
@@ -239,7 +242,8 @@ void GetsWhileSpilling(const std::string& dir, bool quick) {
 }
 
 // 4. A clean stop of a full pool and the restart, against the plain write of the same bytes.
-void StopAndRestart(const std::string& dir, bool quick) {
+// Returns the time from the stop to the first get served by the new daemon (a restore).
+double StopAndRestart(const std::string& dir, bool quick) {
   const uint64_t capacity = (quick ? 256 : 1024) * kMiB, size = 16 * kMiB;
   const int count = static_cast<int>(capacity / size * 85 / 100);  // under the 90% spill mark
   Say(fmt::format(
@@ -252,10 +256,14 @@ void StopAndRestart(const std::string& dir, bool quick) {
   TempDir logs;
   DaemonConfig config{.capacity = capacity, .segment_size = 64 * kMiB, .spill_dir = spill_dir};
   auto d = std::make_unique<DepotDaemon>(logs.path(), "depotd", config);
+  Guid first;
   {
     Client c = d->Connect();
     std::vector<std::byte> data(size, std::byte{3});
-    for (int i = 0; i < count; ++i) Check(c.Put(data), "put");
+    for (int i = 0; i < count; ++i) {
+      Guid g = Check(c.Put(data), "put");
+      if (i == 0) first = g;
+    }
   }
   auto t0 = Clock::now();
   d.reset();  // SIGTERM, then waits for the exit
@@ -264,6 +272,8 @@ void StopAndRestart(const std::string& dir, bool quick) {
   d = std::make_unique<DepotDaemon>(logs.path(), "depotd", config);
   double start = Since(t1);
   Client c = d->Connect();
+  Check(c.Get(first), "the first get after the restart");
+  double first_get = Since(t0);
   uint64_t listed = StatusOf(c).spilled_objects;
   d.reset();
   fs::remove_all(spill_dir);
@@ -274,6 +284,61 @@ void StopAndRestart(const std::string& dir, bool quick) {
   t.Row({fmt::format("clean stop ({} objects written)", count), Time(stop), Rate(bytes / stop),
          Ratio(stop / plain)});
   t.Row({fmt::format("restart ({} objects served from disk)", listed), Time(start), "", ""});
+  t.Row({"stop to the first get served (a restore)", Time(first_get), "", ""});
+  t.Print();
+  return first_get;
+}
+
+// 5. The same pool kept in memory across a kill -9 (keep_memory, with the descriptor store of
+// systemd played by tests/fd_store_stand_in.h), against the spill path of section 4.
+void KeptRestart(const std::string& dir, bool quick, double spill_path) {
+  const uint64_t capacity = (quick ? 256 : 1024) * kMiB, size = 16 * kMiB;
+  const int count = static_cast<int>(capacity / size * 85 / 100);
+  Say(fmt::format(
+      "\n## Restart with the memory kept\n\nThe pool of section 4 ({} objects of {}, plus 10,000 "
+      "of 4 KiB), no spill_dir, under a stand-in for systemd's descriptor store. depotd is killed "
+      "(SIGKILL) and a new one started with what the store kept, until its first get is served; "
+      "against the clean stop and restart through spill_dir of section 4 (same run).\n",
+      count, Bytes(size)));
+  TempDir logs;
+  test::FdStoreStandIn store(logs.path() + "/notify");
+  DaemonConfig config{.capacity = capacity + 64 * kMiB, .segment_size = 64 * kMiB};
+  config.prepare = [&store] {
+    ::setenv("NOTIFY_SOCKET", store.path().c_str(), 1);
+    store.PassToChild();
+  };
+  auto d = std::make_unique<DepotDaemon>(logs.path(), "depotd", config);
+  Guid first;
+  {
+    Client c = d->Connect();
+    std::vector<std::byte> data(size, std::byte{3});
+    for (int i = 0; i < count; ++i) {
+      Guid g = Check(c.Put(data), "put");
+      if (i == 0) first = g;
+    }
+    std::vector<std::byte> small(4096, std::byte{5});
+    for (int i = 0; i < 10000; ++i) Check(c.Put(small), "put");
+    StatusOf(c);
+  }
+  store.Drain(std::chrono::milliseconds(500));
+  auto t0 = Clock::now();
+  d->Kill();
+  store.Drain();
+  d = std::make_unique<DepotDaemon>(logs.path(), "depotd", config);
+  Client c = d->Connect();
+  Check(c.Get(first), "the first get after the restart");
+  double kept = Since(t0);
+  StoreStatus st = StatusOf(c);
+  d.reset();
+  Table t({"", "time", "against the spill path"}, "lrr");
+  t.Row(
+      {fmt::format("spill path: clean stop to the first get ({} objects written and read)", count),
+       Time(spill_path), ""});
+  t.Row({fmt::format("kept memory: kill -9 to the first get ({} objects adopted, {} dropped)",
+                     st.adopted_objects, st.adoption_dropped),
+         Time(kept), Ratio(kept / spill_path)});
+  t.Row({"of which the adoption itself", Time(static_cast<double>(st.adoption_us) / 1e6),
+         Ratio(static_cast<double>(st.adoption_us) / 1e6 / spill_path)});
   t.Print();
 }
 
@@ -301,7 +366,8 @@ int Main(int argc, char** argv) {
     SpillThroughput(work, quick, targets);
     Restore(work, quick, targets);
     GetsWhileSpilling(work, quick);
-    StopAndRestart(work, quick);
+    double spill_path = StopAndRestart(work, quick);
+    KeptRestart(work, quick, spill_path);
   } catch (const BenchError& e) {
     Say(fmt::format("\n**failed: {}**", e.what()));
     fs::remove_all(work);
