@@ -8,19 +8,23 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -39,15 +43,70 @@ class FdStoreStandIn {
     if (::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
       throw std::runtime_error("cannot bind " + path + ": " + std::strerror(errno));
     }
+    // As systemd does, it reads notifications as they come: a datagram socket holds only a few
+    // (net.unix.max_dgram_qlen), and a daemon whose notifications are not read blocks in sendmsg.
+    reader_ = std::thread([this] {
+      while (!stop_) Read(std::chrono::milliseconds(20));
+    });
   }
+  ~FdStoreStandIn() {
+    stop_ = true;
+    reader_.join();
+  }
+  FdStoreStandIn(const FdStoreStandIn&) = delete;
+  FdStoreStandIn& operator=(const FdStoreStandIn&) = delete;
   const std::string& path() const { return path_; }
 
-  // Reads every notification waiting (up to `wait` for the first).
+  // Waits `wait` for notifications in flight, then until every one sent is read.
   void Drain(std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
+    std::this_thread::sleep_for(wait);
+    for (int i = 0; i < 500; ++i) {
+      int queued = 0;
+      if (::ioctl(fd_.get(), FIONREAD, &queued) == 0 && queued == 0 && !reading_) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the last one handled
+  }
+
+  // The descriptors kept under names starting with `prefix`.
+  size_t Count(const std::string& prefix) const {
+    std::lock_guard<std::mutex> hold(mutex_);
+    return std::count_if(kept_.begin(), kept_.end(),
+                         [&](const auto& k) { return k.first.starts_with(prefix); });
+  }
+  // The descriptor of the one entry named `prefix`..., or -1.
+  int Find(const std::string& prefix) const {
+    std::lock_guard<std::mutex> hold(mutex_);
+    for (const auto& k : kept_)
+      if (k.first.starts_with(prefix)) return k.second.get();
+    return -1;
+  }
+
+  // In a child about to exec depotd: passes every kept descriptor as systemd does. Takes no lock
+  // (a forked child must not): called once the last daemon is gone and its notifications read.
+  void PassToChild() const {
+    if (kept_.empty()) return;  // as systemd, which sets nothing then
+    std::vector<int> high;
+    std::string names;
+    for (const auto& [name, fd] : kept_) {
+      high.push_back(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 1000));
+      names += (names.empty() ? "" : ":") + name;
+    }
+    for (size_t i = 0; i < high.size(); ++i) ::dup2(high[i], 3 + static_cast<int>(i));
+    ::setenv("LISTEN_FDS", std::to_string(high.size()).c_str(), 1);
+    ::setenv("LISTEN_FDNAMES", names.c_str(), 1);
+    ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
+  }
+
+ private:
+  // Reads and handles every notification waiting (up to `wait` for the first).
+  void Read(std::chrono::milliseconds wait) {
     while (true) {
       pollfd p{fd_.get(), POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return;
       wait = std::chrono::milliseconds(0);
+      reading_ = true;
+      std::lock_guard<std::mutex> hold(mutex_);
       char text[4096];
       alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
       iovec iov{text, sizeof text};
@@ -57,6 +116,7 @@ class FdStoreStandIn {
       msg.msg_control = control;
       msg.msg_controllen = sizeof control;
       ssize_t n = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
+      reading_ = false;
       if (n <= 0) return;
       std::vector<UniqueFd> fds;
       for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
@@ -82,37 +142,14 @@ class FdStoreStandIn {
     }
   }
 
-  // The descriptors kept under names starting with `prefix`.
-  size_t Count(const std::string& prefix) const {
-    return std::count_if(kept_.begin(), kept_.end(),
-                         [&](const auto& k) { return k.first.starts_with(prefix); });
-  }
-  // The descriptor of the one entry named `prefix`..., or -1.
-  int Find(const std::string& prefix) const {
-    for (const auto& k : kept_)
-      if (k.first.starts_with(prefix)) return k.second.get();
-    return -1;
-  }
-
-  // In a child about to exec depotd: passes every kept descriptor as systemd does.
-  void PassToChild() const {
-    if (kept_.empty()) return;  // as systemd, which sets nothing then
-    std::vector<int> high;
-    std::string names;
-    for (const auto& [name, fd] : kept_) {
-      high.push_back(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 1000));
-      names += (names.empty() ? "" : ":") + name;
-    }
-    for (size_t i = 0; i < high.size(); ++i) ::dup2(high[i], 3 + static_cast<int>(i));
-    ::setenv("LISTEN_FDS", std::to_string(high.size()).c_str(), 1);
-    ::setenv("LISTEN_FDNAMES", names.c_str(), 1);
-    ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
-  }
-
  private:
   std::string path_;
   UniqueFd fd_;
   std::vector<std::pair<std::string, UniqueFd>> kept_;
+  mutable std::mutex mutex_;  // kept_, between the reader and the callers
+  std::atomic<bool> reading_{false};
+  std::atomic<bool> stop_{false};
+  std::thread reader_;  // last: started once the rest exists
 };
 
 }  // namespace depot::test
