@@ -272,9 +272,9 @@ double StopAndRestart(const std::string& dir, bool quick) {
   d = std::make_unique<DepotDaemon>(logs.path(), "depotd", config);
   double start = Since(t1);
   Client c = d->Connect();
+  uint64_t listed = StatusOf(c).spilled_objects;
   Check(c.Get(first), "the first get after the restart");
   double first_get = Since(t0);
-  uint64_t listed = StatusOf(c).spilled_objects;
   d.reset();
   fs::remove_all(spill_dir);
   double plain = PlainWrite(dir, count, size);
