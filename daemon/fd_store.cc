@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -12,33 +13,37 @@ FdStore::FdStore(bool wanted) {
   const char* notify = std::getenv("NOTIFY_SOCKET");
   on_ = wanted && notify != nullptr && *notify != '\0';
   if (const char* max = std::getenv("FDSTORE"); on_ && max != nullptr) {
-    limit_ = std::strtoull(max, nullptr, 10);
+    limit_ = std::min<uint64_t>(limit_, std::strtoull(max, nullptr, 10));
   }
 }
 
-void FdStore::Keep(const std::string& name, int fd) {
-  if (!on_) return;
+bool FdStore::Keep(const std::string& name, int fd) {
+  if (!on_) return false;
+  if (stored_.size() >= limit_ && !stored_.contains(name)) {
+    if (!warned_) {
+      warned_ = true;
+      spdlog::warn(
+          "{} descriptors are in systemd's store, as many as depotd keeps there: {} and the "
+          "segments and rings made after it are lost at a restart (their objects are not)",
+          stored_.size(), name);
+    }
+    return false;
+  }
   std::string message = "FDSTORE=1\nFDNAME=" + name;
   int r = ::sd_pid_notify_with_fds(0, 0, message.c_str(), &fd, 1);
   if (r <= 0) {
     spdlog::warn("cannot hand {} to systemd's descriptor store: {}; it is lost at a restart", name,
                  r < 0 ? std::strerror(-r) : "no service manager listens");
-    return;
+    return false;
   }
-  ++stored_;
-  if (limit_ && stored_ > *limit_ && !warned_) {
-    warned_ = true;
-    spdlog::warn(
-        "{} descriptors kept in systemd's store, which takes {} (FileDescriptorStoreMax=): "
-        "segments past that are lost at a restart; raise FileDescriptorStoreMax= in depotd.service",
-        stored_, *limit_);
-  }
+  stored_.insert(name);
+  return true;
 }
 
 void FdStore::Forget(const std::string& name) {
-  if (!on_) return;
+  if (!on_ || stored_.erase(name) == 0) return;
   std::string message = "FDSTOREREMOVE=1\nFDNAME=" + name;
-  if (::sd_pid_notify(0, 0, message.c_str()) > 0 && stored_ > 0) --stored_;
+  ::sd_pid_notify(0, 0, message.c_str());
 }
 
 }  // namespace depot

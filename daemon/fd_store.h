@@ -8,18 +8,19 @@
 // daemon no longer accounts for.
 //
 // Off outside systemd (NOTIFY_SOCKET unset) and with keep_memory = off: then every call does
-// nothing. The unit must allow enough descriptors (FileDescriptorStoreMax=): systemd refuses
-// the rest and logs it, and the daemon, which hears nothing back, says so in its own log once the
-// count it stored passes the limit it was told (FDSTORE= in its environment, systemd 254 and
-// later).
+// nothing. At most kMaxStored descriptors are stored (fewer when systemd says its limit, FDSTORE=
+// in the environment of systemd 254 and later): systemd passes their names back in one
+// environment variable, LISTEN_FDNAMES, and exec refuses a variable past 128 KiB, so a store of
+// many more would keep the next depotd from starting at all. Past the cap, Keep refuses and says
+// so once in the log; what it would have kept is lost at a restart.
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_FD_STORE_H_
 #define DEPOT_DAEMON_FD_STORE_H_
 
 #include <cstdint>
-#include <optional>
 #include <string>
+#include <unordered_set>
 
 namespace depot {
 
@@ -29,18 +30,23 @@ class FdStore {
   explicit FdStore(bool wanted);
   bool on() const { return on_; }
 
+  // LISTEN_FDNAMES of this many names of depotd's (34 bytes at most with their ':') stays
+  // under 128 KiB; FileDescriptorStoreMax= in depotd.service allows a few more.
+  static constexpr uint64_t kMaxStored = 3000;
+
   // Hands a duplicate of `fd` to the store under `name` (printable, no ':', at most 255 bytes).
-  void Keep(const std::string& name, int fd);
-  // Removes every descriptor stored under `name`.
+  // False when it is off, full (see the class comment) or the message could not be sent.
+  bool Keep(const std::string& name, int fd);
+  // Removes the descriptor stored under `name` (nothing when none is).
   void Forget(const std::string& name);
 
   // Descriptors stored now, as counted here.
-  uint64_t stored() const { return stored_; }
+  uint64_t stored() const { return stored_.size(); }
 
  private:
   bool on_ = false;
-  uint64_t stored_ = 0;
-  std::optional<uint64_t> limit_;  // FDSTORE=, where systemd says it
+  uint64_t limit_ = kMaxStored;
+  std::unordered_set<std::string> stored_;
   bool warned_ = false;
 };
 
