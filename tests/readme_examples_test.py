@@ -96,9 +96,10 @@ def shell_commands(lang, text):
 
 class Runner:
     def __init__(self, args):
-        (self.source, self.depotd, self.depotctl, self.libdepot, self.cxx,
-         self.python_dir) = args[:6]
-        self.python_dir = self.python_dir and os.path.normpath(self.python_dir)
+        # Absolute: the commands run in a temporary directory.
+        self.source, self.depotd, self.depotctl, self.libdepot = map(os.path.abspath, args[:4])
+        self.cxx = args[4]
+        self.python_dir = args[5] and os.path.abspath(args[5])
         self.tmp = tempfile.mkdtemp(prefix="depot-readme-")
         self.socket = os.path.join(self.tmp, "depot.sock")
         self.env = dict(os.environ, DEPOT_SOCKET=self.socket, PYTHONDONTWRITEBYTECODE="1",
