@@ -39,6 +39,10 @@ class FdStore {
   bool Keep(const std::string& name, int fd);
   // Removes the descriptor stored under `name` (nothing when none is).
   void Forget(const std::string& name);
+  // `name` is in the store already: systemd passed it to this daemon (LISTEN_FDNAMES).
+  void Passed(const std::string& name) {
+    if (on_) stored_.insert(name);
+  }
 
   // Descriptors stored now, as counted here.
   uint64_t stored() const { return stored_.size(); }

@@ -142,6 +142,7 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
   report_.ran = !kept.empty();
   std::map<uint32_t, KeptNamespace> found;
   for (KeptFd& k : kept) {
+    store_.Passed(k.name);
     uint32_t key = 0, id = 0, owner = 0, large = 0;
     uint64_t generation = 0;
     int end = 0;
@@ -317,16 +318,18 @@ void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring) {
 }
 
 void KeptMemory::KeepRing(uint32_t key, uint32_t uid, SessionId session, int fd) {
-  if (!on()) return;
+  if (!on() || rings_.size() >= kRings || rings_of_[uid] >= kRingsPerUser) return;
   std::string name = fmt::format("depot.ring.{}.{}.{}", key, uid, session);
-  store_.Keep(name, fd);
-  rings_[session] = std::move(name);
+  if (!store_.Keep(name, fd)) return;
+  rings_[session] = {std::move(name), uid};
+  ++rings_of_[uid];
 }
 
 void KeptMemory::ForgetRing(SessionId session) {
   auto it = rings_.find(session);
   if (it == rings_.end()) return;
-  if (!stopping_) store_.Forget(it->second);
+  if (!stopping_) store_.Forget(it->second.name);
+  if (--rings_of_[it->second.uid] == 0) rings_of_.erase(it->second.uid);
   rings_.erase(it);
 }
 

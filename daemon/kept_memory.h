@@ -91,8 +91,12 @@ class KeptMemory {
   // A table transition of `ns` (see ObjectTable::EventFn): records or erases the object.
   void Note(const Namespace& ns, TableEvent e, const StoredObject& o);
   // Session `session` of user `uid` in namespace `key` has a put ring: kept while it lives, so
-  // that the next daemon takes the puts this one had not taken when it was killed.
+  // that the next daemon takes the puts this one had not taken when it was killed. At most
+  // kRingsPerUser of one user's and kRings in all are kept, so that no user's connections can
+  // take the room of the store that every user's segments need (FdStore::kMaxStored).
   void KeepRing(uint32_t key, uint32_t uid, SessionId session, int fd);
+  static constexpr size_t kRingsPerUser = 64;
+  static constexpr size_t kRings = 1000;
   // The session closed, its ring taken to the end.
   void ForgetRing(SessionId session);
 
@@ -131,8 +135,13 @@ class KeptMemory {
   bool stopping_ = false;
   std::map<uint32_t, Place> places_;
   std::map<uint32_t, std::unique_ptr<Keeper>> keepers_;
-  std::map<uint32_t, uint64_t> adopting_;   // key -> generation of the catalog being adopted
-  std::map<SessionId, std::string> rings_;  // the name each session's ring is kept under
+  std::map<uint32_t, uint64_t> adopting_;  // key -> generation of the catalog being adopted
+  struct RingName {
+    std::string name;
+    uint32_t uid;
+  };
+  std::map<SessionId, RingName> rings_;  // the name each session's ring is kept under
+  std::map<uint32_t, size_t> rings_of_;  // kept rings by user
   AdoptionReport report_;
 };
 
