@@ -107,6 +107,7 @@ void CheckSame(Client& c, const Put& p) {
   REQUIRE(o->frame_count() == p.frames.size());
   for (size_t i = 0; i < p.frames.size(); ++i) {
     REQUIRE(o->frame(i).size() == p.frames[i].size());
+    if (p.frames[i].empty()) continue;  // an empty frame may have no address at all
     CHECK(std::memcmp(o->frame(i).data(), p.frames[i].data(), p.frames[i].size()) == 0);
   }
 }
