@@ -241,6 +241,15 @@ void GetsWhileSpilling(const std::string& dir, bool quick) {
   t.Print();
 }
 
+// Puts `count` objects of `size` bytes into `d`'s pool; returns the first one's GUID.
+Guid FillPool(const DepotDaemon& d, int count, uint64_t size) {
+  Client c = d.Connect();
+  std::vector<std::byte> data(size, std::byte{3});
+  Guid first = Check(c.Put(data), "put");
+  for (int i = 1; i < count; ++i) Check(c.Put(data), "put");
+  return first;
+}
+
 // 4. A clean stop of a full pool and the restart, against the plain write of the same bytes.
 // Returns the time from the stop to the first get served by the new daemon (a restore).
 double StopAndRestart(const std::string& dir, bool quick) {
@@ -256,15 +265,7 @@ double StopAndRestart(const std::string& dir, bool quick) {
   TempDir logs;
   DaemonConfig config{.capacity = capacity, .segment_size = 64 * kMiB, .spill_dir = spill_dir};
   auto d = std::make_unique<DepotDaemon>(logs.path(), "depotd", config);
-  Guid first;
-  {
-    Client c = d->Connect();
-    std::vector<std::byte> data(size, std::byte{3});
-    for (int i = 0; i < count; ++i) {
-      Guid g = Check(c.Put(data), "put");
-      if (i == 0) first = g;
-    }
-  }
+  Guid first = FillPool(*d, count, size);
   auto t0 = Clock::now();
   d.reset();  // SIGTERM, then waits for the exit
   double stop = Since(t0);
@@ -308,14 +309,9 @@ void KeptRestart(const std::string& dir, bool quick, double spill_path) {
     store.PassToChild();
   };
   auto d = std::make_unique<DepotDaemon>(logs.path(), "depotd", config);
-  Guid first;
+  Guid first = FillPool(*d, count, size);
   {
     Client c = d->Connect();
-    std::vector<std::byte> data(size, std::byte{3});
-    for (int i = 0; i < count; ++i) {
-      Guid g = Check(c.Put(data), "put");
-      if (i == 0) first = g;
-    }
     std::vector<std::byte> small(4096, std::byte{5});
     for (int i = 0; i < 10000; ++i) Check(c.Put(small), "put");
     StatusOf(c);

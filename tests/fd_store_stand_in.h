@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "proto/fd_passing.h"
 
 namespace depot::test {
 
@@ -107,29 +108,13 @@ class FdStoreStandIn {
       wait = std::chrono::milliseconds(0);
       reading_ = true;
       std::lock_guard<std::mutex> hold(mutex_);
-      char text[4096];
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
-      iovec iov{text, sizeof text};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-      ssize_t n = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
+      uint8_t text[4096];
+      std::vector<UniqueFd> fds;
+      ssize_t n = proto::RecvWithFds(fd_.get(), text, fds, 0);
       reading_ = false;
       if (n <= 0) return;
-      std::vector<UniqueFd> fds;
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-          int fd;
-          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-          fds.emplace_back(fd);
-        }
-      }
       std::map<std::string, std::string> fields;
-      std::istringstream lines(std::string(text, static_cast<size_t>(n)));
+      std::istringstream lines(std::string(reinterpret_cast<char*>(text), static_cast<size_t>(n)));
       for (std::string l; std::getline(lines, l);) {
         auto eq = l.find('=');
         if (eq != std::string::npos) fields[l.substr(0, eq)] = l.substr(eq + 1);

@@ -112,6 +112,15 @@ void CheckSame(Client& c, const Put& p) {
   }
 }
 
+// Every one of `puts` was adopted by `service`, none dropped, and reads back the same through `c`.
+void CheckAllAdopted(Client& c, const Service& service, const std::vector<Put>& puts) {
+  auto st = StatusOf(c);
+  INFO(service.Log());
+  CHECK(st.adopted_objects == puts.size());
+  CHECK(st.adoption_dropped == 0);
+  for (const Put& p : puts) CheckSame(c, p);
+}
+
 }  // namespace
 
 TEST_CASE("After a kill -9, the next depotd serves every sealed object from the kept memory",
@@ -145,11 +154,7 @@ TEST_CASE("After a kill -9, the next depotd serves every sealed object from the 
   store.Drain();
   Service second(dir, store);
   Client c = second.Connect();
-  auto st = StatusOf(c);
-  INFO(second.Log());
-  CHECK(st.adopted_objects == puts.size());
-  CHECK(st.adoption_dropped == 0);
-  for (const Put& p : puts) CheckSame(c, p);
+  CheckAllAdopted(c, second, puts);
   auto named = c.Get(puts.back().guid);
   REQUIRE(named.ok());
   REQUIRE(named->metadata().size() == 2);
@@ -184,11 +189,7 @@ TEST_CASE("A put that returned before the daemon took it from the ring survives 
   store.Drain();
   Service second(dir, store);
   Client c = second.Connect();
-  auto st = StatusOf(c);
-  INFO(second.Log());
-  CHECK(st.adopted_objects == puts.size());
-  CHECK(st.adoption_dropped == 0);
-  for (const Put& p : puts) CheckSame(c, p);
+  CheckAllAdopted(c, second, puts);
   std::filesystem::remove_all(dir);
 }
 
