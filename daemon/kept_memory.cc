@@ -283,6 +283,7 @@ void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring) {
     store_.Forget(name);
     return;
   }
+  (*adopted)->Close();
   // Each record is checked as the last daemon would have (it is the client's to write), and its
   // frames against the segments of the ring's user; a put of an object that exists already was
   // taken just before the crash, and its record is done with.

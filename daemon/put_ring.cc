@@ -101,6 +101,12 @@ void PutRing::SetPolled(uint64_t word) {
   Store(map_.words() + put_ring::kPolled, word, std::memory_order_seq_cst);
 }
 
+void PutRing::Close() {
+  uint64_t epoch = Load(map_.words() + put_ring::kPolled, std::memory_order_acquire) >> 2;
+  SetPolled((epoch + 1) << 2 | put_ring::kUrgent);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
 void PutRing::LeaseGranted() {
   Store(map_.words() + put_ring::kLease, put_ring::kLeaseIdle, std::memory_order_release);
 }

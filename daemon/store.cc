@@ -176,6 +176,9 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
     case MsgType::kPutsWritten:  // its ring was taken above
       rings_.Poll(s);
       break;
+    case MsgType::kHold:
+      OnHold(s, id, *proto::Body<wire::GuidsRequest>(body));
+      break;
     case MsgType::kIndex:
       OnIndex(s, st, id, *proto::Body<wire::IndexRequest>(body));
       break;
@@ -401,10 +404,10 @@ void Store::OnRelease(SessionId s, const wire::ReleaseRequest& req) {
   };
   if (req.handles()) std::ranges::for_each(*req.handles(), release);
   for (size_t i = 0; req.guids() && i < req.guids()->size(); ++i) {
-    auto it = st.ring_holds.find(FromWire(*req.guids()->Get(i)));
-    if (it == st.ring_holds.end()) continue;
+    auto it = st.guid_holds.find(FromWire(*req.guids()->Get(i)));
+    if (it == st.guid_holds.end()) continue;
     release(it->second);
-    st.ring_holds.erase(it);
+    st.guid_holds.erase(it);
   }
   WatchPins();
 }

@@ -112,9 +112,9 @@ class Store {
     std::string process;  // /proc/PID/comm
     uint64_t requests = 0;
     Namespace* ns = nullptr;  // set at hello: greeted
-    // Objects the session got from its put ring before the daemon took them (kHeld): the
-    // reference it holds on each, released by GUID.
-    std::unordered_map<Guid, ObjectId> ring_holds;
+    // References the session holds by GUID, released by GUID: objects it got from its put ring
+    // before the daemon took them (kHeld), and those it still mapped when it reconnected (hold).
+    std::unordered_map<Guid, ObjectId> guid_holds;
   };
 
   Store(boost::asio::io_context& io, StoreOptions options);
@@ -151,7 +151,7 @@ class Store {
   void OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req);
   Status OnPut(SessionId s, const wire::PutRequest& req);
   // A put taken from `s`'s put ring: a copy of its body, checked like a message, then OnPut; when
-  // `held`, the session gets a reference on the object (see SessionState::ring_holds).
+  // `held`, the session gets a reference on the object (see SessionState::guid_holds).
   Status OnRingPut(SessionId s, std::span<const uint8_t> body, bool held);
   // The reclaim hook: a block of a deleted object goes back to its creator's lease when it was
   // cut from it, and the client hears of it through its put ring (see LeaseTable::TakeBack).
@@ -167,6 +167,9 @@ class Store {
   bool DrainFirst(SessionId s, const proto::Header& h, std::span<const uint8_t> body);
   void OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req);
   void OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req);
+  // A client that reconnected names the objects it still maps: each sealed one is held for the
+  // session (by GUID, as in guid_holds), so that it is not freed under the mapping.
+  void OnHold(SessionId s, uint64_t id, const wire::GuidsRequest& req);
   void OnList(SessionId s, uint64_t id, const wire::ListRequest& req);
   void OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req);
   void OnStatus(SessionId s, uint64_t id);

@@ -140,7 +140,7 @@ Status Store::OnRingPut(SessionId s, std::span<const uint8_t> body, bool held) {
   SessionState& state = sessions_.at(s);
   Guid guid = FromWire(*req.guid());
   auto obj = state.ns->table().Acquire(s, guid);  // it was sealed just now
-  if (obj.ok() && state.ring_holds.emplace(guid, (*obj)->id).second) return st;
+  if (obj.ok() && state.guid_holds.emplace(guid, (*obj)->id).second) return st;
   if (obj.ok()) (void)state.ns->table().Release(s, (*obj)->id);
   return st;
 }

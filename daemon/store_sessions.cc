@@ -12,6 +12,7 @@
 
 #include "common/wall_clock.h"
 #include "daemon/replies.h"
+#include "daemon/request_limits.h"
 #include "daemon/store.h"
 #include "proto/index_layout.h"
 #include "proto/put_ring_layout.h"
@@ -163,6 +164,29 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
       options_.max_metadata, sets > 0 ? st.ns->gets()->generation() : 0));
   Reply(s, id, MsgType::kHello, fbb, std::move(fds));
   return Status::OK();
+}
+
+void Store::OnHold(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
+  if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
+  SessionState& state = sessions_.at(s);
+  ObjectTable& table = state.ns->table();
+  fb::FlatBufferBuilder fbb(64 + 48 * req.guids()->size());
+  std::vector<fb::Offset<wire::GuidResult>> results;
+  results.reserve(req.guids()->size());
+  for (const wire::Guid* g : *req.guids()) {
+    Guid guid = proto::FromWire(*g);
+    auto obj = table.Acquire(s, guid);
+    // One reference a GUID: a second hold of the same object (or one of a put got from the ring)
+    // gives its acquire back.
+    if (obj.ok() && !state.guid_holds.emplace(guid, (*obj)->id).second) {
+      (void)table.Release(s, (*obj)->id);
+    }
+    Status st = obj.status();
+    results.push_back(
+        wire::CreateGuidResult(fbb, g, proto::ToWire(st.code()), fbb.CreateString(st.message())));
+  }
+  fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
+  Reply(s, id, MsgType::kHold, fbb);
 }
 
 void Store::OnIndex(SessionId s, SessionState& st, uint64_t id, const wire::IndexRequest& req) {

@@ -346,6 +346,7 @@ void ReadBody(Sink& sink, uint16_t type, std::span<const uint8_t> body) {
       return Read<wire::ReleaseRequest>(sink, body);
     case MsgType::kDelete:
     case MsgType::kContains:
+    case MsgType::kHold:
       return reply ? Read<wire::GuidsReply>(sink, body) : Read<wire::GuidsRequest>(sink, body);
     case MsgType::kList:
       return reply ? Read<wire::ListReply>(sink, body) : Read<wire::ListRequest>(sink, body);

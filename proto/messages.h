@@ -48,6 +48,8 @@
   X(PutsWritten, 20, "puts-written", EmptyReply, NoReply, kClient)              \
   /* more reference slots, or the index that replaced this session's */         \
   X(Index, 21, "index", IndexRequest, IndexReply, kClient)                      \
+  /* after a reconnect: objects still mapped from the last connection */        \
+  X(Hold, 22, "hold", GuidsRequest, GuidsReply, kClient)                        \
   X(SegmentsRetired, 64, "segments-retired", SegmentsRetired, NoReply, kDaemon) \
   X(Event, 65, "event", Event, NoReply, kDaemon)                                \
   /* in answer to any request */                                                \

@@ -252,6 +252,82 @@ TEST_CASE("A mapping held across a crash never changes while the kept segments a
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("A client carries on across a kill -9, and what it held is held by the next daemon",
+          "[kept][reconnect]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::optional<Service> first(std::in_place, dir, store);
+  Client c = first->Connect();
+  Put held = PutFrames(c, {1 << 20}, 9);
+  Put other = PutFrames(c, {1 << 20}, 10);
+  auto view = c.Get(held.guid);
+  REQUIRE(view.ok());
+  StatusOf(c);
+  store.Drain(1s);
+  first->Kill();
+  first.reset();
+  store.Drain();
+  Service second(dir, store, {"--restart-grace-ms", "300"});
+  Client d = second.Connect();
+  // `c` makes no call: its watcher saw the daemon go, reconnected, and named what it holds.
+  auto holders = [&] {
+    auto info = d.Stat(held.guid);
+    return info.ok() ? info->refcount : 0;
+  };
+  INFO(second.Log());
+  REQUIRE(WaitFor([&] { return holders() == 1; }, 10s));
+  CHECK(d.Stat(other.guid)->refcount == 0);
+  // Deleted, and the grace period over: memory that is free again is reused, but not the held
+  // object's, whatever is put.
+  REQUIRE(d.Delete(held.guid).ok());
+  REQUIRE(WaitFor([&] { return StatusOf(d).kept_closed_bytes == 0; }, 10s));
+  for (int i = 0; i < 150; ++i) PutFrames(d, {1 << 20}, 1000 + i);
+  CHECK(std::memcmp(view->frame(0).data(), held.frames[0].data(), held.frames[0].size()) == 0);
+  // The client's own calls go to the next daemon, with nothing to do on its part.
+  CheckSame(c, other);
+  CheckSame(d, PutFrames(c, {5000}, 77));
+  CHECK(c.Get(held.guid).status().IsNotFound());
+  // The hold goes with the last Object.
+  CHECK(StatusOf(d).objects_deleted == 1);
+  view = Status::NotFound("let go");
+  CHECK(WaitFor([&] { return StatusOf(d).objects_deleted == 0; }, 10s));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("A put cut off by a kill -9 is made once, on the next daemon", "[kept][reconnect]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::optional<Service> first(std::in_place, dir, store);
+  Client c = first->Connect();
+  Put small = PutFrames(c, {1000}, 1);
+  StatusOf(c);
+  store.Drain(1s);
+  // The daemon reads nothing from here on: a large put (a create, then a seal) waits for it.
+  REQUIRE(::kill(first->pid, SIGSTOP) == 0);
+  Put big;
+  big.frames.push_back(Pattern(8 << 20, 5));
+  Result<Guid> put = Status::Unavailable("not yet");
+  std::thread putter([&] { put = c.Put(big.frames[0]); });
+  std::this_thread::sleep_for(300ms);
+  first->Kill();
+  first.reset();
+  store.Drain();
+  Service second(dir, store);
+  putter.join();
+  INFO(put.status().ToString() << "\n" << second.Log());
+  REQUIRE(put.ok());
+  big.guid = *put;
+  Client d = second.Connect();
+  CheckSame(d, big);
+  CheckSame(d, small);
+  CHECK(StatusOf(d).objects_sealed == 2);
+  // A put into the lease of the daemon that went: made on the next one, once.
+  Put later = PutFrames(c, {2000}, 3);
+  CheckSame(d, later);
+  CHECK(StatusOf(d).objects_sealed == 3);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("Kept segments open to new objects once the grace period has passed", "[kept]") {
   std::string dir = TempDir();
   FdStoreStandIn store(dir + "/notify");

@@ -235,9 +235,14 @@ TEST_CASE("evictable objects are evicted least recently used first", "[lifecycle
   CHECK(c.Put(Pattern(3 * kMiB, 5), evictable).status().IsStoreFull());
 }
 
-TEST_CASE("clients waiting in a get see Disconnected when the daemon stops", "[lifecycle]") {
+TEST_CASE("clients waiting in a get see Disconnected when the daemon stops for good",
+          "[lifecycle]") {
   Daemon d;
-  Client c = d.Connect();
+  constexpr auto kWait = 2s;
+  auto connected = Client::Connect(
+      {.socket_path = d.socket(), .client_name = "lifecycle_test", .reconnect_wait = kWait});
+  REQUIRE(connected.ok());
+  Client c = std::move(*connected);
   Result<Object> got = Status::Unavailable("not yet");
   std::thread waiter([&] { got = c.Get(Guid::Random(), kForever); });
   Client watcher = d.Connect();
@@ -246,9 +251,24 @@ TEST_CASE("clients waiting in a get see Disconnected when the daemon stops", "[l
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   waiter.join();
+  // The get tried to reconnect for reconnect_wait, then said so.
   CHECK(got.status().IsDisconnected());
-  // Every later call fails the same way, at once.
+  CHECK_THAT(got.status().message(), Catch::Contains("reconnecting failed"));
+  // A later call tries once more, without waiting for reconnect_wait again.
+  auto start = std::chrono::steady_clock::now();
   CHECK(c.Put(Pattern(10, 1)).status().IsDisconnected());
+  CHECK(std::chrono::steady_clock::now() - start < kWait);
+}
+
+TEST_CASE("with reconnect_wait 0 a client never reconnects", "[lifecycle]") {
+  Daemon d;
+  auto connected = Client::Connect(
+      {.socket_path = d.socket(), .client_name = "lifecycle_test", .reconnect_wait = 0ms});
+  REQUIRE(connected.ok());
+  d.Stop(SIGTERM);
+  Daemon again(d.socket(), {"--capacity", "256MiB"});
+  CHECK(connected->Ping().IsDisconnected());
+  CHECK(connected->Put(Pattern(10, 1)).status().IsDisconnected());
 }
 
 TEST_CASE("an empty large object's segment is kept warm and reused", "[lifecycle]") {

@@ -72,6 +72,8 @@ class Channel {
   Result<Message> NextEvent(std::chrono::milliseconds timeout);
 
   const std::string& path() const { return path_; }
+  // The socket, for a watcher to poll for the daemon's hang-up (never to read or write).
+  int fd() const { return fd_.get(); }
 
   // Whether this process is a child forked since the channel was made; and what its calls say
   // there.

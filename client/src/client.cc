@@ -5,19 +5,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 
-#include "client/src/checksum.h"
 #include "client/src/connection.h"
 #include "client/src/daemon_trust.h"
+#include "client/src/retry.h"
 #include "client/src/status_reply.h"
 #include "common/socket_path.h"
 
 namespace depot {
 namespace {
 
-using internal::Checksum;
 using internal::Connection;
+using internal::Link;
 using proto::MsgType;
 using proto::ToStatus;
 using proto::ToWire;
@@ -30,6 +29,15 @@ Result<internal::Message> CallWithoutArguments(Connection& conn, MsgType type) {
   fb::FlatBufferBuilder fbb(64);
   fbb.Finish(wire::CreateEmptyReply(fbb));
   return conn.Call(type, fbb);
+}
+
+// The GUIDs of a request.
+fb::Offset<fb::Vector<const wire::Guid*>> GuidVector(fb::FlatBufferBuilder& fbb,
+                                                     std::span<const Guid> guids) {
+  std::vector<wire::Guid> ids;
+  ids.reserve(guids.size());
+  for (const Guid& g : guids) ids.push_back(ToWire(g));
+  return fbb.CreateVectorOfStructs(ids);
 }
 
 // A request names at most proto::kMaxGuidsPerRequest GUIDs: longer lists go in batches, one
@@ -90,45 +98,39 @@ ObjectInfo FromWire(const wire::ObjectInfo& w) {
   return o;
 }
 
-fb::Offset<wire::CreateRequest> BuildCreate(
-    fb::FlatBufferBuilder& fbb, std::span<const uint64_t> sizes, std::span<const uint32_t> pools,
-    const CreateOptions& o, std::span<const std::span<const std::byte>> inline_frames) {
-  auto frame_sizes = fbb.CreateVector(sizes.data(), sizes.size());
-  fb::Offset<fb::Vector<uint32_t>> frame_pools;
-  if (!pools.empty()) frame_pools = fbb.CreateVector(pools.data(), pools.size());
-  auto metadata =
-      fbb.CreateVector(reinterpret_cast<const uint8_t*>(o.metadata.data()), o.metadata.size());
-  fb::Offset<fb::String> name;
-  if (!o.name.empty()) name = fbb.CreateString(o.name);
-  fb::Offset<fb::Vector<uint8_t>> data;
-  if (!inline_frames.empty()) {
-    uint64_t total = 0;
-    for (auto f : inline_frames) total += f.size();
-    uint8_t* dst;
-    data = fbb.CreateUninitializedVector(total, &dst);
-    for (auto f : inline_frames) {
-      if (!f.empty()) std::memcpy(dst, f.data(), f.size());
-      dst += f.size();
+// One get request's worth of `guids` (at most proto::kMaxGuidsPerRequest) on `conn`: what this
+// process holds or finds in the shared index, and the rest in one round trip.
+std::vector<Result<Object>> GetBatch(Connection& conn, std::span<const Guid> guids,
+                                     std::chrono::milliseconds timeout) {
+  std::vector<Result<Object>> out(guids.size(), Status::NotFound("not requested"));
+  std::vector<size_t> wanted;  // indexes of GUIDs not held already, asked in one round trip
+  conn.GetLocal(guids, out, wanted);
+  if (wanted.empty()) return out;
+  fb::FlatBufferBuilder fbb(64 + 16 * wanted.size());
+  std::vector<Guid> asked;
+  for (size_t i : wanted) asked.push_back(guids[i]);
+  fbb.Finish(wire::CreateGetRequest(fbb, GuidVector(fbb, asked), timeout.count()));
+  auto reply = conn.Call(MsgType::kGet, fbb);
+  if (!reply.ok()) {
+    for (size_t i : wanted) out[i] = reply.status();
+    return out;
+  }
+  const auto* get_reply = proto::Body<wire::GetReply>(reply->body);
+  if (Status matches = conn.CheckGetReply(asked, *get_reply); !matches.ok()) {
+    for (size_t i : wanted) out[i] = matches;
+    return out;
+  }
+  const auto* results = get_reply->results();
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    const wire::GetResult* r = results->Get(k);
+    if (r->code() != wire::Code::Ok) {
+      out[wanted[k]] = ToStatus(r->code(), r->message());
+    } else {
+      out[wanted[k]] = conn.Adopt(guids[wanted[k]], *r, *reply);
     }
   }
-  wire::CreateRequestBuilder b(fbb);
-  b.add_frame_sizes(frame_sizes);
-  if (!pools.empty()) b.add_frame_pools(frame_pools);
-  b.add_metadata(metadata);
-  if (!o.name.empty()) b.add_name(name);
-  wire::Guid g;
-  if (o.guid) {
-    g = ToWire(*o.guid);
-    b.add_guid(&g);
-  }
-  b.add_evictable(o.evictable);
-  if (o.owner_scoped) b.add_owner_scoped(true);
-  if (!inline_frames.empty()) {
-    b.add_inline_data(data);
-    b.add_seal(true);
-    if (o.checksum) b.add_checksum(Checksum(inline_frames));
-  }
-  return b.Finish();
+  conn.DropIdle(*reply);
+  return out;
 }
 
 }  // namespace
@@ -143,87 +145,22 @@ Result<Client> Client::Connect(const ConnectOptions& options) {
   }
   auto trusted = internal::NamedDaemonUid(options.trusted_daemon_uid);
   if (!trusted.ok()) return trusted.status();
-  auto conn = Connection::Open(path, options.client_name, *trusted);
-  if (!conn.ok()) return conn.status();
-  return Client(std::move(*conn));
+  auto link = Link::Open({.path = path,
+                          .name = options.client_name,
+                          .trusted_daemon_uid = *trusted,
+                          .reconnect_wait = options.reconnect_wait});
+  if (!link.ok()) return link.status();
+  return Client(std::move(*link));
 }
 
-const std::string& Client::socket_path() const { return conn_->path(); }
-
-Result<Guid> Client::Put(std::span<const std::byte> data, const CreateOptions& options) {
-  std::span<const std::byte> frames[] = {data};
-  return Put(frames, options);
-}
-
-Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
-                         const CreateOptions& options) {
-  // Every rule the daemon keeps, before anything is written: a put it would refuse in its ring
-  // must not return a GUID.
-  if (Status shape = proto::CheckObjectShape(frames.size(), options.metadata.size(),
-                                             options.name.size(), conn_->object_limits());
-      !shape.ok()) {
-    return shape;
-  }
-  if (auto put = conn_->PutInLease(frames, options)) return std::move(*put);
-  std::vector<uint64_t> sizes;
-  uint64_t total = 0;
-  for (auto f : frames) {
-    sizes.push_back(f.size());
-    total += f.size();
-  }
-  if (total <= proto::kMaxInlineSize && !frames.empty() && options.places.empty()) {
-    // Create, fill and seal in one round trip.
-    fb::FlatBufferBuilder fbb(total + 256);
-    fbb.Finish(BuildCreate(fbb, sizes, {}, options, frames));
-    auto reply = conn_->CallCreate(fbb);
-    if (!reply.ok()) return reply.status();
-    return FromWire(proto::Body<wire::CreateReply>(reply->body)->guid());
-  }
-  auto draft = Create(sizes, options);
-  if (!draft.ok()) return draft.status();
-  for (size_t i = 0; i < frames.size(); ++i) {
-    if (Status copied = conn_->CopyIn(draft->frame(i), frames[i], draft->place(i)); !copied.ok()) {
-      return copied;  // the draft's destruction aborts the object
-    }
-  }
-  Guid guid = draft->guid();
-  Status sealed = draft->Seal();
-  if (!sealed.ok()) return sealed;
-  return guid;
-}
-
-Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOptions& options) {
-  std::vector<uint32_t> pools;
-  if (!options.places.empty()) {
-    if (options.places.size() != sizes.size()) {
-      return Status::InvalidArgument(
-          fmt::format("{} places given for {} frames", options.places.size(), sizes.size()));
-    }
-    for (const Place& p : options.places) {
-      auto pool = conn_->PoolOf(p);
-      if (!pool.ok()) return pool.status();
-      if (*pool != 0 && options.checksum) {
-        return Status::InvalidArgument(
-            "checksums cover host frames only; this object has a "
-            "frame on a GPU");
-      }
-      pools.push_back(*pool);
-    }
-  }
-  fb::FlatBufferBuilder fbb(256);
-  fbb.Finish(BuildCreate(fbb, sizes, pools, options, {}));
-  auto reply = conn_->CallCreate(fbb);
-  if (!reply.ok()) return reply.status();
-  auto draft = conn_->MakeDraft(*proto::Body<wire::CreateReply>(reply->body), *reply, sizes, pools);
-  if (draft.ok()) draft->checksum_ = options.checksum;
-  return draft;
-}
+const std::string& Client::socket_path() const { return link_->options().path; }
 
 Result<Object> Client::Get(const Guid& guid, std::chrono::milliseconds timeout) {
-  if (auto held = conn_->Cached(guid)) return std::move(*held);
-  if (auto found = conn_->FromIndex(guid)) return std::move(*found);
-  if (auto found = conn_->FromOwnPut(guid)) return std::move(*found);
-  if (auto found = conn_->FromIndexAfterOwnPut(guid)) return std::move(*found);
+  Connection& conn = link_->now();
+  if (auto held = conn.Cached(guid)) return std::move(*held);
+  if (auto found = conn.FromIndex(guid)) return std::move(*found);
+  if (auto found = conn.FromOwnPut(guid)) return std::move(*found);
+  if (auto found = conn.FromIndexAfterOwnPut(guid)) return std::move(*found);
   return std::move(Get(std::span<const Guid>(&guid, 1), timeout).front());
 }
 
@@ -240,37 +177,7 @@ std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
       return Get(part, timeout <= kNoWait ? timeout : std::max(left, std::chrono::milliseconds(1)));
     });
   }
-  std::vector<Result<Object>> out(guids.size(), Status::NotFound("not requested"));
-  std::vector<size_t> wanted;  // indexes of GUIDs not held already, asked in one round trip
-  conn_->GetLocal(guids, out, wanted);
-  if (wanted.empty()) return out;
-  fb::FlatBufferBuilder fbb(64 + 16 * wanted.size());
-  std::vector<wire::Guid> ids;
-  for (size_t i : wanted) ids.push_back(ToWire(guids[i]));
-  fbb.Finish(wire::CreateGetRequest(fbb, fbb.CreateVectorOfStructs(ids), timeout.count()));
-  auto reply = conn_->Call(MsgType::kGet, fbb);
-  if (!reply.ok()) {
-    for (size_t i : wanted) out[i] = reply.status();
-    return out;
-  }
-  std::vector<Guid> asked;
-  for (size_t i : wanted) asked.push_back(guids[i]);
-  const auto* get_reply = proto::Body<wire::GetReply>(reply->body);
-  if (Status matches = conn_->CheckGetReply(asked, *get_reply); !matches.ok()) {
-    for (size_t i : wanted) out[i] = matches;
-    return out;
-  }
-  const auto* results = get_reply->results();
-  for (size_t k = 0; k < wanted.size(); ++k) {
-    const wire::GetResult* r = results->Get(k);
-    if (r->code() != wire::Code::Ok) {
-      out[wanted[k]] = ToStatus(r->code(), r->message());
-    } else {
-      out[wanted[k]] = conn_->Adopt(guids[wanted[k]], *r, *reply);
-    }
-  }
-  conn_->DropIdle(*reply);
-  return out;
+  return internal::Retry(*link_, [&](Connection& conn) { return GetBatch(conn, guids, timeout); });
 }
 
 Status Client::Delete(const Guid& guid) { return Delete(std::span<const Guid>(&guid, 1)).front(); }
@@ -279,23 +186,31 @@ std::vector<Status> Client::Delete(std::span<const Guid> guids) {
   if (guids.size() > proto::kMaxGuidsPerRequest) {
     return InBatches(guids, [&](std::span<const Guid> part) { return Delete(part); });
   }
-  fb::FlatBufferBuilder fbb(64 + 16 * guids.size());
-  std::vector<wire::Guid> ids;
-  for (const Guid& g : guids) ids.push_back(ToWire(g));
-  fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(ids)));
-  auto reply = conn_->Call(MsgType::kDelete, fbb);
-  std::vector<Status> out(guids.size(), reply.status());
-  if (!reply.ok()) return out;
-  const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
-  for (size_t i = 0; results && i < results->size() && i < out.size(); ++i) {
-    out[i] = ToStatus(results->Get(i)->code(), results->Get(i)->message());
-    if (out[i].ok()) conn_->Deleted(guids[i]);
+  auto once = [&](Connection& conn) {
+    fb::FlatBufferBuilder fbb(64 + 16 * guids.size());
+    fbb.Finish(wire::CreateGuidsRequest(fbb, GuidVector(fbb, guids)));
+    auto reply = conn.Call(MsgType::kDelete, fbb);
+    std::vector<Status> out(guids.size(), reply.status());
+    if (!reply.ok()) return out;
+    const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
+    for (size_t i = 0; results && i < results->size() && i < out.size(); ++i) {
+      out[i] = ToStatus(results->Get(i)->code(), results->Get(i)->message());
+      if (out[i].ok()) conn.Deleted(guids[i]);
+    }
+    return out;
+  };
+  bool retried = false;
+  std::vector<Status> out = internal::Retry(*link_, once, &retried);
+  // Sent again after depotd went away: an object found gone was deleted by the first send, or is
+  // gone anyway.
+  for (Status& st : out) {
+    if (retried && st.IsNotFound()) st = Status::OK();
   }
   return out;
 }
 
 Result<bool> Client::Contains(const Guid& guid) {
-  if (conn_->Cached(guid) || conn_->Indexed(guid)) return true;
+  if (Connection& conn = link_->now(); conn.Cached(guid) || conn.Indexed(guid)) return true;
   return std::move(Contains(std::span<const Guid>(&guid, 1)).front());
 }
 
@@ -304,10 +219,9 @@ std::vector<Result<bool>> Client::Contains(std::span<const Guid> guids) {
     return InBatches(guids, [&](std::span<const Guid> part) { return Contains(part); });
   }
   fb::FlatBufferBuilder fbb(64 + 16 * guids.size());
-  std::vector<wire::Guid> ids;
-  for (const Guid& g : guids) ids.push_back(ToWire(g));
-  fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(ids)));
-  auto reply = conn_->Call(MsgType::kContains, fbb);
+  fbb.Finish(wire::CreateGuidsRequest(fbb, GuidVector(fbb, guids)));
+  auto reply =
+      internal::Retry(*link_, [&](Connection& conn) { return conn.Call(MsgType::kContains, fbb); });
   if (!reply.ok()) return std::vector<Result<bool>>(guids.size(), reply.status());
   const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
   if (results == nullptr || results->size() != guids.size()) {
@@ -326,7 +240,8 @@ Result<ObjectInfo> Client::Stat(const Guid& guid) {
   fb::FlatBufferBuilder fbb(64);
   wire::Guid g = ToWire(guid);
   fbb.Finish(wire::CreateGuidRequest(fbb, &g));
-  auto reply = conn_->Call(MsgType::kStat, fbb);
+  auto reply =
+      internal::Retry(*link_, [&](Connection& conn) { return conn.Call(MsgType::kStat, fbb); });
   if (!reply.ok()) return reply.status();
   const auto* info = proto::Body<wire::StatReply>(reply->body)->info();
   if (info == nullptr) return Status::ProtocolError("depotd sent a stat reply without the object");
@@ -342,7 +257,8 @@ Result<ListPage> Client::ListHeldBy(int32_t pid, std::optional<Guid> after, uint
   wire::Guid g;
   if (after) g = ToWire(*after);
   fbb.Finish(wire::CreateListRequest(fbb, after ? &g : nullptr, limit, pid));
-  auto reply = conn_->Call(MsgType::kList, fbb);
+  auto reply =
+      internal::Retry(*link_, [&](Connection& conn) { return conn.Call(MsgType::kList, fbb); });
   if (!reply.ok()) return reply.status();
   const auto* r = proto::Body<wire::ListReply>(reply->body);
   ListPage page;
@@ -356,29 +272,38 @@ Result<ListPage> Client::ListHeldBy(int32_t pid, std::optional<Guid> after, uint
   return page;
 }
 
-Status Client::PinHostMemory() { return conn_->PinHostMemory(); }
+Status Client::PinHostMemory() { return link_->PinHostMemory(); }
 
-Result<std::vector<DevicePoolInfo>> Client::DevicePools() const { return conn_->DevicePools(); }
+Result<std::vector<DevicePoolInfo>> Client::DevicePools() const {
+  return link_->now().DevicePools();
+}
 
 Result<StoreStatus> Client::GetStatus() {
-  auto reply = CallWithoutArguments(*conn_, MsgType::kStatus);
+  auto reply = internal::Retry(
+      *link_, [](Connection& conn) { return CallWithoutArguments(conn, MsgType::kStatus); });
   if (!reply.ok()) return reply.status();
   return internal::StoreStatusFromReply(*proto::Body<wire::StatusReply>(reply->body));
 }
 
-uint64_t Client::index_gets() const { return conn_->index_gets(); }
+uint64_t Client::index_gets() const { return link_->now().index_gets(); }
 
 Result<std::string> Client::Metrics() {
-  auto reply = CallWithoutArguments(*conn_, MsgType::kMetrics);
+  auto reply = internal::Retry(
+      *link_, [](Connection& conn) { return CallWithoutArguments(conn, MsgType::kMetrics); });
   if (!reply.ok()) return reply.status();
   const auto* text = proto::Body<wire::MetricsReply>(reply->body)->text();
   return text ? text->str() : std::string();
 }
 
-Status Client::Ping() { return CallWithoutArguments(*conn_, MsgType::kPing).status(); }
+Status Client::Ping() {
+  return internal::Retry(
+             *link_, [](Connection& conn) { return CallWithoutArguments(conn, MsgType::kPing); })
+      .status();
+}
 
 Result<std::vector<ClientInfo>> Client::Clients() {
-  auto reply = CallWithoutArguments(*conn_, MsgType::kClients);
+  auto reply = internal::Retry(
+      *link_, [](Connection& conn) { return CallWithoutArguments(conn, MsgType::kClients); });
   if (!reply.ok()) return reply.status();
   std::vector<ClientInfo> out;
   const auto* r = proto::Body<wire::ClientsReply>(reply->body);
@@ -405,7 +330,8 @@ Result<std::vector<ClientInfo>> Client::Clients() {
 }
 
 Result<Subscription> Client::Subscribe() {
-  auto conn = Connection::Open(conn_->path(), "events", conn_->trusted_daemon_uid());
+  const internal::Link::Options& o = link_->options();
+  auto conn = Connection::Open(o.path, "events", o.trusted_daemon_uid);
   if (!conn.ok()) return conn.status();
   auto reply = CallWithoutArguments(**conn, MsgType::kSubscribe);
   if (!reply.ok()) return reply.status();

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "client/src/daemon_trust.h"
+#include "client/src/link.h"
 #include "common/unix_socket.h"
 #include "common/users.h"
 
@@ -419,15 +420,27 @@ void Connection::Forget(Holding& h) {
   // uses are the parent's, and the locks below may have been held by a thread of the parent's.
   if (forked()) return;
   cache_.Forget(h);
+  if (superseded_.load(std::memory_order_acquire)) {
+    (void)segments_.DropUses(h.segment_uses);  // no one is there to hear of it
+    if (auto link = link_.lock()) link->DropCarried(h);
+    return;
+  }
   DropUses(h.segment_uses);
   if (h.slot) slots_->Clear(*h.slot);
   if (h.handle != 0) releases_.Queue(h.handle);
   if (h.by_guid) releases_.QueueGuid(h.guid);
 }
 
+void Connection::Supersede(std::weak_ptr<Link> link, std::shared_ptr<Connection> next) {
+  link_ = std::move(link);
+  successor_ = std::move(next);
+  superseded_.store(true, std::memory_order_release);
+  segments_.RetireAll();
+}
+
 Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg,
                                     std::span<const uint64_t> sizes,
-                                    std::span<const uint32_t> pools) {
+                                    std::span<const uint32_t> pools, bool checksum) {
   if (reply.guid() == nullptr) {
     return channel_.Break(Status::ProtocolError("depotd sent a create reply without a GUID"));
   }
@@ -460,8 +473,10 @@ Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg
     (void)Call(proto::MsgType::kAbort, fbb);
     return frames.status();
   }
-  return Draft(shared_from_this(), guid, std::move(*frames), std::move(uses),
-               pools_.Places(reply.frames()));
+  Draft draft(shared_from_this(), guid, std::move(*frames), std::move(uses),
+              pools_.Places(reply.frames()));
+  draft.checksum_ = checksum;
+  return draft;
 }
 
 }  // namespace depot::internal

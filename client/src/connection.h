@@ -38,6 +38,8 @@
 
 namespace depot::internal {
 
+class Link;
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   // Connects to `path`, checks who answers (CheckDaemon, trusting also `trusted_daemon_uid`) and
@@ -70,12 +72,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // checked against them before anything is written or sent.
   const proto::ObjectLimits& object_limits() const { return object_limits_; }
 
-  // A put with one message into this connection's lease; nullopt when it must take the create
-  // path (see Lease).
+  // A put with one message into this connection's lease, as `guid` (chosen by this process, not
+  // proposed by the caller); nullopt when it must take the create path (see Lease).
   std::optional<Result<Guid>> PutInLease(std::span<const std::span<const std::byte>> frames,
-                                         const CreateOptions& options) {
+                                         const CreateOptions& options, const Guid& guid) {
     if (forked()) return channel_.ForkedError();  // the put ring is the parent's
-    return lease_.Put(frames, options);
+    return lease_.Put(frames, options, guid);
   }
 
   // Gives back segment uses that MapFrames recorded, and tells the daemon of the retired
@@ -142,13 +144,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Builds a Draft from a create reply for frames of `sizes` in `pools` (empty: all on the host),
   // and aborts the object when its frames cannot be mapped. A reply whose frames are not those
   // asked for is ProtocolError, and the connection is broken.
+  // `checksum`: the draft records one at seal.
   Result<Draft> MakeDraft(const wire::CreateReply& reply, Message& msg,
-                          std::span<const uint64_t> sizes, std::span<const uint32_t> pools);
+                          std::span<const uint64_t> sizes, std::span<const uint32_t> pools,
+                          bool checksum);
 
   // The next event pushed by the daemon (see Channel::NextEvent).
   Result<Message> NextEvent(std::chrono::milliseconds timeout) {
     return channel_.NextEvent(timeout);
   }
+
+  // What this process holds through this connection (each kept alive by the result), and
+  // whether it holds anything: after depotd went away, for the reconnect to name (Link).
+  std::vector<std::shared_ptr<Holding>> Holdings() { return cache_.All(); }
+  bool Holds() { return !cache_.empty(); }
+  // Releases a hold (a reference the daemon took by GUID at a hold request) soon.
+  void ReleaseHold(const Guid& guid) { releases_.QueueGuid(guid); }
+  // `next` replaced this connection, whose daemon went away (Link::Reconnect). From now on a
+  // Holding of this one that goes tells `link` (Link::DropCarried) and sends nothing here, and
+  // each segment is unmapped with its last use. `next` lives at least as long as this.
+  void Supersede(std::weak_ptr<Link> link, std::shared_ptr<Connection> next);
+  // The socket, for Link's watcher to poll for the daemon's hang-up; and what it does then: no
+  // put is written into the lease any more (Lease::Close).
+  int socket_fd() const { return channel_.fd(); }
+  void HungUp() { lease_.Close(); }
 
   const std::string& path() const { return channel_.path(); }
   // The daemon uid this connection was told to trust, for another connection to the same daemon.
@@ -196,6 +215,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::chrono::steady_clock::time_point slots_refused_{};  // the last ask for slots refused
   std::atomic<uint64_t> index_gets_{0};
   std::optional<uid_t> trusted_daemon_uid_;
+  // Set by Supersede: superseded_ last, with release order.
+  std::weak_ptr<Link> link_;
+  std::shared_ptr<Connection> successor_;
+  std::atomic<bool> superseded_{false};
 };
 
 }  // namespace depot::internal

@@ -1,5 +1,6 @@
 #include "client/src/lease.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -20,12 +21,16 @@ static_assert(put_ring::kRecordBytes >=
 }  // namespace
 
 std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte>> frames,
-                                       const CreateOptions& options) {
+                                       const CreateOptions& options, const Guid& guid) {
   if (!offered_ || options.guid || !options.places.empty() || frames.empty() ||
       frames.size() > proto::kMaxFrames) {
     return std::nullopt;
   }
   std::lock_guard lk(mu_);
+  if (closed_) {
+    return Result<Guid>(Status::Disconnected(
+        fmt::format("depotd at {} went away before this put was written", channel_.path())));
+  }
   // Kept across puts, as are offsets_, locations_ and fbb_: a put allocates nothing.
   sizes_.clear();
   uint64_t need = 0;
@@ -54,7 +59,6 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
     if (!f.empty()) std::memcpy(base_ + (offsets_[i] - offset_), f.data(), f.size());
     locations.emplace_back(offsets_[i], f.size(), segment_, 0);
   }
-  Guid guid = Guid::Random();
   wire::Guid g = proto::ToWire(guid);
   auto frame_vec = fbb.CreateVectorOfStructs(locations);
   auto metadata = fbb.CreateVector(reinterpret_cast<const uint8_t*>(options.metadata.data()),

@@ -58,10 +58,19 @@ class Lease {
   // The put ring the daemon sent at hello (before any put).
   void set_ring(PutRing ring) { ring_.emplace(std::move(ring)); }
 
-  // Puts host `frames` with one message: the GUID once the message is sent, or an error. nullopt
-  // when this put must take the create path (see the class comment).
+  // Puts host `frames` with one message as `guid` (a GUID of this process's, not one the caller
+  // proposed, which needs the daemon's answer): `guid` once the message is sent, or an error.
+  // nullopt when this put must take the create path (see the class comment).
   std::optional<Result<Guid>> Put(std::span<const std::span<const std::byte>> frames,
-                                  const CreateOptions& options);
+                                  const CreateOptions& options, const Guid& guid);
+
+  // The daemon hung up: no put writes into the lease from now on (Disconnected). The next
+  // daemon adopted the lease's segment with the rest, and once its grace period ends the
+  // lease's bytes may be another object's.
+  void Close() {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+  }
 
   // Whether `guid` is one of the last kRecentPuts objects put through this lease with a message
   // (the put's or a doorbell): the daemon may not have read it yet, so the shared index may not
@@ -100,6 +109,7 @@ class Lease {
   bool offered_ = false;          // set while connecting, before any put
   uint64_t largest_ = kMaxLease;  // the most the daemon grants, once it granted less
   std::mutex mu_;
+  bool closed_ = false;        // under mu_
   std::byte* base_ = nullptr;  // the lease, mapped read-write
   uint32_t segment_ = 0;
   uint64_t offset_ = 0;  // of the lease in its segment

@@ -20,6 +20,16 @@ void ObjectCache::RememberMany(std::span<const std::shared_ptr<Holding>> holding
   for (const auto& h : holdings) entries_[h->guid] = Entry{h, h.get()};
 }
 
+std::vector<std::shared_ptr<Holding>> ObjectCache::All() {
+  std::lock_guard lk(mu_);
+  std::vector<std::shared_ptr<Holding>> out;
+  out.reserve(entries_.size());
+  for (auto& [guid, e] : entries_) {
+    if (auto h = e.holding.lock()) out.push_back(std::move(h));
+  }
+  return out;
+}
+
 void ObjectCache::Forget(const Holding& h) {
   std::lock_guard lk(mu_);
   auto it = entries_.find(h.guid);

@@ -37,6 +37,9 @@ struct Holding {
   std::vector<Place> places;  // empty: every frame on the host
   std::vector<uint64_t> segment_uses;
   uint64_t size = 0;
+  // The daemon a reconnect found holds it for the connection now (Link::Reconnect), released by
+  // GUID through that connection when this goes. Guarded by the Link's mutex.
+  bool carried = false;
   ~Holding();  // hands the reference back, or clears the slot (Connection::Forget)
 };
 
@@ -58,6 +61,12 @@ class ObjectCache {
   void RememberMany(std::span<const std::shared_ptr<Holding>> holdings);
   // `h`'s last Object is gone: forgets it, unless a newer holding of its GUID took its place.
   void Forget(const Holding& h);
+  // Every holding still held, each kept alive by the result.
+  std::vector<std::shared_ptr<Holding>> All();
+  bool empty() {
+    std::lock_guard lk(mu_);
+    return entries_.empty();
+  }
   // This process deleted `guid`: a get or contains of it must ask the daemon again, and find it
   // gone. The Objects that hold it keep their bytes.
   void Deleted(const Guid& guid) {

@@ -68,6 +68,19 @@ std::vector<uint8_t> SegmentMap::Retire(const wire::SegmentsRetired& notice) {
   return DroppedMessage(std::move(dropped));
 }
 
+void SegmentMap::RetireAll() {
+  std::lock_guard lk(mu_);
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    it->second.retired = true;
+    if (it->second.uses > 0) {
+      ++it;  // unmapped with its last use
+      continue;
+    }
+    Unmap(it->second);
+    it = segments_.erase(it);
+  }
+}
+
 std::vector<uint8_t> SegmentMap::DroppedMessage(std::vector<uint64_t> keys) {
   retired_drops_.fetch_add(keys.size(), std::memory_order_relaxed);
   std::sort(keys.begin(), keys.end());

@@ -59,6 +59,10 @@ class SegmentMap {
   // never mapped), or nothing.
   std::vector<uint8_t> Retire(const wire::SegmentsRetired& notice);
 
+  // The daemon that sent these segments went away: each is unmapped now if unused, else when its
+  // last use goes (as Retire, with no message: no one is there to hear it).
+  void RetireAll();
+
   // Resolves frame locations of a reply to pointers in this process, mapping segments as
   // needed (read-write for `writable`). `dedicated` holds the fds of the reply's dedicated
   // segments; they are taken. Records one segment use per frame in `uses`; the caller gives

@@ -10,6 +10,13 @@
 // requests. Each shared-memory segment is mapped once per connection, and a get of an object the
 // process already holds is answered locally, without a round trip. A Client does not cross a
 // fork(): a child process connects its own.
+//
+// When depotd goes away (a crash, `systemctl restart`, an upgrade), the Client connects to the
+// next one (ConnectOptions::reconnect_wait) and tells it which objects this process still holds,
+// so that none is freed under its Objects, whose bytes stay as they were. A read cut off by the
+// loss is sent again; so is a Put (exactly once: its GUID is chosen before it is sent, and the
+// next daemon is asked whether it has it) and a Delete. A Draft made before the loss cannot be
+// sealed after it (Disconnected): its bytes were not kept. docs/design.md, "Clients carry on".
 #ifndef DEPOT_CLIENT_H_
 #define DEPOT_CLIENT_H_
 
@@ -44,6 +51,10 @@ struct ConnectOptions {
   // $DEPOT_DAEMON_UID when set. Connect refuses any other daemon, PermissionDenied: another user
   // could have placed it at the socket path.
   std::optional<uid_t> trusted_daemon_uid = std::nullopt;
+  // How long a call that finds depotd gone (a crash, a restart, an upgrade) tries to connect to
+  // the next one before it answers Disconnected. 0: never reconnect; every call after the loss
+  // answers Disconnected. See Client.
+  std::chrono::milliseconds reconnect_wait = std::chrono::seconds(10);
 };
 
 struct CreateOptions {
@@ -279,8 +290,8 @@ class DEPOT_API Client {
   const std::string& socket_path() const;
 
  private:
-  explicit Client(std::shared_ptr<internal::Connection> conn) : conn_(std::move(conn)) {}
-  std::shared_ptr<internal::Connection> conn_;
+  explicit Client(std::shared_ptr<internal::Link> link) : link_(std::move(link)) {}
+  std::shared_ptr<internal::Link> link_;
 };
 
 }  // namespace depot

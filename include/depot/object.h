@@ -30,6 +30,7 @@ struct Place {
 
 namespace internal {
 class Connection;
+class Link;
 struct Holding;
 }  // namespace internal
 

@@ -83,7 +83,8 @@ class Subscription:
 
 class Client:
     """A connection to depotd, shared safely by threads."""
-    def __init__(self, socket: str | None = None, *, daemon_uid: int | None = None) -> None: ...
+    def __init__(self, socket: str | None = None, *, daemon_uid: int | None = None,
+                 reconnect_wait: float = 10.0) -> None: ...
     @property
     def socket(self) -> str: ...
     def put(self, data: _Buffer | Sequence[_Buffer], *, name: str | None = None,

@@ -13,11 +13,16 @@
 
 namespace depot::python {
 
-PyClient::PyClient(std::optional<std::string> socket, std::optional<uid_t> daemon_uid)
+PyClient::PyClient(std::optional<std::string> socket, std::optional<uid_t> daemon_uid,
+                   double reconnect_wait)
     : pid_(::getpid()) {
+  if (!(reconnect_wait >= 0)) {
+    Raise(depot::Status::InvalidArgument("reconnect_wait must be 0 or more seconds"));
+  }
   depot::ConnectOptions options;
   options.socket_path = socket.value_or("");
   options.trusted_daemon_uid = daemon_uid;
+  options.reconnect_wait = std::chrono::milliseconds(static_cast<int64_t>(reconnect_wait * 1000));
   options.client_name = "python";
   client_.emplace(Check(WithoutGil([&] { return depot::Client::Connect(options); })));
 }

@@ -26,8 +26,10 @@ using Places = std::optional<std::vector<std::optional<std::string>>>;
 // its mappings do not cross fork), and using an inherited one raises depot.Disconnected.
 class PyClient {
  public:
-  // `daemon_uid`: a daemon's uid to trust besides the usual ones (ConnectOptions).
-  PyClient(std::optional<std::string> socket, std::optional<uid_t> daemon_uid);
+  // `daemon_uid`: a daemon's uid to trust besides the usual ones; `reconnect_wait`: seconds
+  // (ConnectOptions).
+  PyClient(std::optional<std::string> socket, std::optional<uid_t> daemon_uid,
+           double reconnect_wait);
 
   std::string socket() { return client().socket_path(); }
 

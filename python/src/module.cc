@@ -131,9 +131,12 @@ that runs as its own uid or root, or as the owner of a socket directory only roo
 made (the service's /run/depot); `daemon_uid` (else $DEPOT_DAEMON_UID) names one more uid to
 trust. Any other daemon raises PermissionDenied: another user could have placed it there.
 Every call that talks to the daemon releases the GIL. A Client belongs to the process that made
-it: after fork(), connect a new one in the child.)")
-      .def(py::init<std::optional<std::string>, std::optional<uid_t>>(), "socket"_a = py::none(),
-           py::kw_only(), "daemon_uid"_a = py::none())
+it: after fork(), connect a new one in the child. When depotd goes away (a crash, a restart, an
+upgrade) the client connects to the next one, trying for up to `reconnect_wait` seconds (0:
+never), and the objects it holds stay held and unchanged.)")
+      .def(py::init<std::optional<std::string>, std::optional<uid_t>, double>(),
+           "socket"_a = py::none(), py::kw_only(), "daemon_uid"_a = py::none(),
+           "reconnect_wait"_a = 10.0)
       .def_property_readonly("socket", &PyClient::socket)
       .def("put", &PyClient::Put, "data"_a, py::kw_only(), "name"_a = py::none(),
            "metadata"_a = py::none(), "guid"_a = py::none(), "evictable"_a = false,

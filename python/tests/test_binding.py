@@ -4,6 +4,7 @@ import gc
 import math
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -203,6 +204,44 @@ def test_client_does_not_cross_fork(client):
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     client.ping()
+
+
+def test_a_client_carries_on_when_the_daemon_is_replaced():
+    from conftest import Daemon
+    first = Daemon("64MiB")
+    c = depot.Client(first.socket)
+    held = c.put(b"before")
+    view = c.get(held).frames[0]
+    first.process.kill()
+    first.process.wait()
+    # The next daemon on the same socket (outside systemd nothing is kept: a new store).
+    with open(first.log, "ab") as log:
+        second = subprocess.Popen([os.environ["DEPOTD"], "--socket", first.socket,
+                                   "--capacity", "64MiB"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        c.ping()  # waits for the next daemon, within reconnect_wait
+        guid = c.put(b"after")
+        assert bytes(c.get(guid).frames[0]) == b"after"
+        assert bytes(view) == b"before"  # the old mapping stays readable
+        with pytest.raises(depot.NotFound):
+            c.get(held)
+    finally:
+        second.terminate()
+        second.wait(timeout=10)
+        first.stop()
+
+
+def test_reconnect_wait_zero_never_reconnects():
+    from conftest import Daemon
+    first = Daemon("64MiB")
+    c = depot.Client(first.socket, reconnect_wait=0)
+    first.process.kill()
+    first.process.wait()
+    with pytest.raises(depot.Disconnected):
+        c.ping()
+    first.stop()
+    with pytest.raises(depot.InvalidArgument):
+        depot.Client(first.socket, reconnect_wait=-1)
 
 
 def test_forked_child_drops_what_it_inherited_without_touching_the_parents(client):

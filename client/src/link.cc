@@ -1,0 +1,188 @@
+#include "client/src/link.h"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace depot::internal {
+namespace {
+
+constexpr auto kRetryEvery = std::chrono::milliseconds(20);
+
+// Asks the daemon behind `conn` to hold each of `guids` for it (hold requests, in batches of
+// proto::kMaxGuidsPerRequest): whether each is held. A hold is released by ReleaseHold.
+std::vector<bool> Hold(Connection& conn, std::span<const Guid> guids) {
+  std::vector<bool> held(guids.size(), false);
+  for (size_t start = 0; start < guids.size(); start += proto::kMaxGuidsPerRequest) {
+    size_t n = std::min<size_t>(proto::kMaxGuidsPerRequest, guids.size() - start);
+    flatbuffers::FlatBufferBuilder fbb(64 + 16 * n);
+    std::vector<wire::Guid> ids;
+    ids.reserve(n);
+    for (size_t i = start; i < start + n; ++i) ids.push_back(proto::ToWire(guids[i]));
+    fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(ids)));
+    auto reply = conn.Call(proto::MsgType::kHold, fbb);
+    if (!reply.ok()) break;  // a daemon without holds: none held
+    const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
+    for (size_t i = 0; results != nullptr && i < results->size() && i < n; ++i) {
+      const wire::GuidResult* r = results->Get(i);
+      held[start + i] = r->code() == wire::Code::Ok && r->guid() != nullptr &&
+                        proto::FromWire(*r->guid()) == guids[start + i];
+    }
+  }
+  return held;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Link>> Link::Open(Options options) {
+  auto conn = Connection::Open(options.path, options.name, options.trusted_daemon_uid);
+  if (!conn.ok()) return conn.status();
+  std::shared_ptr<Link> link(new Link(std::move(options)));
+  link->now_.store(conn->get(), std::memory_order_release);
+  link->connections_.push_back(std::move(*conn));
+  link->wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (link->wake_.valid()) link->watcher_ = std::thread([l = link.get()] { l->Watch(); });
+  return link;
+}
+
+Link::~Link() {
+  if (made_.forked()) {
+    // The watcher is a thread of the parent's, which this process does not have.
+    if (watcher_.joinable()) watcher_.detach();
+    return;
+  }
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_->notify_all();
+  if (watcher_.joinable()) {
+    uint64_t one = 1;
+    (void)::write(wake_.get(), &one, sizeof one);
+    watcher_.join();
+  }
+}
+
+Result<Connection*> Link::Recover(Connection& conn, const Status& st) {
+  if (!st.IsDisconnected() || conn.forked() || options_.reconnect_wait.count() <= 0) return st;
+  std::unique_lock lk(mu_);
+  auto next = Replace(lk, conn);
+  if (!next.ok()) {
+    return Status::Disconnected(
+        fmt::format("{} (and reconnecting failed: {})", st.message(), next.status().message()));
+  }
+  return next;
+}
+
+Result<Connection*> Link::Replace(std::unique_lock<std::mutex>& lk, Connection& gone) {
+  cv_->wait(lk, [&] { return !reconnecting_ || stopping_; });
+  if (Connection* now = now_.load(std::memory_order_relaxed); now != &gone) return now;
+  if (stopping_) return Status::Disconnected("the client is closing");
+  auto start = std::chrono::steady_clock::now();
+  bool failed_lately = failed_at_ && start - *failed_at_ < options_.reconnect_wait;
+  auto deadline = failed_lately ? start : start + options_.reconnect_wait;
+  reconnecting_ = true;
+  Result<std::shared_ptr<Connection>> next = Status::Unavailable("not tried");
+  for (;;) {
+    lk.unlock();
+    next = Connection::Open(options_.path, options_.name, options_.trusted_daemon_uid);
+    lk.lock();
+    // Only a daemon not listening yet, or one going away as it answered (the last one's socket
+    // may take a connect as it dies), is waited for: one that refuses this process, or speaks
+    // another protocol, will not change its mind.
+    bool wait = next.status().IsUnavailable() || next.status().IsDisconnected();
+    if (next.ok() || !wait || stopping_ || std::chrono::steady_clock::now() >= deadline) {
+      break;
+    }
+    cv_->wait_for(lk, kRetryEvery, [&] { return stopping_; });
+  }
+  std::vector<std::shared_ptr<Holding>> held;
+  if (next.ok()) {
+    failed_at_.reset();
+    Carry(gone, std::move(*next), held);
+  } else {
+    failed_at_ = std::chrono::steady_clock::now();
+  }
+  reconnecting_ = false;
+  cv_->notify_all();
+  lk.unlock();
+  held.clear();  // a Holding that goes now takes mu_
+  lk.lock();
+  if (!next.ok()) return next.status();
+  return now_.load(std::memory_order_relaxed);
+}
+
+void Link::Carry(Connection& gone, std::shared_ptr<Connection> next,
+                 std::vector<std::shared_ptr<Holding>>& held) {
+  if (pinned_) (void)next->PinHostMemory();
+  // What this process still maps: the Objects of `gone`, and those carried to it before.
+  held = gone.Holdings();
+  std::vector<Guid> guids;
+  std::unordered_set<Guid> named;
+  guids.reserve(carried_.size() + held.size());
+  for (const auto& [guid, count] : carried_) {
+    if (named.insert(guid).second) guids.push_back(guid);
+  }
+  for (const auto& h : held) {
+    if (named.insert(h->guid).second) guids.push_back(h->guid);
+  }
+  std::vector<bool> ok = Hold(*next, guids);
+  std::unordered_set<Guid> kept;
+  for (size_t i = 0; i < guids.size(); ++i) {
+    if (ok[i]) kept.insert(guids[i]);
+  }
+  std::erase_if(carried_, [&](const auto& entry) { return !kept.contains(entry.first); });
+  for (const auto& h : held) {
+    h->carried = kept.contains(h->guid);
+    if (h->carried) ++carried_[h->guid];
+  }
+  // A GUID named twice (carried before, and held by `gone` too) is held once.
+  gone.Supersede(weak_from_this(), next);
+  now_.store(next.get(), std::memory_order_release);
+  connections_.push_back(std::move(next));
+  reconnects_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Link::DropCarried(const Holding& h) {
+  std::lock_guard lk(mu_);
+  if (!h.carried) return;
+  auto it = carried_.find(h.guid);
+  if (it == carried_.end()) return;
+  if (--it->second == 0) {
+    carried_.erase(it);
+    now_.load(std::memory_order_relaxed)->ReleaseHold(h.guid);
+  }
+}
+
+Status Link::PinHostMemory() {
+  std::lock_guard lk(mu_);
+  pinned_ = true;
+  return now().PinHostMemory();
+}
+
+void Link::Watch() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    Connection* watched = now_.load(std::memory_order_relaxed);
+    lk.unlock();
+    // POLLRDHUP alone: replies (POLLIN) are the callers' to read, and do not wake this.
+    pollfd fds[2] = {{watched->socket_fd(), POLLRDHUP, 0}, {wake_.get(), POLLIN, 0}};
+    int n = ::poll(fds, 2, -1);
+    bool hung_up = n > 0 && fds[0].revents != 0;
+    if (hung_up) watched->HungUp();
+    bool holds = hung_up && watched->Holds();
+    lk.lock();
+    if (stopping_ || !hung_up || now_.load(std::memory_order_relaxed) != watched) continue;
+    if (options_.reconnect_wait.count() > 0 && (holds || !carried_.empty())) {
+      if (Replace(lk, *watched).ok()) continue;
+    }
+    // Nothing held, or no daemon came back: the next call reconnects.
+    cv_->wait(lk, [&] { return stopping_ || now_.load(std::memory_order_relaxed) != watched; });
+  }
+}
+
+}  // namespace depot::internal
