@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <unordered_set>
@@ -12,6 +16,22 @@ namespace depot::internal {
 namespace {
 
 constexpr auto kRetryEvery = std::chrono::milliseconds(20);
+// How long a daemon that hung up is given to exit before the watcher takes the hang-up for the
+// end of this session alone (a daemon that lives on closed it on purpose, and the calls say why).
+constexpr int kExitWaitMs = 2000;
+
+// Whether the daemon at the other end of `fd`, which hung up, has exited, waiting up to
+// kExitWaitMs (or until `wake` is readable). True when that cannot be told (no pid, as from
+// another pid namespace, or no pidfd_open).
+bool DaemonExited(int fd, int wake) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0) return true;
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0)));
+  if (!pidfd.valid()) return true;  // exited already (ESRCH), or no way to watch it
+  pollfd fds[2] = {{pidfd.get(), POLLIN, 0}, {wake, POLLIN, 0}};
+  return ::poll(fds, 2, kExitWaitMs) > 0 && fds[0].revents != 0;
+}
 
 // Asks the daemon behind `conn` to hold each of `guids` for it (hold requests, in batches of
 // proto::kMaxGuidsPerRequest): whether each is held. A hold is released by ReleaseHold.
@@ -122,7 +142,7 @@ void Link::Carry(Connection& gone, std::shared_ptr<Connection> next,
   // What this process still maps: the Objects of `gone`, and those carried to it before.
   held = gone.Holdings();
   std::vector<Guid> guids;
-  std::unordered_set<Guid> named;
+  std::unordered_set<Guid> named;  // a GUID both carried before and held by `gone` is held once
   guids.reserve(carried_.size() + held.size());
   for (const auto& [guid, count] : carried_) {
     if (named.insert(guid).second) guids.push_back(guid);
@@ -140,7 +160,6 @@ void Link::Carry(Connection& gone, std::shared_ptr<Connection> next,
     h->carried = kept.contains(h->guid);
     if (h->carried) ++carried_[h->guid];
   }
-  // A GUID named twice (carried before, and held by `gone` too) is held once.
   gone.Supersede(weak_from_this(), next);
   now_.store(next.get(), std::memory_order_release);
   connections_.push_back(std::move(next));
@@ -174,13 +193,15 @@ void Link::Watch() {
     int n = ::poll(fds, 2, -1);
     bool hung_up = n > 0 && fds[0].revents != 0;
     if (hung_up) watched->HungUp();
-    bool holds = hung_up && watched->Holds();
+    bool gone = hung_up && DaemonExited(watched->socket_fd(), wake_.get());
+    bool holds = gone && watched->Holds();
     lk.lock();
     if (stopping_ || !hung_up || now_.load(std::memory_order_relaxed) != watched) continue;
-    if (options_.reconnect_wait.count() > 0 && (holds || !carried_.empty())) {
+    if (gone && options_.reconnect_wait.count() > 0 && (holds || !carried_.empty())) {
       if (Replace(lk, *watched).ok()) continue;
     }
-    // Nothing held, or no daemon came back: the next call reconnects.
+    // Nothing held, the session ended on purpose, or no daemon came back: a call reconnects
+    // when it finds the daemon gone.
     cv_->wait(lk, [&] { return stopping_ || now_.load(std::memory_order_relaxed) != watched; });
   }
 }

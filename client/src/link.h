@@ -12,7 +12,8 @@
 //
 // A watcher thread sees the daemon hang up at once. It stops puts into the lease of the old
 // connection then (Connection::HungUp: the next daemon may give those bytes to another object
-// once its grace period ends) and, while this process holds objects, reconnects at once rather
+// once its grace period ends) and, once the daemon process has exited (a daemon that lives on
+// ended this session on purpose), while this process holds objects, reconnects at once rather
 // than at its next call: the new daemon keeps the freed memory of kept segments unused only for
 // restart_grace_ms.
 //
