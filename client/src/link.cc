@@ -7,9 +7,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 #include <unordered_set>
 
 namespace depot::internal {
