@@ -11,7 +11,9 @@
 //      bytes;
 //   5. the same pool kept in memory across a kill -9 (keep_memory), against section 4's path.
 //
-//   spill_bench [--quick] [--dir DIR]    DIR: where to measure (default /var/tmp)
+//   spill_bench [--quick] [--dir DIR] [--restart-pool SIZE]
+//   DIR: where to measure (default /var/tmp); SIZE: the pool of sections 4 and 5 (default 1GiB,
+//   256MiB with --quick)
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -28,6 +30,7 @@
 #include "bench/harness.h"
 #include "bench/servers.h"
 #include "depot/client.h"
+#include "depot/units.h"
 #include "tests/fd_store_stand_in.h"
 
 namespace depot::bench {
@@ -252,8 +255,8 @@ Guid FillPool(const DepotDaemon& d, int count, uint64_t size) {
 
 // 4. A clean stop of a full pool and the restart, against the plain write of the same bytes.
 // Returns the time from the stop to the first get served by the new daemon (a restore).
-double StopAndRestart(const std::string& dir, bool quick) {
-  const uint64_t capacity = (quick ? 256 : 1024) * kMiB, size = 16 * kMiB;
+double StopAndRestart(const std::string& dir, uint64_t capacity) {
+  const uint64_t size = 16 * kMiB;
   const int count = static_cast<int>(capacity / size * 85 / 100);  // under the 90% spill mark
   Say(fmt::format(
       "\n## Clean stop and restart with a full pool\n\n{} objects of {} in a {} pool, none on "
@@ -292,8 +295,8 @@ double StopAndRestart(const std::string& dir, bool quick) {
 
 // 5. The same pool kept in memory across a kill -9 (keep_memory, with the descriptor store of
 // systemd played by tests/fd_store_stand_in.h), against the spill path of section 4.
-void KeptRestart(const std::string& dir, bool quick, double spill_path) {
-  const uint64_t capacity = (quick ? 256 : 1024) * kMiB, size = 16 * kMiB;
+void KeptRestart(const std::string& dir, uint64_t capacity, double spill_path) {
+  const uint64_t size = 16 * kMiB;
   const int count = static_cast<int>(capacity / size * 85 / 100);
   Say(fmt::format(
       "\n## Restart with the memory kept\n\nThe pool of section 4 ({} objects of {}, plus 10,000 "
@@ -356,14 +359,17 @@ void KeptRestart(const std::string& dir, bool quick, double spill_path) {
 int Main(int argc, char** argv) {
   bool quick = false;
   std::string dir = "/var/tmp";
+  uint64_t restart_pool = 0;  // sections 4 and 5; 0: 256 MiB quick, else 1 GiB
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
     } else if (a == "--dir" && i + 1 < argc) {
       dir = argv[++i];
+    } else if (a == "--restart-pool" && i + 1 < argc && ParseSize(argv[i + 1], 0)) {
+      restart_pool = *ParseSize(argv[++i], 0);
     } else {
-      std::fprintf(stderr, "usage: spill_bench [--quick] [--dir DIR]\n");
+      std::fprintf(stderr, "usage: spill_bench [--quick] [--dir DIR] [--restart-pool SIZE]\n");
       return 2;
     }
   }
@@ -377,8 +383,9 @@ int Main(int argc, char** argv) {
     SpillThroughput(work, quick, targets);
     Restore(work, quick, targets);
     GetsWhileSpilling(work, quick);
-    double spill_path = StopAndRestart(work, quick);
-    KeptRestart(work, quick, spill_path);
+    if (restart_pool == 0) restart_pool = (quick ? 256 : 1024) * kMiB;
+    double spill_path = StopAndRestart(work, restart_pool);
+    KeptRestart(work, restart_pool, spill_path);
   } catch (const BenchError& e) {
     Say(fmt::format("\n**failed: {}**", e.what()));
     fs::remove_all(work);

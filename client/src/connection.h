@@ -160,7 +160,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool Holds() { return !cache_.empty(); }
   // Releases a hold (a reference the daemon took by GUID at a hold request) soon.
   void ReleaseHold(const Guid& guid) { releases_.QueueGuid(guid); }
-  // `next` replaced this connection, whose daemon went away (Link::Reconnect). From now on a
+  // `next` replaced this connection, whose daemon went away (Link::Carry). From now on a
   // Holding of this one that goes tells `link` (Link::DropCarried) and sends nothing here, and
   // each segment is unmapped with its last use. `next` lives at least as long as this.
   void Supersede(std::weak_ptr<Link> link, std::shared_ptr<Connection> next);

@@ -37,7 +37,7 @@ struct Holding {
   std::vector<Place> places;  // empty: every frame on the host
   std::vector<uint64_t> segment_uses;
   uint64_t size = 0;
-  // The daemon a reconnect found holds it for the connection now (Link::Reconnect), released by
+  // The daemon a reconnect found holds it for the connection now (Link::Carry), released by
   // GUID through that connection when this goes. Guarded by the Link's mutex.
   bool carried = false;
   ~Holding();  // hands the reference back, or clears the slot (Connection::Forget)
