@@ -539,6 +539,19 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
             .Msg(0, Get({3}, 0))
             .bytes());
 
+  // Holds after a reconnect: objects of another session held by GUID (one missing, one named
+  // twice), deleted while held, held again.
+  Write(dir, "holds",
+        Ops()
+            .Greet(0)
+            .Greet(1)
+            .Msg(0, Create(inline_a))
+            .Msg(0, Create(inline_b))
+            .Msg(1, Guids(MsgType::kHold, {2, 3, 4, 2}))
+            .Msg(0, Guids(MsgType::kDelete, {2}))
+            .Msg(1, Guids(MsgType::kHold, {2, 3}))
+            .bytes());
+
   // Gets parked before their objects exist, woken by a seal, timed out, or orphaned by a close.
   Write(dir, "parked-gets",
         Ops()
