@@ -102,6 +102,12 @@ void PutRing::SetPolled(uint64_t word) {
 }
 
 void PutRing::Close() {
+  // The lease goes first: a client that is not writing into it now takes a new one (a request,
+  // on a socket no one reads) before its next put, rather than write where the bytes may be
+  // another object's once the grace period ends. One writing now finds its put's doorbell fail.
+  uint64_t idle = put_ring::kLeaseIdle;
+  std::atomic_ref<uint64_t>(map_.words()[put_ring::kLease])
+      .compare_exchange_strong(idle, put_ring::kLeaseRevoked);
   uint64_t epoch = Load(map_.words() + put_ring::kPolled, std::memory_order_acquire) >> 2;
   SetPolled((epoch + 1) << 2 | put_ring::kUrgent);
   std::atomic_thread_fence(std::memory_order_seq_cst);

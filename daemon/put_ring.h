@@ -55,8 +55,9 @@ class PutRing {
 
   // Tells the client how to ring the doorbell: the kPolled word (proto/put_ring_layout.h).
   void SetPolled(uint64_t word);
-  // A kept ring of a daemon that is gone, before its Take: tells the client to ring after every
-  // put (kUrgent, on a socket no one reads any more, so that its put fails), then fences. The
+  // A kept ring of a daemon that is gone, before its Take: revokes the client's lease unless it
+  // is writing into it, tells the client to ring after every put (kUrgent, on a socket no one
+  // reads any more, so that its put fails), then fences. The
   // client publishes a record, fences, then reads this word: either the Take that follows sees
   // the record, or the client sees this word and its put answers Disconnected. No record is ever
   // left in a ring that no daemon reads after a put returned.

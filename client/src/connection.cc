@@ -290,6 +290,7 @@ bool Connection::FromIndexMany(const IndexReader& index, std::span<const Guid> g
   }
   holdings.resize(kept);
   cache_.RememberMany(holdings);
+  if (kept > 0) NoteHeld();
   for (size_t k = 0; k < kept; ++k) out[positions[k]] = Object(std::move(holdings[k]));
   index_gets_.fetch_add(kept, std::memory_order_relaxed);
   return retired;
@@ -357,6 +358,7 @@ std::optional<Object> Connection::Held(const Guid& guid, std::shared_ptr<Holding
   }
   h->metadata = std::move(metadata);
   cache_.Remember(h);
+  NoteHeld();
   return Object(std::move(h));
 }
 
@@ -412,6 +414,7 @@ Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Mes
   h->creator_uid = r.creator_uid();
   h->creator_pid = r.creator_pid();
   cache_.Remember(h);
+  NoteHeld();
   return Object(std::move(h));
 }
 

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -164,6 +165,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Holding of this one that goes tells `link` (Link::DropCarried) and sends nothing here, and
   // each segment is unmapped with its last use. `next` lives at least as long as this.
   void Supersede(std::weak_ptr<Link> link, std::shared_ptr<Connection> next);
+  // Called once, at the first Object this connection holds (Link starts its watcher then: a
+  // process that holds nothing needs none). Set before the connection is shared.
+  void set_on_first_hold(std::function<void()> f) { on_first_hold_ = std::move(f); }
   // The socket, for Link's watcher to poll for the daemon's hang-up; and what it does then: no
   // put is written into the lease any more (Lease::Close).
   int socket_fd() const { return channel_.fd(); }
@@ -174,6 +178,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<uid_t> trusted_daemon_uid() const { return trusted_daemon_uid_; }
 
  private:
+  // After a holding was remembered: on_first_hold_, the first time.
+  void NoteHeld() {
+    if (!held_once_.load(std::memory_order_relaxed) && !held_once_.exchange(true) &&
+        on_first_hold_) {
+      on_first_hold_();
+    }
+  }
+
   // FromIndex and FromOwnPut, once `h` holds the object: maps its frames and remembers it.
   // nullopt when a segment it lies in is not mapped (h's destruction lets the hold go).
   std::optional<Object> Held(const Guid& guid, std::shared_ptr<Holding> h,
@@ -219,6 +231,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::weak_ptr<Link> link_;
   std::shared_ptr<Connection> successor_;
   std::atomic<bool> superseded_{false};
+  std::function<void()> on_first_hold_;
+  std::atomic<bool> held_once_{false};
 };
 
 }  // namespace depot::internal

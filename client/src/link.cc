@@ -61,11 +61,23 @@ Result<std::shared_ptr<Link>> Link::Open(Options options) {
   auto conn = Connection::Open(options.path, options.name, options.trusted_daemon_uid);
   if (!conn.ok()) return conn.status();
   std::shared_ptr<Link> link(new Link(std::move(options)));
-  link->now_.store(conn->get(), std::memory_order_release);
-  link->connections_.push_back(std::move(*conn));
-  link->wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (link->wake_.valid()) link->watcher_ = std::thread([l = link.get()] { l->Watch(); });
+  link->Adopt(std::move(*conn));
   return link;
+}
+
+void Link::Adopt(std::shared_ptr<Connection> conn) {
+  conn->set_on_first_hold([link = weak_from_this()] {
+    if (auto l = link.lock()) l->StartWatcher();
+  });
+  now_.store(conn.get(), std::memory_order_release);
+  connections_.push_back(std::move(conn));
+}
+
+void Link::StartWatcher() {
+  std::lock_guard lk(mu_);
+  if (watcher_.joinable() || stopping_ || made_.forked()) return;
+  wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (wake_.valid()) watcher_ = std::thread([this] { Watch(); });
 }
 
 Link::~Link() {
@@ -160,8 +172,7 @@ void Link::Carry(Connection& gone, std::shared_ptr<Connection> next,
     if (h->carried) ++carried_[h->guid];
   }
   gone.Supersede(weak_from_this(), next);
-  now_.store(next.get(), std::memory_order_release);
-  connections_.push_back(std::move(next));
+  Adopt(std::move(next));
   reconnects_.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -10,7 +10,8 @@
 // memory); each segment of the old one is unmapped with its last Object, and each such Object's
 // hold is released through the connection now when it goes (DropCarried).
 //
-// A watcher thread sees the daemon hang up at once. It stops puts into the lease of the old
+// A watcher thread, started with the first Object this process holds, sees the daemon hang up
+// at once. It stops puts into the lease of the old
 // connection then (Connection::HungUp: the next daemon may give those bytes to another object
 // once its grace period ends) and, once the daemon process has exited (a daemon that lives on
 // ended this session on purpose), while this process holds objects, reconnects at once rather
@@ -53,7 +54,7 @@ class Link : public std::enable_shared_from_this<Link> {
     std::optional<uid_t> trusted_daemon_uid;
     std::chrono::milliseconds reconnect_wait{0};  // 0: never reconnect
   };
-  // Connects (Connection::Open) and starts the watcher.
+  // Connects (Connection::Open). The watcher starts with the first Object held.
   static Result<std::shared_ptr<Link>> Open(Options options);
   ~Link();  // stops the watcher
   Link(const Link&) = delete;
@@ -87,7 +88,10 @@ class Link : public std::enable_shared_from_this<Link> {
   // unlocking: a Holding that goes takes mu_).
   void Carry(Connection& gone, std::shared_ptr<Connection> next,
              std::vector<std::shared_ptr<Holding>>& held);
-  void Watch();  // the watcher thread
+  // Makes `conn` the connection now (with mu_ held, or before the Link is shared).
+  void Adopt(std::shared_ptr<Connection> conn);
+  void StartWatcher();  // once: the first Object held
+  void Watch();         // the watcher thread
 
   const Options options_;
   ForkMark made_;
