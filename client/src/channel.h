@@ -20,6 +20,8 @@
 #ifndef DEPOT_CLIENT_SRC_CHANNEL_H_
 #define DEPOT_CLIENT_SRC_CHANNEL_H_
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -74,6 +76,8 @@ class Channel {
   const std::string& path() const { return path_; }
   // The socket, for a watcher to poll for the daemon's hang-up (never to read or write).
   int fd() const { return fd_.get(); }
+  // Ends the conversation: a daemon still there closes the session and drops what it held.
+  void Shutdown() { ::shutdown(fd_.get(), SHUT_RDWR); }
 
   // Whether this process is a child forked since the channel was made; and what its calls say
   // there.

@@ -439,6 +439,10 @@ void Connection::Supersede(std::weak_ptr<Link> link, std::shared_ptr<Connection>
   successor_ = std::move(next);
   superseded_.store(true, std::memory_order_release);
   segments_.RetireAll();
+  // A daemon that is still there (a call found the connection broken while it lives on) would
+  // otherwise keep this session, its lease and its references, for as long as the Link lasts:
+  // what this process holds is held by `next` now.
+  channel_.Shutdown();
 }
 
 Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg,

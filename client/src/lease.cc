@@ -112,10 +112,7 @@ std::optional<Result<Guid>> Lease::Put(std::span<const std::span<const std::byte
   }
   std::vector<uint8_t> bytes = releases_.Take();
   bytes.insert(bytes.end(), message.begin(), message.end());
-  if (Status sent = channel_.Send(bytes); !sent.ok()) {
-    closed_ = true;  // as Close: the daemon is gone, and the lease's bytes are not this one's
-    return Result<Guid>(sent);
-  }
+  if (Status sent = channel_.Send(bytes); !sent.ok()) return Result<Guid>(sent);
   recent_[next_recent_++ % kRecentPuts] = guid;
   return Result<Guid>(guid);
 }

@@ -66,8 +66,7 @@ class Lease {
 
   // The daemon hung up: no put writes into the lease from now on (Disconnected). The next
   // daemon adopted the lease's segment with the rest, and once its grace period ends the
-  // lease's bytes may be another object's. A put whose message or doorbell cannot be sent
-  // closes the lease too.
+  // lease's bytes may be another object's.
   void Close() {
     std::lock_guard lk(mu_);
     closed_ = true;
