@@ -15,6 +15,10 @@
 //
 // Checks, besides the sanitizers: the client never crashes (a SIGBUS from a frame past the end of
 // its file is a finding), and never hangs: the fake ends the stream after the last record.
+//
+// A client that finds its daemon gone connects again (with a short reconnect_wait here, so that
+// the path runs on every input without slowing the fuzzing); the fake takes each such connection
+// and closes it at once, as a socket with no daemon behind it would.
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -136,19 +140,43 @@ void SendRecords(int sock, std::span<const uint8_t> input) {
   }
 }
 
+// Takes every connection waiting on the listener and closes it.
+void RefuseWaiting(int listener) {
+  pollfd p{listener, POLLIN, 0};
+  int ready;
+  while ((ready = ::poll(&p, 1, 0)) > 0 || (ready < 0 && errno == EINTR)) {
+    if (ready < 0) continue;  // libFuzzer's timer
+    int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
 // Sends the records, then ends the stream (a reply the input lacks is then Disconnected, not a
 // hang) and reads what the client sends until it hangs up: closing with its requests unread
-// would reset the connection and lose the replies not yet read.
-void Serve(UniqueFd sock, std::span<const uint8_t> input) {
+// would reset the connection and lose the replies not yet read. Meanwhile a reconnecting client
+// finds no daemon behind the socket.
+void Serve(UniqueFd sock, int listener, std::span<const uint8_t> input) {
   SendRecords(sock.get(), input);
   ::shutdown(sock.get(), SHUT_WR);
-  while (Read(sock.get(), nullptr, 1)) {
+  while (true) {
+    std::array<pollfd, 2> p{{{sock.get(), POLLIN, 0}, {listener, POLLIN, 0}}};
+    if (::poll(p.data(), p.size(), -1) < 0) {
+      if (errno == EINTR) continue;  // libFuzzer's timer
+      std::abort();
+    }
+    if (p[1].revents != 0) RefuseWaiting(listener);
+    if (p[0].revents != 0) {
+      std::array<uint8_t, 4096> sink;
+      ssize_t got = ::recv(sock.get(), sink.data(), sink.size(), 0);
+      if (got == 0 || (got < 0 && errno != EINTR)) return;
+    }
   }
 }
 
 // What a program does with the store; every result is looked at, as a program would.
 void UseClient(const std::string& path) {
-  auto client = Client::Connect({.socket_path = path, .client_name = "fuzz"});
+  auto client = Client::Connect(
+      {.socket_path = path, .client_name = "fuzz", .reconnect_wait = std::chrono::milliseconds(1)});
   if (!client.ok()) return;
   std::array<uint64_t, 2> sizes{4096, 100};
   if (auto draft = client->Create(sizes); draft.ok()) {
@@ -186,7 +214,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } while (fd < 0 && errno == EINTR);  // libFuzzer's timer
   if (fd < 0) std::abort();
   depot::UniqueFd sock(fd);
-  Serve(std::move(sock), {data, size});
+  Serve(std::move(sock), listener.fd(), {data, size});
   client.join();
+  RefuseWaiting(listener.fd());  // what the client tried last, for the next input not to take
   return 0;
 }
