@@ -8,6 +8,7 @@
 
 #include "client/src/connection.h"
 #include "client/src/daemon_trust.h"
+#include "client/src/guid_requests.h"
 #include "client/src/retry.h"
 #include "client/src/status_reply.h"
 #include "common/socket_path.h"
@@ -16,6 +17,8 @@ namespace depot {
 namespace {
 
 using internal::Connection;
+using internal::GuidVector;
+using internal::InBatches;
 using internal::Link;
 using proto::MsgType;
 using proto::ToStatus;
@@ -29,28 +32,6 @@ Result<internal::Message> CallWithoutArguments(Connection& conn, MsgType type) {
   fb::FlatBufferBuilder fbb(64);
   fbb.Finish(wire::CreateEmptyReply(fbb));
   return conn.Call(type, fbb);
-}
-
-// The GUIDs of a request.
-fb::Offset<fb::Vector<const wire::Guid*>> GuidVector(fb::FlatBufferBuilder& fbb,
-                                                     std::span<const Guid> guids) {
-  std::vector<wire::Guid> ids;
-  ids.reserve(guids.size());
-  for (const Guid& g : guids) ids.push_back(ToWire(g));
-  return fbb.CreateVectorOfStructs(ids);
-}
-
-// A request names at most proto::kMaxGuidsPerRequest GUIDs: longer lists go in batches, one
-// request each, and their results are joined in order. `batch` handles one part.
-template <typename Batch>
-auto InBatches(std::span<const Guid> guids, Batch batch) {
-  decltype(batch(guids)) out;
-  out.reserve(guids.size());
-  for (size_t start = 0; start < guids.size(); start += proto::kMaxGuidsPerRequest) {
-    size_t n = std::min<size_t>(proto::kMaxGuidsPerRequest, guids.size() - start);
-    for (auto& result : batch(guids.subspan(start, n))) out.push_back(std::move(result));
-  }
-  return out;
 }
 
 static_assert(static_cast<int>(Event::Kind::kRestored) ==

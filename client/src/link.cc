@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <unordered_set>
 
+#include "client/src/guid_requests.h"
+
 namespace depot::internal {
 namespace {
 
@@ -35,24 +37,20 @@ bool DaemonExited(int fd, int wake) {
 // Asks the daemon behind `conn` to hold each of `guids` for it (hold requests, in batches of
 // proto::kMaxGuidsPerRequest): whether each is held. A hold is released by ReleaseHold.
 std::vector<bool> Hold(Connection& conn, std::span<const Guid> guids) {
-  std::vector<bool> held(guids.size(), false);
-  for (size_t start = 0; start < guids.size(); start += proto::kMaxGuidsPerRequest) {
-    size_t n = std::min<size_t>(proto::kMaxGuidsPerRequest, guids.size() - start);
-    flatbuffers::FlatBufferBuilder fbb(64 + 16 * n);
-    std::vector<wire::Guid> ids;
-    ids.reserve(n);
-    for (size_t i = start; i < start + n; ++i) ids.push_back(proto::ToWire(guids[i]));
-    fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(ids)));
+  return InBatches(guids, [&](std::span<const Guid> part) {
+    std::vector<bool> held(part.size(), false);
+    flatbuffers::FlatBufferBuilder fbb(64 + 16 * part.size());
+    fbb.Finish(wire::CreateGuidsRequest(fbb, GuidVector(fbb, part)));
     auto reply = conn.Call(proto::MsgType::kHold, fbb);
-    if (!reply.ok()) break;  // a daemon without holds: none held
+    if (!reply.ok()) return held;  // a daemon without holds, or gone: none held
     const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
-    for (size_t i = 0; results != nullptr && i < results->size() && i < n; ++i) {
+    for (size_t i = 0; results != nullptr && i < results->size() && i < part.size(); ++i) {
       const wire::GuidResult* r = results->Get(i);
-      held[start + i] = r->code() == wire::Code::Ok && r->guid() != nullptr &&
-                        proto::FromWire(*r->guid()) == guids[start + i];
+      held[i] = r->code() == wire::Code::Ok && r->guid() != nullptr &&
+                proto::FromWire(*r->guid()) == part[i];
     }
-  }
-  return held;
+    return held;
+  });
 }
 
 }  // namespace
