@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "common/wall_clock.h"
 #include "daemon/device_source.h"
@@ -73,6 +74,19 @@ Status NamespaceSet::LoadSpilled() {
     if (!ns.ok()) return ns.status();
   }
   return Status::OK();
+}
+
+void NamespaceSet::ForEachObject(const std::function<void(const StoredObject&)>& fn) const {
+  constexpr size_t kPage = 4096;
+  for (const auto& [key, ns] : namespaces_) {
+    std::optional<Guid> after;
+    std::vector<const StoredObject*> page;
+    do {
+      page = ns->table().List(after, kPage);
+      for (const StoredObject* o : page) fn(*o);
+      if (!page.empty()) after = page.back()->guid;
+    } while (page.size() == kPage);
+  }
 }
 
 void NamespaceSet::Persist() {

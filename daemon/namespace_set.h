@@ -124,6 +124,8 @@ class NamespaceSet {
 
   const PoolBudget& host_budget() const { return host_budget_; }
   size_t size() const { return namespaces_.size(); }
+  // Every object of every namespace, in no particular order.
+  void ForEachObject(const std::function<void(const StoredObject&)>& fn) const;
 
   // Adds the totals over every namespace to a status: pools, objects, device pools.
   void Report(StoreStatus& status) const;

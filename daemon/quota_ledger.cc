@@ -55,6 +55,12 @@ void QuotaLedger::Credit(uid_t uid, SessionId session, uint64_t bytes) {
   if (auto it = sessions_.find(session); it != sessions_.end()) forget(it->second);
 }
 
+void QuotaLedger::ChargeRestored(uid_t uid, uint64_t bytes) {
+  QuotaUsage& u = users_[uid];
+  u.bytes += bytes;
+  ++u.objects;
+}
+
 void QuotaLedger::ChargeBytes(uid_t uid, SessionId session, uint64_t bytes) {
   users_[uid].bytes += bytes;
   sessions_[session].bytes += bytes;

@@ -41,6 +41,9 @@ class QuotaLedger {
   // forgotten is not counted.
   void Charge(uid_t uid, SessionId session, uint64_t bytes);
   void Credit(uid_t uid, SessionId session, uint64_t bytes);
+  // An object a previous daemon stored, served again at start (from spill_dir or kept memory):
+  // it counts against its user as before, and against no connection of this daemon.
+  void ChargeRestored(uid_t uid, uint64_t bytes);
 
   // Bytes alone, for a lease (LeaseTable): its bytes count against the quota while it is held,
   // and each object put into it then counts one object more (CountObject) and takes over its

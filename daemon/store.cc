@@ -62,6 +62,9 @@ Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreO
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
   if (Status st = store->namespaces_.LoadSpilled(); !st.ok()) return st;
   store->namespaces_.AdoptKept(std::move(kept));
+  // What the last daemon stored counts against its users' quotas again.
+  store->namespaces_.ForEachObject(
+      [&q = store->quotas_](const StoredObject& o) { q.ChargeRestored(o.creator_uid, o.size()); });
   if (!store->options_.namespaces.per_user) {
     // The one shared namespace exists from the start (prefaulted when asked).
     auto ns = store->namespaces_.For(0);

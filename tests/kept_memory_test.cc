@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -347,6 +348,34 @@ TEST_CASE("Kept segments open to new objects once the grace period has passed", 
   INFO(second.Log());
   CHECK(second.Log().find("grace period ended") != std::string::npos);
   CheckSame(c, kept);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Objects kept across a kill -9 still count against their user's quota", "[kept]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::vector<std::string> quota{"--user-quota-objects", "3"};
+  std::vector<StoreStatus::UserUsage> before;
+  {
+    Service first(dir, store, quota);
+    Client c = first.Connect();
+    PutFrames(c, {4096}, 1);
+    PutFrames(c, {1000, 24}, 2);
+    before = StatusOf(c).users;
+    REQUIRE(before.size() == 1);
+    CHECK(before[0].objects == 2);
+    store.Drain(1s);
+    first.Kill();
+  }
+  store.Drain();
+  Service second(dir, store, quota);
+  Client c = second.Connect();
+  CHECK(StatusOf(c).users == before);
+  PutFrames(c, {100}, 3);
+  std::array<std::byte, 100> one_more{};
+  auto refused = c.Put(one_more);
+  INFO(refused.status().ToString());
+  CHECK(refused.status().code() == Status::Code::kQuotaExceeded);
   std::filesystem::remove_all(dir);
 }
 

@@ -40,6 +40,18 @@ TEST_CASE("QuotaLedger refuses past a user's limit, naming the key", "[quota]") 
   CHECK(ledger.Check(7, 3, 500).ok());
 }
 
+TEST_CASE("QuotaLedger counts an object served again at start against its user alone", "[quota]") {
+  QuotaLedger ledger({.bytes = 1000, .objects = 0}, {.bytes = 1000, .objects = 0});
+  ledger.ChargeRestored(7, 900);
+  CHECK(ledger.users().at(7).bytes == 900);
+  CHECK(ledger.users().at(7).objects == 1);
+  CHECK(ledger.OfSession(0).objects == 0);  // no connection of this daemon made it
+  CHECK(ledger.Check(7, 1, 200).IsQuotaExceeded());
+  ledger.Credit(7, 0, 900);  // freed: an object served again has no creating session
+  CHECK(ledger.users().at(7).bytes == 0);
+  CHECK(ledger.Check(7, 1, 200).ok());
+}
+
 TEST_CASE("QuotaLedger refuses past a connection's limit and forgets a closed one", "[quota]") {
   QuotaLedger ledger({}, {.bytes = 100, .objects = 0});
   ledger.Charge(7, 1, 80);

@@ -380,6 +380,7 @@ TEST_CASE("a restart after SIGTERM serves a thousand objects of mixed sizes", "[
     ObjectInfo info;
   };
   std::map<Guid, Kept> kept;
+  std::vector<StoreStatus::UserUsage> users;
   {
     Daemon d(socket, SpillArgs(spill, "32MiB"));
     Client c = d.Connect();
@@ -402,11 +403,13 @@ TEST_CASE("a restart after SIGTERM serves a thousand objects of mixed sizes", "[
     size_t non_evictable = 0;
     for (auto& [g, k] : kept) non_evictable += !k.info.evictable;
     CHECK(non_evictable == 900);
+    users = StatusOf(c).users;
     CHECK(d.Stop(SIGTERM) == 0);
     CHECK(d.Log().find(fmt::format("{} objects", kept.size())) != std::string::npos);
   }
   Daemon d(socket, SpillArgs(spill, "32MiB"));
   Client c = d.Connect();
+  CHECK(StatusOf(c).users == users);  // what each user stores still counts against its quota
   auto listing = Listing(c);
   REQUIRE(listing.size() == kept.size());
   for (const auto& [g, k] : kept) {
