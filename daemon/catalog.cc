@@ -42,6 +42,7 @@ uint64_t MoreFrames(uint64_t frames) { return frames == 0 ? 0 : (frames - 1) * s
 
 constexpr uint32_t kEvictable = 1;
 constexpr uint32_t kHasChecksum = 2;
+constexpr uint32_t kOwnerScoped = 4;
 
 }  // namespace
 
@@ -171,7 +172,8 @@ bool Catalog::Record(uint32_t slot, const StoredObject& o) {
   e.frame_count = static_cast<uint32_t>(frames.size());
   e.guid = o.guid;
   e.creator_uid = o.creator_uid;
-  e.flags = (o.evictable ? kEvictable : 0) | (o.has_checksum ? kHasChecksum : 0);
+  e.flags = (o.evictable ? kEvictable : 0) | (o.has_checksum ? kHasChecksum : 0) |
+            (o.owner_scoped ? kOwnerScoped : 0);
   e.created_ns = o.created_ns;
   e.sealed_ns = o.sealed_ns;
   e.checksum = o.checksum;
@@ -224,6 +226,7 @@ std::vector<CatalogObject> Catalog::Read(uint64_t* torn) const {
     n.creator_uid = e.creator_uid;
     n.creator_pid = e.creator_pid;
     n.evictable = (e.flags & kEvictable) != 0;
+    n.owner_scoped = (e.flags & kOwnerScoped) != 0;
     if (e.frame_count > 0) n.frames.push_back(e.first);
     auto extra = Extra(e);
     for (uint32_t i = 1; i < e.frame_count; ++i) {

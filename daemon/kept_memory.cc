@@ -234,7 +234,9 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
         grace_.count() / 1000.0);
     grace_timer_.expires_after(grace_);
     grace_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec) OpenAll();
+      if (ec) return;
+      OpenAll();
+      if (on_grace_end_) on_grace_end_();
     });
   }
   return report_;

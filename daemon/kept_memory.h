@@ -104,6 +104,8 @@ class KeptMemory {
   // Closed segments open after the grace period.
   AdoptionReport Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns);
   const AdoptionReport& report() const { return report_; }
+  // Called when the grace period after an adoption ends, once the closed segments are open.
+  void set_on_grace_end(std::function<void()> fn) { on_grace_end_ = std::move(fn); }
 
   // The daemon is stopping: the pools about to go leave their segments in the store for the next
   // daemon.
@@ -132,6 +134,7 @@ class KeptMemory {
   FdStore store_;
   std::chrono::milliseconds grace_;
   boost::asio::steady_timer grace_timer_;
+  std::function<void()> on_grace_end_;
   bool stopping_ = false;
   std::map<uint32_t, Place> places_;
   std::map<uint32_t, std::unique_ptr<Keeper>> keepers_;

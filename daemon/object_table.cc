@@ -55,6 +55,7 @@ Result<StoredObject*> ObjectTable::Insert(const NewObject& n) {
   o.live_ = true;
   o.guid = n.guid;
   o.evictable = n.evictable;
+  o.owner_scoped = n.owner_scoped;
   o.creator = n.creator;
   o.creator_pid = n.creator_pid;
   o.creator_uid = n.creator_uid;

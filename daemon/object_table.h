@@ -128,6 +128,7 @@ class StoredObject {
   bool evicted : 1 = false;  // freed to make room, not because it was deleted
   bool in_lru : 1 = false;
   bool has_checksum : 1 = false;
+  bool owner_scoped : 1 = false;  // lives no longer than its creator's connection (OwnerScopes)
 
  private:
   // (in the byte of the flags above)
@@ -142,6 +143,7 @@ struct NewObject {
   std::vector<uint8_t> metadata;
   std::string name;
   bool evictable = false;
+  bool owner_scoped = false;
   SessionId creator = 0;
   int32_t creator_pid = 0;
   uint32_t creator_uid = 0;

@@ -36,6 +36,31 @@ void OwnerScopes::Close(SessionId session, ObjectTable& table) {
   scopes_.erase(it);
 }
 
+void OwnerScopes::Orphan(const StoredObject& o) {
+  orphans_[{o.creator_pid, o.creator_uid}].push_back(o.guid);
+}
+
+std::vector<std::pair<int32_t, uint32_t>> OwnerScopes::Orphaned() const {
+  std::vector<std::pair<int32_t, uint32_t>> out;
+  for (const auto& [process, guids] : orphans_) out.push_back(process);
+  return out;
+}
+
+size_t OwnerScopes::DropOrphans(int32_t pid, uint32_t uid, ObjectTable& table) {
+  auto it = orphans_.find({pid, uid});
+  if (it == orphans_.end()) return 0;
+  size_t deleted = 0;
+  for (const Guid& guid : it->second) {
+    // Still the object adopted (a GUID deleted and taken again is another's now).
+    const StoredObject* o = table.Find(guid);
+    if (o != nullptr && o->owner_scoped && o->creator == 0 && o->creator_pid == pid) {
+      deleted += table.Delete(guid).ok() ? 1 : 0;
+    }
+  }
+  orphans_.erase(it);
+  return deleted;
+}
+
 size_t OwnerScopes::remembered(SessionId session) const {
   auto it = scopes_.find(session);
   return it == scopes_.end() ? 0 : it->second.guids.size();

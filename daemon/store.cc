@@ -62,9 +62,13 @@ Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreO
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
   if (Status st = store->namespaces_.LoadSpilled(); !st.ok()) return st;
   store->namespaces_.AdoptKept(std::move(kept));
-  // What the last daemon stored counts against its users' quotas again.
-  store->namespaces_.ForEachObject(
-      [&q = store->quotas_](const StoredObject& o) { q.ChargeRestored(o.creator_uid, o.size()); });
+  // What the last daemon stored counts against its users' quotas again; its owner-scoped objects
+  // wait for their processes to come back (OwnerScopes).
+  store->namespaces_.ForEachObject([s = store.get()](const StoredObject& o) {
+    s->quotas_.ChargeRestored(o.creator_uid, o.size());
+    if (o.owner_scoped && o.creator == 0) s->owner_scopes_.Orphan(o);
+  });
+  store->namespaces_.kept().set_on_grace_end([s = store.get()] { s->OnGraceEnd(); });
   if (!store->options_.namespaces.per_user) {
     // The one shared namespace exists from the start (prefaulted when asked).
     auto ns = store->namespaces_.For(0);
@@ -284,6 +288,7 @@ void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body) {
   if (req.metadata()) n.metadata.assign(req.metadata()->begin(), req.metadata()->end());
   if (req.name()) n.name = req.name()->str();
   n.evictable = req.evictable();
+  n.owner_scoped = req.owner_scoped();
   n.creator = s;
   n.creator_pid = st.creds.pid;
   n.creator_uid = st.creds.uid;

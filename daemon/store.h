@@ -191,6 +191,11 @@ class Store {
 
   // Tells the sessions that have the segment to unmap it; whether any has it (then it is held).
   bool OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id);
+  // Deletes the owner-scoped objects a previous daemon kept that process `pid` of user `uid`
+  // made, unless a connection of that process is open (OwnerScopes); how many.
+  size_t DropOrphans(int32_t pid, uint32_t uid);
+  // The grace period after an adoption ended: the orphans of every process not connected go.
+  void OnGraceEnd();
 
   boost::asio::io_context& io_;
   StoreOptions options_;

@@ -99,6 +99,7 @@ Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
   if (!frames.ok()) return refuse(frames.status().message());
   n.frames = *frames;
   n.evictable = req.evictable();
+  n.owner_scoped = req.owner_scoped();
   n.creator = s;
   n.creator_pid = st.creds.pid;
   n.creator_uid = st.creds.uid;

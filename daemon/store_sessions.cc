@@ -56,9 +56,12 @@ void Store::Close(SessionId session) {
   segments_.Leave(session);
   quotas_.CreditBytes(it->second.creds.uid, session, leases_.End(session));
   quotas_.ForgetSession(session);
+  PeerCredentials creds = it->second.creds;
   sessions_.erase(session);
   --ns->sessions;
   namespaces_.MaybeDrop(ns);
+  // The last connection of a process that made owner-scoped objects before a crash.
+  if (owner_scopes_.HasOrphans(creds.pid, creds.uid)) DropOrphans(creds.pid, creds.uid);
 }
 
 Status Store::CheckSlotWords(SessionId s) {
@@ -187,6 +190,28 @@ void Store::OnHold(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
   }
   fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
   Reply(s, id, MsgType::kHold, fbb);
+}
+
+size_t Store::DropOrphans(int32_t pid, uint32_t uid) {
+  for (const auto& [id, st] : sessions_) {
+    if (st.ns != nullptr && st.creds.pid == pid && st.creds.uid == uid) return 0;  // still here
+  }
+  auto ns = namespaces_.For(uid);
+  if (!ns.ok()) return 0;
+  size_t deleted = owner_scopes_.DropOrphans(pid, uid, (*ns)->table());
+  namespaces_.MaybeDrop(*ns);
+  return deleted;
+}
+
+void Store::OnGraceEnd() {
+  size_t deleted = 0;
+  for (auto [pid, uid] : owner_scopes_.Orphaned()) deleted += DropOrphans(pid, uid);
+  if (deleted > 0) {
+    spdlog::info(
+        "kept memory: {} owner-scoped objects deleted: the processes that made them had not "
+        "connected again when the grace period ended",
+        deleted);
+  }
 }
 
 void Store::OnIndex(SessionId s, SessionState& st, uint64_t id, const wire::IndexRequest& req) {

@@ -351,6 +351,87 @@ TEST_CASE("Kept segments open to new objects once the grace period has passed", 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("An owner-scoped object whose process did not come back goes when the grace period ends",
+          "[kept][reconnect]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::optional<Service> first(std::in_place, dir, store);
+  Client c = first->Connect();
+  std::array<int, 2> pipe_fds{};
+  REQUIRE(::pipe(pipe_fds.data()) == 0);
+  // Another process makes the object, owner-scoped, and keeps its connection until it is killed.
+  pid_t maker = Spawn([&] {
+    auto c = Client::Connect({.socket_path = first->socket,
+                              .client_name = "maker",
+                              .reconnect_wait = std::chrono::milliseconds(0)});
+    if (!c.ok()) return 1;
+    CreateOptions o;
+    o.owner_scoped = true;
+    auto bytes = Pattern(4096, 31);
+    auto guid = c->Put(bytes, o);
+    if (!guid.ok() || ::write(pipe_fds[1], &*guid, sizeof *guid) != sizeof *guid) return 2;
+    ::pause();
+    return 0;
+  });
+  ::close(pipe_fds[1]);
+  Guid guid;
+  pollfd p{pipe_fds[0], POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 10000) == 1);
+  REQUIRE(::read(pipe_fds[0], &guid, sizeof guid) == sizeof guid);
+  ::close(pipe_fds[0]);
+  auto view = c.Get(guid);
+  REQUIRE(view.ok());
+  std::vector<std::byte> before(view->frame(0).begin(), view->frame(0).end());
+  StatusOf(c);
+  store.Drain(1s);
+  first->Kill();
+  first.reset();
+  ::kill(maker, SIGKILL);  // its process is gone before the next daemon starts
+  Wait(maker);
+  store.Drain();
+  Service second(dir, store, {"--restart-grace-ms", "300"});
+  Client d = second.Connect();
+  INFO(second.Log());
+  CHECK(d.Stat(guid).ok());  // during the grace period, it is there
+  CHECK(WaitFor([&] { return d.Stat(guid).status().IsNotFound(); }, 10s));
+  CHECK(second.Log().find("1 owner-scoped objects deleted") != std::string::npos);
+  // `c` held it across the crash: its mapping is unchanged, and the object goes with it.
+  CHECK(std::memcmp(view->frame(0).data(), before.data(), before.size()) == 0);
+  CHECK(StatusOf(d).objects_deleted == 1);
+  view = Status::NotFound("let go");
+  CHECK(WaitFor([&] { return StatusOf(d).objects_deleted == 0; }, 10s));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("An owner-scoped object kept across a kill -9 lives while its process is connected",
+          "[kept][reconnect]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::optional<Service> first(std::in_place, dir, store);
+  std::optional<Client> c(first->Connect());
+  CreateOptions o;
+  o.owner_scoped = true;
+  Put scoped = PutFrames(*c, {4096}, 21, o);
+  StatusOf(*c);
+  store.Drain(1s);
+  first->Kill();
+  first.reset();
+  store.Drain();
+  Service second(dir, store, {"--restart-grace-ms", "200"});
+  INFO(second.Log());
+  REQUIRE(c->Stat(scoped.guid).ok());  // its first call connects again
+  std::optional<Client> d(second.Connect());
+  REQUIRE(WaitFor([&] { return StatusOf(*d).kept_closed_bytes == 0; }, 10s));  // grace over
+  CheckSame(*c, scoped);
+  c.reset();
+  // `d` is a connection of the same process: the object stays while it is open.
+  CHECK(d->Stat(scoped.guid).ok());
+  d.reset();
+  Client e = second.Connect();
+  CHECK(WaitFor([&] { return e.Stat(scoped.guid).status().IsNotFound(); }, 10s));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("Objects kept across a kill -9 still count against their user's quota", "[kept]") {
   std::string dir = TempDir();
   FdStoreStandIn store(dir + "/notify");

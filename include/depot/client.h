@@ -69,7 +69,8 @@ struct CreateOptions {
   // the daemon's device pools (see Client::DevicePools), never copied through the host.
   std::vector<Place> places;
   // Delete the object when this connection closes (or its process exits), as a message between
-  // two processes should not outlive its sender. Deleting it earlier is allowed.
+  // two processes should not outlive its sender. Deleting it earlier is allowed. After a crash
+  // of depotd it lives while this process has a connection to the next one (docs/design.md).
   bool owner_scoped = false;
 };
 
