@@ -380,7 +380,6 @@ TEST_CASE("a restart after SIGTERM serves a thousand objects of mixed sizes", "[
     ObjectInfo info;
   };
   std::map<Guid, Kept> kept;
-  std::vector<StoreStatus::UserUsage> users;
   {
     Daemon d(socket, SpillArgs(spill, "32MiB"));
     Client c = d.Connect();
@@ -403,15 +402,17 @@ TEST_CASE("a restart after SIGTERM serves a thousand objects of mixed sizes", "[
     size_t non_evictable = 0;
     for (auto& [g, k] : kept) non_evictable += !k.info.evictable;
     CHECK(non_evictable == 900);
-    users = StatusOf(c).users;
     CHECK(d.Stop(SIGTERM) == 0);
     CHECK(d.Log().find(fmt::format("{} objects", kept.size())) != std::string::npos);
   }
   Daemon d(socket, SpillArgs(spill, "32MiB"));
   Client c = d.Connect();
-  CHECK(StatusOf(c).users == users);  // what each user stores still counts against its quota
   auto listing = Listing(c);
   REQUIRE(listing.size() == kept.size());
+  // What the user stores still counts against its quota (its objects alone: no lease is held).
+  uint64_t bytes = 0;
+  for (const auto& [g, k] : kept) bytes += k.size;
+  CHECK(StatusOf(c).users == std::vector<StoreStatus::UserUsage>{{::getuid(), kept.size(), bytes}});
   for (const auto& [g, k] : kept) {
     const ObjectInfo& o = listing.at(g);
     CHECK(o.residence == ObjectInfo::Residence::kDisk);
