@@ -101,6 +101,14 @@ Put PutFrames(Client& c, std::vector<size_t> sizes, uint32_t seed, const CreateO
   return p;
 }
 
+// Kills `service` once the descriptor store has everything it handed over so far: a status
+// through `c` first makes the daemon handle all that `c` sent before it.
+void Crash(Service& service, Client& c, FdStoreStandIn& store) {
+  StatusOf(c);
+  store.Drain(1s);
+  service.Kill();
+}
+
 void CheckSame(Client& c, const Put& p) {
   auto o = c.Get(p.guid);
   INFO(p.guid.ToString() << ": " << o.status().ToString());
@@ -203,9 +211,7 @@ TEST_CASE("A kept entry that does not check out is dropped, and the rest are ser
     Client c = first.Connect();
     good = PutFrames(c, {1000}, 1);
     bad = PutFrames(c, {2000}, 2);
-    StatusOf(c);  // the daemon has taken both puts from the connection's ring
-    store.Drain(1s);
-    first.Kill();
+    Crash(first, c, store);  // once the daemon has taken both puts from the ring
   }
   store.Drain();
   // Damage the second entry's frame size in the catalog, as a torn write would.
@@ -235,9 +241,7 @@ TEST_CASE("A mapping held across a crash never changes while the kept segments a
   Put other = PutFrames(old_client, {1 << 20}, 10);  // keeps the segment in use
   auto view = old_client.Get(held.guid);
   REQUIRE(view.ok());
-  StatusOf(old_client);
-  store.Drain(1s);
-  first->Kill();
+  Crash(*first, old_client, store);
   first.reset();
   store.Drain();
   Service second(dir, store);
@@ -263,9 +267,7 @@ TEST_CASE("A client carries on across a kill -9, and what it held is held by the
   Put other = PutFrames(c, {1 << 20}, 10);
   auto view = c.Get(held.guid);
   REQUIRE(view.ok());
-  StatusOf(c);
-  store.Drain(1s);
-  first->Kill();
+  Crash(*first, c, store);
   first.reset();
   store.Drain();
   Service second(dir, store, {"--restart-grace-ms", "300"});
@@ -337,9 +339,7 @@ TEST_CASE("Kept segments open to new objects once the grace period has passed", 
     Service first(dir, store);
     Client c = first.Connect();
     kept = PutFrames(c, {4096}, 3);
-    StatusOf(c);
-    store.Drain(1s);
-    first.Kill();
+    Crash(first, c, store);
   }
   store.Drain();
   Service second(dir, store, {"--restart-grace-ms", "200"});
@@ -382,9 +382,7 @@ TEST_CASE("An owner-scoped object whose process did not come back goes when the 
   auto view = c.Get(guid);
   REQUIRE(view.ok());
   std::vector<std::byte> before(view->frame(0).begin(), view->frame(0).end());
-  StatusOf(c);
-  store.Drain(1s);
-  first->Kill();
+  Crash(*first, c, store);
   first.reset();
   ::kill(maker, SIGKILL);  // its process is gone before the next daemon starts
   Wait(maker);
@@ -412,9 +410,7 @@ TEST_CASE("An owner-scoped object kept across a kill -9 lives while its process 
   CreateOptions o;
   o.owner_scoped = true;
   Put scoped = PutFrames(*c, {4096}, 21, o);
-  StatusOf(*c);
-  store.Drain(1s);
-  first->Kill();
+  Crash(*first, *c, store);
   first.reset();
   store.Drain();
   Service second(dir, store, {"--restart-grace-ms", "200"});
