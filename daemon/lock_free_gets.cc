@@ -51,6 +51,7 @@ bool LockFreeGets::Grow() {
 }
 
 bool LockFreeGets::Pinned(ObjectId id) const {
+  ++slot_reads_;
   return std::any_of(slots_.begin(), slots_.end(),
                      [id](const auto& s) { return s.second->Holds(id); });
 }
@@ -58,6 +59,7 @@ bool LockFreeGets::Pinned(ObjectId id) const {
 std::vector<bool> LockFreeGets::HeldAmong(std::span<const ObjectId> ids) const {
   std::vector<bool> held(ids.size());
   if (ids.empty()) return held;
+  ++slot_reads_;
   // Ids are few (pinned objects, a batch of spill candidates) and the slots many, written by
   // clients: a slot outside [first, last] costs two compares, one inside a binary search.
   ObjectId first = ids.front();

@@ -98,6 +98,8 @@ class LockFreeGets : public SlotReaders {
   // first kSlotCount of each session, in all.
   uint64_t grants_refused() const { return grants_refused_; }
   uint64_t slots_granted() const { return granted_; }
+  // Reads of every session's slots for objects leaving memory (Pinned, HeldAmong), since start.
+  uint64_t slot_reads() const { return slot_reads_; }
 
  private:
   LockFreeGets(std::unique_ptr<ObjectIndex> index, uint64_t max_entries,
@@ -122,6 +124,7 @@ class LockFreeGets : public SlotReaders {
   bool grown_ = false;  // grew, leaving objects out, since TakeGrown
   uint64_t grants_refused_ = 0;
   uint64_t granted_ = 0;
+  mutable uint64_t slot_reads_ = 0;
 };
 
 }  // namespace depot

@@ -195,6 +195,9 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Family("depot_slot_grants_refused_total", "counter",
            "Asks for more reference slots refused: the user's part was spent.");
   t.Sample("depot_slot_grants_refused_total", {}, s.slot_grants_refused);
+  t.Family("depot_slot_reads_total", "counter",
+           "Reads of every connection's reference slots for objects leaving memory.");
+  t.Sample("depot_slot_reads_total", {}, s.slot_reads);
   t.Family("depot_leases_revoked_total", "counter",
            "Idle leases taken back because memory ran short.");
   t.Sample("depot_leases_revoked_total", {}, s.leases_revoked);

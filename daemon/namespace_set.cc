@@ -304,6 +304,7 @@ void NamespaceSet::Report(StoreStatus& st) const {
     st.index_growths += ns->gets()->generation() - 1;
     st.slots_granted += ns->gets()->slots_granted();
     st.slot_grants_refused += ns->gets()->grants_refused();
+    st.slot_reads += ns->gets()->slot_reads();
   }
   spill_.Report(st);
   kept_.Report(st);

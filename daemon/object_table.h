@@ -269,8 +269,27 @@ class ObjectTable {
   // InvalidArgument for an object still being created. `by` asked for it (named in events).
   Status Delete(const Guid& guid, SessionId by = 0);
 
-  // A session ended: aborts what it was creating and drops every reference it held.
+  // A session ended: aborts what it was creating and drops every reference it held (one batch
+  // of frees, below).
   void DropSession(SessionId session);
+
+  // While a FreeBatch lives, the objects that deletes and last releases free wait for one read
+  // of the reference slots, made when it ends, instead of one read each: a request that deletes
+  // a thousand objects costs one pass over every session's slots, not a thousand. Until then
+  // they are deleted and unreferenced, as if a slot held them. Nothing but deletes, releases
+  // and lookups may use the table meanwhile. Batches nest; the outermost one reads.
+  class FreeBatch {
+   public:
+    explicit FreeBatch(ObjectTable& table) : table_(table) { ++table_.batches_; }
+    ~FreeBatch() {
+      if (--table_.batches_ == 0) table_.FreeBatched();
+    }
+    FreeBatch(const FreeBatch&) = delete;
+    FreeBatch& operator=(const FreeBatch&) = delete;
+
+   private:
+    ObjectTable& table_;
+  };
 
   // Evicts the least recently used evictable, sealed, unreferenced object, to make room for `by`.
   // False when none.
@@ -344,8 +363,10 @@ class ObjectTable {
   Result<StoredObject*> FindCreating(SessionId session, const Guid& guid);
   void Unreference(StoredObject& o, SessionId by);
   // A deleted object no session references: freed now, or kept in pinned_ while a reference
-  // slot holds it.
+  // slot holds it; in a FreeBatch, asked about when it ends.
   void FreeDeleted(StoredObject& o, SessionId by);
+  // The end of the outermost FreeBatch: one read of the slots for the objects it kept.
+  void FreeBatched();
   void Free(StoredObject& o, SessionId by);
   // Withdrawn from the index; whether a reference slot still holds it.
   bool Pinned(const StoredObject& o) {
@@ -418,6 +439,15 @@ class ObjectTable {
   // Deleted, unreferenced, held by reference slots; the session that caused the free beside each.
   std::unordered_map<ObjectId, SessionId> pinned_;
   uint64_t pins_made_ = 0;
+  // FreeBatch: how many are open, and the deleted, unreferenced, indexed objects waiting for
+  // their end (freed with a kFreed event, or at once as a delete frees, when no slot holds one).
+  struct Batched {
+    ObjectId id;
+    SessionId by;
+    bool freed_event;
+  };
+  int batches_ = 0;
+  std::vector<Batched> batched_;
   // Reads of the slots one SpillCandidates call makes at most.
   static constexpr int kSpillBatches = 4;
 };

@@ -27,6 +27,7 @@ void OwnerScopes::Add(SessionId session, const Guid& guid, const ObjectTable& ta
 void OwnerScopes::Close(SessionId session, ObjectTable& table) {
   auto it = scopes_.find(session);
   if (it == scopes_.end()) return;
+  ObjectTable::FreeBatch batch(table);
   for (const Guid& guid : it->second.guids) {
     const StoredObject* o = table.Find(guid);
     if (o != nullptr && o->creator == session && o->state == ObjectState::kSealed) {
@@ -50,6 +51,7 @@ size_t OwnerScopes::DropOrphans(int32_t pid, uint32_t uid, ObjectTable& table) {
   auto it = orphans_.find({pid, uid});
   if (it == orphans_.end()) return 0;
   size_t deleted = 0;
+  ObjectTable::FreeBatch batch(table);
   for (const Guid& guid : it->second) {
     // Still the object adopted (a GUID deleted and taken again is another's now).
     const StoredObject* o = table.Find(guid);

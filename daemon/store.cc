@@ -410,12 +410,15 @@ void Store::OnRelease(SessionId s, const wire::ReleaseRequest& req) {
     Status released = table.Release(s, handle);
     if (!released.ok()) spdlog::debug("release from session {}: {}", s, released.message());
   };
-  if (req.handles()) std::ranges::for_each(*req.handles(), release);
-  for (size_t i = 0; req.guids() && i < req.guids()->size(); ++i) {
-    auto it = st.guid_holds.find(FromWire(*req.guids()->Get(i)));
-    if (it == st.guid_holds.end()) continue;
-    release(it->second);
-    st.guid_holds.erase(it);
+  {
+    ObjectTable::FreeBatch batch(table);
+    if (req.handles()) std::ranges::for_each(*req.handles(), release);
+    for (size_t i = 0; req.guids() && i < req.guids()->size(); ++i) {
+      auto it = st.guid_holds.find(FromWire(*req.guids()->Get(i)));
+      if (it == st.guid_holds.end()) continue;
+      release(it->second);
+      st.guid_holds.erase(it);
+    }
   }
   WatchPins();
 }
@@ -458,17 +461,20 @@ void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
   ObjectTable& table = session.ns->table();
   fb::FlatBufferBuilder fbb(256);
   std::vector<fb::Offset<wire::GuidResult>> results;
-  for (const wire::Guid* g : *req.guids()) {
-    Guid guid = FromWire(*g);
-    const StoredObject* o = table.Find(guid);
-    Status st = o != nullptr && !access_.MayDelete(session.creds, o->creator_uid)
-                    ? Status::PermissionDenied(fmt::format(
-                          "object {} was created by uid {}; only that user, root and depotd's "
-                          "own user may delete it",
-                          guid.ToString(), o->creator_uid))
-                    : table.Delete(guid, s);
-    auto msg = fbb.CreateString(st.message());
-    results.push_back(wire::CreateGuidResult(fbb, g, ToWire(st.code()), msg));
+  {
+    ObjectTable::FreeBatch batch(table);  // one read of the slots for all, before the reply
+    for (const wire::Guid* g : *req.guids()) {
+      Guid guid = FromWire(*g);
+      const StoredObject* o = table.Find(guid);
+      Status st = o != nullptr && !access_.MayDelete(session.creds, o->creator_uid)
+                      ? Status::PermissionDenied(fmt::format(
+                            "object {} was created by uid {}; only that user, root and depotd's "
+                            "own user may delete it",
+                            guid.ToString(), o->creator_uid))
+                      : table.Delete(guid, s);
+      auto msg = fbb.CreateString(st.message());
+      results.push_back(wire::CreateGuidResult(fbb, g, ToWire(st.code()), msg));
+    }
   }
   fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
   Reply(s, id, MsgType::kDelete, fbb);

@@ -48,8 +48,11 @@ void Store::Close(SessionId session) {
   rings_.Leave(session);
   namespaces_.kept().ForgetRing(session);
   if (ns->gets() != nullptr) ns->gets()->Leave(session);  // its slots keep nothing from now on
-  ns->table().DropSession(session);
-  owner_scopes_.Close(session, ns->table());
+  {
+    ObjectTable::FreeBatch batch(ns->table());  // one read of the slots for both
+    ns->table().DropSession(session);
+    owner_scopes_.Close(session, ns->table());
+  }
   WatchPins();
   events_.Emit(wire::EventKind::ClientDisconnected, nullptr, session, ns);
   events_.Leave(session);

@@ -156,6 +156,58 @@ TEST_CASE("an object deleted while a slot holds it keeps its bytes, and is freed
   CHECK(WEXITSTATUS(Wait(reader)) == 0);
 }
 
+TEST_CASE(
+    "a delete of many objects reads the slots once for all, and frees at once what none holds",
+    "[index]") {
+  Daemon d;
+  Client c = d.Connect();
+  constexpr uint32_t kCount = 200;
+  std::vector<Guid> ids;
+  for (uint32_t i = 0; i < kCount; ++i) {
+    auto id = c.Put(Pattern(4096, i));
+    REQUIRE(id.ok());
+    ids.push_back(*id);
+  }
+  // Other connections, whose slots a delete reads too.
+  std::vector<Client> idle;
+  for (int i = 0; i < 8; ++i) idle.push_back(d.Connect());
+  Channel holding, deleted, done;
+  pid_t reader = Spawn([&] {
+    auto r = Client::Connect({d.socket(), "reader"});
+    std::vector<Object> held;
+    uint64_t before = Requests(*r, "reader");
+    for (uint32_t i = 0; i < kCount; i += 2) {  // the even ones, through slots
+      auto obj = r->Get(ids[i]);
+      if (!obj.ok()) return 1;
+      held.push_back(std::move(*obj));
+    }
+    if (Requests(*r, "reader") > before + 3) return 2;  // the segments mapped, no more
+    holding.Send("holding");
+    deleted.Receive();
+    for (uint32_t i = 0; i < kCount; i += 2) {
+      if (!Holds(held[i / 2], Pattern(4096, i))) return 3;
+    }
+    held.clear();
+    done.Receive();
+    return 0;
+  });
+  REQUIRE(holding.Receive() == "holding");
+  StoreStatus before = StatusOf(c);
+  for (const Status& st : c.Delete(ids)) CHECK(st.ok());
+  StoreStatus after = StatusOf(c);
+  // One read for the request (and at most one of the timer that reads for held ones), not one
+  // for each of the 200 objects.
+  CHECK(after.slot_reads - before.slot_reads >= 1);
+  CHECK(after.slot_reads - before.slot_reads <= 2);
+  // The odd ones were freed before the reply; the even ones wait for the reader.
+  CHECK(after.objects_deleted == kCount / 2);
+  CHECK(after.objects_sealed == before.objects_sealed - kCount);
+  deleted.Send("deleted");
+  CHECK(WaitFor([&] { return StatusOf(c).objects_deleted == 0; }));
+  done.Send("done");
+  CHECK(WEXITSTATUS(Wait(reader)) == 0);
+}
+
 TEST_CASE("eviction passes over an evictable object a slot holds", "[index]") {
   Daemon d({"--capacity", "16MiB", "--segment-size", "1MiB"});
   Client c = d.Connect();

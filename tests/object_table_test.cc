@@ -7,6 +7,8 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
+#include <span>
 #include <vector>
 
 namespace depot {
@@ -271,6 +273,86 @@ TEST_CASE_METHOD(TableFixture, "DropSession aborts, releases and frees what it m
   table_.DropSession(42);
   CHECK(freed_.size() == 2);
   CheckFreedAtMostOnce();
+}
+
+// Slots as the table sees them: every object is published, `held` says which a slot holds, and
+// each read of the slots is counted.
+class FakeSlots : public SlotReaders {
+ public:
+  bool Publish(const StoredObject&) override { return true; }
+  void Withdraw(ObjectId id) override { withdrawn.insert(id); }
+  bool Pinned(ObjectId id) const override {
+    ++reads;
+    return held.contains(id);
+  }
+  std::vector<bool> HeldAmong(std::span<const ObjectId> ids) const override {
+    ++reads;
+    CHECK(std::is_sorted(ids.begin(), ids.end()));
+    std::vector<bool> out;
+    for (ObjectId id : ids) {
+      CHECK(withdrawn.contains(id));  // read only after the withdrawal
+      out.push_back(held.contains(id));
+    }
+    return out;
+  }
+  std::vector<ObjectId> Touched() override { return {}; }
+  bool Indexed(ObjectId id) const override { return !withdrawn.contains(id); }
+
+  std::set<ObjectId> held;
+  std::set<ObjectId> withdrawn;
+  mutable int reads = 0;
+};
+
+TEST_CASE_METHOD(TableFixture, "a FreeBatch reads the slots once for every free it holds back",
+                 "[object_table]") {
+  FakeSlots slots;
+  table_.set_slot_readers(&slots);
+  std::vector<ObjectId> ids;
+  for (uint64_t n = 1; n <= 6; ++n) ids.push_back(CreateSealed(G(n), 1));
+  slots.held = {ids[1], ids[4]};
+  Acquire(2, G(6));
+  REQUIRE(table_.Delete(G(6)).ok());  // referenced: waits for its release
+  std::vector<TableEvent> events;
+  table_.set_observer([&](TableEvent e, const StoredObject&, SessionId) { events.push_back(e); });
+  {
+    ObjectTable::FreeBatch outer(table_);
+    {
+      ObjectTable::FreeBatch inner(table_);  // nested: the outer one reads
+      for (uint64_t n = 1; n <= 3; ++n) REQUIRE(table_.Delete(G(n), 1).ok());
+    }
+    for (uint64_t n = 4; n <= 5; ++n) REQUIRE(table_.Delete(G(n), 1).ok());
+    REQUIRE(table_.Release(2, ids[5]).ok());  // the last reference of a deleted object
+    CHECK(slots.reads == 0);
+    CHECK(freed_.empty());  // nothing freed before the batch ends
+    CHECK(table_.Find(G(1)) == nullptr);
+    CHECK(table_.counts().deleted == 6);
+  }
+  CHECK(slots.reads == 1);
+  for (size_t i : {0, 2, 3, 5}) CHECK(FreedCount(ids[i]) == 1);
+  CHECK(FreedCount(ids[1]) == 0);  // a slot holds these two: they wait, as a lone delete's would
+  CHECK(FreedCount(ids[4]) == 0);
+  CHECK(table_.pinned() == 2);
+  CHECK(table_.counts().deleted == 2);
+  CHECK(table_.counts().sealed == 0);
+  // Deleted objects freed at once say nothing more; the one a release freed says kFreed.
+  CHECK(std::count(events.begin(), events.end(), TableEvent::kDeleted) == 5);
+  CHECK(std::count(events.begin(), events.end(), TableEvent::kFreed) == 1);
+
+  slots.held.clear();
+  CHECK_FALSE(table_.FreeUnpinned());
+  CHECK(FreedCount(ids[1]) == 1);
+  CHECK(FreedCount(ids[4]) == 1);
+  CheckFreedAtMostOnce();
+
+  // Without a batch, each free reads on its own.
+  ObjectId a = CreateSealed(G(7), 1);
+  ObjectId b = CreateSealed(G(8), 1);
+  slots.reads = 0;
+  REQUIRE(table_.Delete(G(7)).ok());
+  REQUIRE(table_.Delete(G(8)).ok());
+  CHECK(slots.reads == 2);
+  CHECK(FreedCount(a) == 1);
+  CHECK(FreedCount(b) == 1);
 }
 
 TEST_CASE_METHOD(TableFixture, "EvictLru evicts only evictable, sealed, unreferenced objects",

@@ -107,6 +107,8 @@
     "reference slots granted now past the first 1024 of each connection")                         \
   X(slot_grants_refused, uint64_t, "index", "slot_grants_refused",                                \
     "asks for more reference slots refused since start (the user's part spent)")                  \
+  X(slot_reads, uint64_t, "index", "slot_reads",                                                  \
+    "reads of every connection's slots since start, for objects leaving memory")                  \
   X(max_slots_per_user, uint64_t, "limits", "max_slots_per_user",                                 \
     "reference slots one user may be granted past the first 1024 of each connection")             \
   X(keep_memory, bool, "kept", "on",                                                              \

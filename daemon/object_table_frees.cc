@@ -1,0 +1,133 @@
+// ObjectTable (daemon/object_table.h): how objects go. Releases and deletes, and the frees that
+// wait for the reference slots: at once, in a FreeBatch, or in pinned_ while a slot holds one.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "daemon/object_table.h"
+
+namespace depot {
+
+Status ObjectTable::Release(SessionId session, ObjectId id) {
+  auto s = sessions_.find(session);
+  if (s == sessions_.end() || !s->second.held.contains(id)) {
+    return Status::NotFound(
+        fmt::format("this connection holds no reference on object handle {}", id));
+  }
+  auto h = s->second.held.find(id);
+  if (--h->second > 0) return Status::OK();
+  s->second.held.erase(h);
+  Unreference(Must(id), session);
+  return Status::OK();
+}
+
+void ObjectTable::Unreference(StoredObject& o, SessionId by) {
+  if (--o.refcount > 0) return;
+  if (o.deleted) {
+    FreeDeleted(o, by);
+  } else {
+    LruAdd(o);
+  }
+}
+
+void ObjectTable::FreeDeleted(StoredObject& o, SessionId by) {
+  if (batches_ > 0 && o.indexed) {
+    batched_.push_back({o.id, by, true});
+    return;
+  }
+  if (Pinned(o)) {
+    pinned_[o.id] = by;
+    ++pins_made_;
+    return;
+  }
+  Free(o, by);
+}
+
+void ObjectTable::Free(StoredObject& o, SessionId by) {
+  pinned_.erase(o.id);
+  Notify(TableEvent::kFreed, o, by);
+  Destroy(o);
+}
+
+bool ObjectTable::FreeUnpinned() {
+  if (pinned_.empty()) return false;
+  std::vector<ObjectId> ids;
+  ids.reserve(pinned_.size());
+  for (const auto& [id, by] : pinned_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  std::vector<bool> held = readers_->HeldAmong(ids);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!held[i]) Free(Must(ids[i]), pinned_.at(ids[i]));
+  }
+  return !pinned_.empty();
+}
+
+void ObjectTable::FreeBatched() {
+  if (batched_.empty()) return;
+  std::vector<Batched> batch = std::exchange(batched_, {});
+  std::sort(batch.begin(), batch.end(),
+            [](const Batched& a, const Batched& b) { return a.id < b.id; });
+  std::vector<ObjectId> ids;
+  ids.reserve(batch.size());
+  for (const Batched& b : batch) ids.push_back(b.id);  // distinct: each went once
+  std::vector<bool> held = readers_->HeldAmong(ids);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    StoredObject& o = Must(batch[i].id);
+    if (held[i]) {
+      pinned_[o.id] = batch[i].by;
+      ++pins_made_;
+    } else if (batch[i].freed_event) {
+      Free(o, batch[i].by);
+    } else {
+      Destroy(o);
+    }
+  }
+}
+
+Status ObjectTable::Delete(const Guid& guid, SessionId by) {
+  auto slot = index_.Find(guid);
+  if (!slot) return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
+  StoredObject& o = At(*slot);
+  if (o.state != ObjectState::kSealed) {
+    return Status::InvalidArgument(fmt::format(
+        "object {} is still being created; its creator must seal or abort it", guid.ToString()));
+  }
+  index_.Erase(SlotOf(o.id));
+  order_.Erase(SlotOf(o.id));
+  LruRemove(o);
+  if (readers_ != nullptr) readers_->Withdraw(o.id);  // gone for every get from now on
+  Notify(TableEvent::kDeleted, o, by);
+  bool batch = batches_ > 0 && o.indexed;
+  if (o.refcount == 0 && !batch && !Pinned(o)) {
+    Destroy(o);
+    return Status::OK();
+  }
+  o.deleted = true;
+  --counts_.sealed;
+  ++counts_.deleted;
+  counts_.sealed_bytes -= o.size();
+  counts_.deleted_bytes += o.size();
+  if (o.refcount > 0) return Status::OK();
+  if (batch) {
+    batched_.push_back({o.id, by, false});
+  } else {
+    pinned_[o.id] = by;
+    ++pins_made_;
+  }
+  return Status::OK();
+}
+
+void ObjectTable::DropSession(SessionId session) {
+  auto s = sessions_.find(session);
+  if (s == sessions_.end()) return;
+  SessionRefs refs = std::move(s->second);
+  sessions_.erase(s);
+  FreeBatch batch(*this);
+  for (ObjectId id : refs.creating) {
+    Notify(TableEvent::kAborted, Must(id), session);
+    Destroy(Must(id));
+  }
+  for (const auto& [id, count] : refs.held) Unreference(Must(id), session);
+}
+
+}  // namespace depot
