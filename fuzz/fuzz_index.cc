@@ -102,7 +102,12 @@ void UseSlots(const uint8_t* data, size_t size) {
     }
     return false;
   };
-  for (uint64_t n = 1; n <= 4; ++n) Check(table.Delete(Guid{n, n}).ok());
+  // Two deletes on their own, two as a request deletes them (one read of the slots for both).
+  for (uint64_t n = 1; n <= 2; ++n) Check(table.Delete(Guid{n, n}).ok());
+  {
+    ObjectTable::FreeBatch batch(table);
+    for (uint64_t n = 3; n <= 4; ++n) Check(table.Delete(Guid{n, n}).ok());
+  }
   while (table.EvictLru()) {
   }
   table.FreeUnpinned();
