@@ -8,13 +8,15 @@
 // section (built in this tree) and one redis-server (from PATH), on sockets in a temporary
 // directory, pinned to CPU 0. Progress goes to stderr; the document to stdout.
 //
-//   depot_bench [--quick] [--only 1,3,...] [--note TEXT] [--previous-depotd PATH]
+//   depot_bench [--quick] [--only 1,3,...] [--note TEXT] [--previous-depotd PATH] [--data FILE]
 //     --quick            smaller sizes, fewer samples: well under a minute
 //     --only             run these sections (numbers as above)
 //     --note             a line for the header (scripts/bench passes the commit)
 //     --previous-depotd  a depotd built from an earlier commit: section 3 measures its
 //                        on-demand pool, section 4 its 1 KiB put+get pairs and section 8 its
 //                        gets, beside this tree's, in the same rounds
+//     --data             append the charts' points to FILE, one JSON line each (bench/charts.py
+//                        draws them; scripts/bench passes it)
 #include <fmt/format.h>
 
 #include <ctime>
@@ -34,6 +36,7 @@ struct Options {
   std::set<int> only;
   std::string note;
   std::string previous_depotd;
+  std::string data;
 };
 
 bool Parse(int argc, char** argv, Options& o) {
@@ -48,6 +51,8 @@ bool Parse(int argc, char** argv, Options& o) {
       o.note = argv[++i];
     } else if (a == "--previous-depotd" && i + 1 < argc) {
       o.previous_depotd = argv[++i];
+    } else if (a == "--data" && i + 1 < argc) {
+      o.data = argv[++i];
     } else {
       return false;
     }
@@ -69,9 +74,10 @@ int main(int argc, char** argv) {
   if (!Parse(argc, argv, opt)) {
     fmt::print(stderr,
                "usage: depot_bench [--quick] [--only 1,3,...] [--note TEXT] "
-               "[--previous-depotd PATH]\n");
+               "[--previous-depotd PATH] [--data FILE]\n");
     return 2;
   }
+  if (!opt.data.empty()) OpenChartData(opt.data);
   using Section = void (*)(const Context&);
   const std::pair<int, Section> sections[] = {
       {1, GetLatency},  {2, HeldGet},           {3, PutThroughput}, {4, SmallObjects},

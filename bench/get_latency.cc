@@ -2,7 +2,9 @@
 // object, for depot and for what it replaces, measured in alternating rounds in one run:
 //   floor           a 16-byte request answered by 16 bytes over a Unix socketpair (SocketPeer)
 //   depot get       Client::Get of a sealed object; the Object is dropped between gets, so each
-//                   get is a round trip (and a one-way release). Zero-copy: no byte is read.
+//                   is a get of an object not held (the shared index: no round trip). Zero-copy:
+//                   no byte is read.
+//   held get        the same get while the round holds the object (the process's own cache).
 //   get + read      a new Client (connected untimed), so the object's pages are mapped afresh,
 //                   then Get and a read of every byte: what first touch costs. Once plain, once
 //                   with Object::Populate() (MADV_POPULATE_READ) before the read.
@@ -13,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <optional>
 #include <vector>
 
 #include "bench/redis.h"
@@ -21,7 +24,7 @@
 namespace depot::bench {
 namespace {
 
-enum Method { kFloor, kGet, kRedis, kSocket, kFresh, kFreshPopulate, kMethods };
+enum Method { kFloor, kGet, kHeld, kRedis, kSocket, kFresh, kFreshPopulate, kMethods };
 
 struct Plan {
   uint64_t size;
@@ -72,7 +75,8 @@ Row MeasureSize(const DepotDaemon& daemon, Client& client, Redis& redis, SocketP
       case kFloor:
         peer.Fetch(ping);
         return Since(t0);
-      case kGet: {
+      case kGet:
+      case kHeld: {  // the same get; for kHeld, while the round holds the object
         Object o = Check(client.Get(id), "get");
         double t = Since(t0);
         KeepAlive(o.size());
@@ -101,9 +105,11 @@ Row MeasureSize(const DepotDaemon& daemon, Client& client, Redis& redis, SocketP
       int m = (k + r) % kMethods;  // each method takes each place in the order in turn
       series[m].NextRound();
       // The floor and a get cost microseconds whatever the size: enough samples for a p99.
-      int n = m >= kFresh                ? plan.fresh_per_round
-              : m == kFloor || m == kGet ? std::max(plan.per_round, 100)
-                                         : plan.per_round;
+      int n = m >= kFresh                              ? plan.fresh_per_round
+              : m == kFloor || m == kGet || m == kHeld ? std::max(plan.per_round, 100)
+                                                       : plan.per_round;
+      std::optional<Object> hold;
+      if (m == kHeld) hold = Check(client.Get(id), "get");
       for (int i = 0; i < n; ++i) series[m].Add(once(static_cast<Method>(m)));
     }
   }
@@ -120,10 +126,10 @@ void PrintPlacement(const Context& ctx, int cpu, const std::vector<Row>& rows) {
       fmt::format("\n### {}\n\nMedian (p50) with the range of the rounds' medians; p99 over all "
                   "samples.",
                   PlacementName(cpu)));
-  Table a({"size", "floor p50", "depot get p50 (rounds)", "get p99", "get / floor", "≤ 2× floor",
-           "Redis GET p50", "Redis p99", "Redis / depot", "≥ 10× Redis", "socket send p50",
-           "socket / depot"},
-          "lrrrrlrrrlrr");
+  Table a({"size", "floor p50", "depot get p50 (rounds)", "get p99", "held get p50", "get / floor",
+           "≤ 2× floor", "Redis GET p50", "Redis p99", "Redis / depot", "≥ 10× Redis",
+           "socket send p50", "socket / depot"},
+          "lrrrrrlrrrlrr");
   for (const Row& r : rows) {
     const Summary &floor = r.s[kFloor], &get = r.s[kGet], &redis = r.s[kRedis];
     double vs_floor = get.p50 / floor.p50;
@@ -140,9 +146,16 @@ void PrintPlacement(const Context& ctx, int cpu, const std::vector<Row>& rows) {
           fmt::format("{} ({} vs {})", Ratio(vs_redis), Time(redis.p50), Time(get.p50)),
           vs_redis >= 10.0);
     }
-    a.Row({Bytes(r.size), Time(floor.p50), P50WithSpread(get), Time(get.p99), Ratio(vs_floor), t1,
-           P50WithSpread(redis), Time(redis.p99), Ratio(vs_redis), t2, P50WithSpread(r.s[kSocket]),
-           Ratio(r.s[kSocket].p50 / get.p50)});
+    std::string panel = PlacementName(cpu);
+    auto x = static_cast<double>(r.size);
+    Plot("get-latency", panel, "depot get, not held", x, get.p50);
+    Plot("get-latency", panel, "depot get, held", x, r.s[kHeld].p50);
+    Plot("get-latency", panel, "Redis GET", x, redis.p50);
+    Plot("get-latency", panel, "socket: the bytes sent", x, r.s[kSocket].p50);
+    Plot("get-latency", panel, "socket round trip, 16 B", x, floor.p50);
+    a.Row({Bytes(r.size), Time(floor.p50), P50WithSpread(get), Time(get.p99),
+           P50WithSpread(r.s[kHeld]), Ratio(vs_floor), t1, P50WithSpread(redis), Time(redis.p99),
+           Ratio(vs_redis), t2, P50WithSpread(r.s[kSocket]), Ratio(r.s[kSocket].p50 / get.p50)});
   }
   a.Print();
   const Row &small = rows.front(), &large = rows.back();
@@ -186,7 +199,9 @@ void GetLatency(const Context& ctx) {
       "each, every method runs its samples in turn ({}–{} samples a round by size, at least 100 "
       "for the floor and the get, fewer for fresh connections); the floor is measured in the "
       "same rounds as each row. A depot get drops the Object before the next one, so each "
-      "get is a round trip; it maps, it does not copy. Redis GET is hiredis over the Unix socket, "
+      "is a get of an object this process does not hold (through the shared index when it "
+      "answers); it maps, it does not copy. A held get is the same get while the round holds "
+      "the object. Redis GET is hiredis over the Unix socket, "
       "the reply parsed (hiredis reads 16 KiB per read call, then copies the value into its "
       "reply). socket send: a peer process writes the N bytes, this process reads them. "
       "floor: 16 bytes there and back over a socketpair.",

@@ -161,6 +161,34 @@ void Say(std::string_view text) {
   std::fflush(stdout);
 }
 
+// ---- chart data ----
+
+namespace {
+std::FILE* chart_data = nullptr;
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + '"';
+}
+}  // namespace
+
+void OpenChartData(const std::string& path) {
+  chart_data = std::fopen(path.c_str(), "a");
+  if (chart_data == nullptr) throw BenchError(fmt::format("cannot open {}", path));
+}
+
+void Plot(std::string_view chart, std::string_view panel, std::string_view series, double x,
+          double y) {
+  if (chart_data == nullptr) return;
+  fmt::print(chart_data, "{{\"chart\": {}, \"panel\": {}, \"series\": {}, \"x\": {}, \"y\": {}}}\n",
+             JsonString(chart), JsonString(panel), JsonString(series), x, y);
+  std::fflush(chart_data);
+}
+
 // ---- targets ----
 
 std::string Targets::Check(std::string target, std::string where, std::string measured, bool met) {

@@ -109,6 +109,15 @@ class Table {
 // Prints a line (or paragraph) of the document and flushes, so that progress shows.
 void Say(std::string_view text);
 
+// ---- chart data ----
+
+// The figures bench/charts.py draws, beside the document: once a file is opened (depot_bench
+// --data FILE), each Plot appends one JSON line {"chart", "panel", "series", "x", "y"}. `panel`
+// names one plot of the chart (a placement, say; "" when it has one). Without a file, nothing.
+void OpenChartData(const std::string& path);
+void Plot(std::string_view chart, std::string_view panel, std::string_view series, double x,
+          double y);
+
 // ---- targets ----
 
 // The targets the figures are held to: each check is printed beside its figure ("met" or

@@ -192,6 +192,9 @@ void PutThroughput(const Context& ctx) {
       auto gbs = [&](Method m) { return Rate(size / s[m].p50); };
       auto pct = [&](Method m) { return fmt::format("{:.0f}%", 100 * s[kMemcpy].p50 / s[m].p50); };
       double ratio = s[kMemcpy].p50 / s[kPut].p50;
+      Plot("put-bandwidth", PlacementName(cpu), "depot Put", size, size / s[kPut].p50);
+      Plot("put-bandwidth", PlacementName(cpu), "memcpy", size, size / s[kMemcpy].p50);
+      Plot("put-bandwidth", PlacementName(cpu), "Redis SET", size, size / s[kRedis].p50);
       std::string met = targets.Check(
           "Put ≥ 80% of memcpy bandwidth (prefaulted pool)",
           fmt::format("{}, {}", Bytes(p.size), PlacementName(cpu)),

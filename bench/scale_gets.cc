@@ -31,6 +31,7 @@ struct Row {
   std::string where;
   Summary floor, get, large, multi, singles;
   double indexed = 0;  // share of the timed gets served through the index
+  double stored = 0;   // objects in the store
 };
 
 // The objects put so far and what the reader holds.
@@ -177,6 +178,7 @@ void ScaleGets(const Context& ctx) {
             multi.Summarize(),
             singles.Summarize()};
     row.indexed = double(store.index_gets() - indexed0) / double(gets);
+    row.stored = static_cast<double>(store.stored());
     rows.push_back(row);
   }
   Unpin();
@@ -187,6 +189,11 @@ void ScaleGets(const Context& ctx) {
           "lrrrrrrrrrlll");
   for (const Row& r : rows) {
     bool scale = &r == &rows.back();
+    Plot("scale", "", "64 B get, not held (p50)", r.stored, r.get.p50);
+    Plot("scale", "", "64 B get, not held (p99)", r.stored, r.get.p99);
+    Plot("scale", "", "64 MiB get, not held (p50)", r.stored, r.large.p50);
+    Plot("scale", "", "multi-get of 1,000, per object", r.stored, r.multi.p50 / 1000);
+    Plot("scale", "", "socket round trip, 16 B", r.stored, r.floor.p50);
     auto check = [&](std::string target, std::string measured, bool met) {
       return scale ? ctx.targets->Check(std::move(target), r.where, std::move(measured), met)
                    : std::string(met ? "met" : "missed");

@@ -148,6 +148,9 @@ void PairsPerSecond(const Context& ctx, const DepotDaemon& daemon, const DepotDa
     }
     for (size_t i = 0; i < counts.size(); ++i) {
       double d = Percentile(rates[0][i], 0.5), rd = Percentile(rates[1][i], 0.5);
+      std::string panel = fmt::format("every client process on CPU {}", cpu);
+      Plot("pairs", panel, "depot put+get", counts[i], d);
+      Plot("pairs", panel, "Redis SET+GET", counts[i], rd);
       std::string met = ctx.targets->Check(
           "1 KiB put+get ops/s ≥ 3× Redis SET+GET",
           fmt::format("{} client process{} on CPU {}", counts[i], counts[i] == 1 ? "" : "es", cpu),

@@ -45,6 +45,7 @@ Needs PYTHONPATH to hold the built package (BUILD_DIR/python); the daemon is $DE
 import argparse
 import contextlib
 import datetime
+import json
 import math
 import os
 import platform
@@ -188,16 +189,18 @@ class Column:
 class Bench:
     """The rows of one cluster size: each workload measured in every column."""
 
-    def __init__(self, columns, rounds, workers):
+    def __init__(self, columns, rounds, workers, data=None):
         self.columns = columns
         self.rounds = rounds
         self.workers = workers
+        self.data = data
         self.rows = []
 
     def measure(self, name, workload, threshold=depot.dask.DEFAULT_THRESHOLD, rounds=None,
-                fmt=fmt_time, note=""):
+                fmt=fmt_time, note="", chart=None):
         """Runs the workload in every column, round by round, the order rotating; checks that
-        the columns agree on the result."""
+        the columns agree on the result. With `chart` (a short name), each column's median goes
+        to the chart data too."""
         samples = {c.label: [] for c in self.columns}
         moved = []
         expected = None
@@ -212,6 +215,10 @@ class Bench:
                 assert math.isclose(result, expected, rel_tol=1e-9), \
                     f"{name}: {column.label} gives {result}, another column {expected}"
         medians = [statistics.median(samples[c.label]) for c in self.columns]
+        if chart and self.data:
+            for c, m in zip(self.columns, medians):
+                plot(self.data, "dask-workloads", f"{RELEASE}, {self.workers} workers", c.label,
+                     chart, m)
         texts = [summary(samples[c.label], fmt)[1] for c in self.columns]
         tcp, default, prefaulted = (medians + [None])[:3]
         ratios = [f"{tcp / default:.2f}×"] + (
@@ -223,6 +230,13 @@ class Bench:
         log(f"  {name}: " + ", ".join(f"{c.label} {t}" for c, t in zip(self.columns, texts)) +
             f"; {' '.join(ratios)}; load {load}")
         return medians
+
+
+def plot(path, chart, panel, series, x, y):
+    """Appends one point for bench/charts.py, as depot_bench --data does."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"chart": chart, "panel": panel, "series": series, "x": x, "y": y})
+                + "\n")
 
 
 def pays_from(sweep):
@@ -273,6 +287,8 @@ def main():
     parser.add_argument("--only", choices=("workloads", "sweep"),
                         help="the workloads or the threshold sweep alone")
     parser.add_argument("--note", default="", help="a line for the header")
+    parser.add_argument("--data", help="append the workloads' medians to this file, one JSON "
+                        "line each, for bench/charts.py")
     parser.add_argument("--no-prefaulted", dest="prefaulted", action="store_false",
                         help="leave out the cluster on a prefaulted pool")
     parser.add_argument("--rechunk-mib", type=int, default=512,
@@ -303,22 +319,24 @@ def main():
                            Column("depot, default pool", first, True)]
                 if second:
                     columns.append(Column("depot, prefaulted pool", second, True))
-                bench = Bench(columns, rounds, n)
+                bench = Bench(columns, rounds, n, args.data)
                 for c in columns:  # connections between workers are opened lazily
                     c.run(transfer(MIB), depot.dask.DEFAULT_THRESHOLD)
                 if args.only != "sweep":
                     bench.measure("transpose-sum: (x + x.T).sum(), x 8000² in 8×8 blocks of "
-                                  "8 MB", transpose_sum)
+                                  "8 MB", transpose_sum, chart="transpose-sum")
                     bench.measure("bag shuffle: 200k records of 1 KiB in 16 partitions, grouped on "
                                   "a random key, counted", bag_shuffle,
-                                  note="Dask serializes a piece record by record")
+                                  note="Dask serializes a piece record by record",
+                                  chart="bag shuffle")
                     bench.measure("map, reduce on one: 32 arrays of 16 MiB summed on one "
-                                  "worker", map_reduce_on_one)
+                                  "worker", map_reduce_on_one, chart="map, reduce on one")
                     rechunk, side = p2p_rechunk(args.rechunk_mib)
                     bench.measure(f"P2P rechunk: {side}² float64 ({fmt_bytes(side * side * 8)}),"
                                   " 256-column blocks to 256-row blocks, sum", rechunk,
                                   note="method p2p" if HAS_P2P_RECHUNK else
-                                  "no P2P rechunk in this release: method tasks")
+                                  "no P2P rechunk in this release: method tasks",
+                                  chart="P2P rechunk")
                     workload_rows += bench.rows
                     bench.rows = []
                 if args.only != "workloads":
