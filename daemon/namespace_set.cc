@@ -218,6 +218,7 @@ Result<std::vector<Location>> NamespaceSet::Allocate(Namespace& ns, std::span<co
   // object is evicted (their memory holds no object), and each eviction earns another try.
   bool take_spares = true;
   bool leases_taken = false;
+  ObjectTable::EvictionBatch evictions(ns.table());  // a few reads of the slots, not one each
   while (true) {
     auto frames = ns.Allocate(sizes, pools, static_cast<uint32_t>(uid));
     if (frames.ok() || !frames.status().IsStoreFull()) return frames;

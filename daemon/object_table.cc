@@ -147,28 +147,6 @@ void ObjectTable::TakeTouches() {
   }
 }
 
-bool ObjectTable::EvictLru(SessionId by) {
-  TakeTouches();
-  // An object a reference slot holds is passed over: back in the index, at the LRU's recent end.
-  // Each is tried once per call, so a cache that slots hold entirely ends the search.
-  for (size_t tries = lru_.size; tries > 0; --tries) {
-    StoredObject& o = At(lru_.head);
-    if (!Pinned(o)) return Evict(o, by);
-    Publish(o);
-    LruAdd(o);
-  }
-  return false;
-}
-
-bool ObjectTable::Evict(StoredObject& o, SessionId by) {
-  ++counts_.evictions;
-  counts_.evicted_bytes += o.size();
-  Notify(TableEvent::kEvicted, o, by);
-  o.evicted = true;
-  Destroy(o);
-  return true;
-}
-
 void ObjectTable::Destroy(StoredObject& o) {
   if (readers_ != nullptr) readers_->Withdraw(o.id);
   LruRemove(o);

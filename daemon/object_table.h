@@ -23,6 +23,7 @@
 #define DEPOT_DAEMON_OBJECT_TABLE_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -291,9 +292,28 @@ class ObjectTable {
     ObjectTable& table_;
   };
 
-  // Evicts the least recently used evictable, sealed, unreferenced object, to make room for `by`.
-  // False when none.
+  // Evicts the least recently used evictable, sealed, unreferenced object that no reference slot
+  // holds, to make room for `by`. False when none.
   bool EvictLru(SessionId by = 0);
+
+  // While an EvictionBatch lives, EvictLru reads the reference slots for several of the least
+  // recently used objects at once (one, then twice as many at each read, up to
+  // kEvictionReadMax): making room for a large object out of many small ones costs a few reads
+  // of every session's slots, not one per object evicted. The objects read and found free are
+  // withdrawn from the index until they are evicted or the batch ends (then published again):
+  // meanwhile a get of one goes to the daemon. Batches nest; the outermost one publishes.
+  class EvictionBatch {
+   public:
+    explicit EvictionBatch(ObjectTable& table) : table_(table) { ++table_.evicting_; }
+    ~EvictionBatch() {
+      if (--table_.evicting_ == 0) table_.EndEvictions();
+    }
+    EvictionBatch(const EvictionBatch&) = delete;
+    EvictionBatch& operator=(const EvictionBatch&) = delete;
+
+   private:
+    ObjectTable& table_;
+  };
 
   // Publishes sealed objects to `readers` from now on, and frees, evicts or spills none that a
   // reference slot holds (see SlotReaders). Null: off.
@@ -383,6 +403,13 @@ class ObjectTable {
   void PublishLeftOut();
   void Destroy(StoredObject& o);  // frees the memory and forgets the object
   bool Evict(StoredObject& o, SessionId by);
+  // EvictLru in an EvictionBatch: the next object of evict_ready_, read for more when empty.
+  bool EvictBatched(SessionId by);
+  // Publishes again what an EvictionBatch withdrew and did not evict.
+  void EndEvictions();
+  // `o`, withdrawn by an EvictionBatch and not evicted: back in the index, unless it has gone or
+  // is there already.
+  void Republish(StoredObject& o);
   void LruRemove(StoredObject& o);
   // Records `n` under a new ObjectId in the table and the GUID index: the part a create and an
   // adoption share. AlreadyExists when the GUID is taken.
@@ -448,6 +475,13 @@ class ObjectTable {
   };
   int batches_ = 0;
   std::vector<Batched> batched_;
+  // EvictionBatch: how many are open; the objects read free of slots and withdrawn, to evict
+  // next (least recently used first; each checked again before it goes); how many the next
+  // read covers.
+  int evicting_ = 0;
+  std::deque<ObjectId> evict_ready_;
+  size_t evict_read_ = 1;
+  static constexpr size_t kEvictionReadMax = 256;
   // Reads of the slots one SpillCandidates call makes at most.
   static constexpr int kSpillBatches = 4;
 };

@@ -1,5 +1,6 @@
-// ObjectTable (daemon/object_table.h): how objects go. Releases and deletes, and the frees that
-// wait for the reference slots: at once, in a FreeBatch, or in pinned_ while a slot holds one.
+// ObjectTable (daemon/object_table.h): how objects go. Releases, deletes and evictions, and the
+// reads of the reference slots they wait for: at once, once for a FreeBatch or for each read of
+// an EvictionBatch, or in pinned_ while a slot holds a deleted object.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -115,6 +116,86 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
     ++pins_made_;
   }
   return Status::OK();
+}
+
+bool ObjectTable::EvictLru(SessionId by) {
+  if (evicting_ > 0) return EvictBatched(by);
+  TakeTouches();
+  // An object a reference slot holds is passed over: back in the index, at the LRU's recent end.
+  // Each is tried once per call, so a cache that slots hold entirely ends the search.
+  for (size_t tries = lru_.size; tries > 0; --tries) {
+    StoredObject& o = At(lru_.head);
+    if (!Pinned(o)) return Evict(o, by);
+    Publish(o);
+    LruAdd(o);
+  }
+  return false;
+}
+
+bool ObjectTable::EvictBatched(SessionId by) {
+  for (size_t tries = lru_.size; true;) {
+    while (!evict_ready_.empty()) {
+      StoredObject* o = Live(evict_ready_.front());
+      evict_ready_.pop_front();
+      if (o == nullptr) continue;
+      // Still unreferenced on the LRU and out of the index: no get took it since (a get through
+      // the daemon takes a reference, and none through the index can find it). One the index
+      // took again (it grew, and published what it lacked) needs a read of its own.
+      if (o->in_lru && o->evictable && !readers_->Indexed(o->id)) return Evict(*o, by);
+      Republish(*o);
+    }
+    if (tries == 0 || lru_.size == 0) return false;
+    TakeTouches();
+    // The next objects from the least recently used end, withdrawn, then one read for them all.
+    std::vector<ObjectId> read;
+    for (uint32_t at = lru_.head; at != kNoSlot && read.size() < std::min(evict_read_, tries);
+         at = At(at).lru_next_) {
+      read.push_back(At(at).id);
+    }
+    tries -= read.size();
+    evict_read_ = std::min(evict_read_ * 2, kEvictionReadMax);
+    std::vector<ObjectId> indexed;
+    for (ObjectId id : read) {
+      if (!Must(id).indexed) continue;
+      readers_->Withdraw(id);
+      indexed.push_back(id);
+    }
+    std::sort(indexed.begin(), indexed.end());
+    std::vector<bool> held = indexed.empty() ? std::vector<bool>{} : readers_->HeldAmong(indexed);
+    for (ObjectId id : read) {
+      auto it = std::lower_bound(indexed.begin(), indexed.end(), id);
+      StoredObject& o = Must(id);
+      if (it != indexed.end() && *it == id && held[it - indexed.begin()]) {
+        Publish(o);  // passed over, as above
+        LruAdd(o);
+      } else {
+        evict_ready_.push_back(id);
+      }
+    }
+  }
+}
+
+void ObjectTable::EndEvictions() {
+  evict_read_ = 1;
+  for (ObjectId id : std::exchange(evict_ready_, {})) {
+    if (StoredObject* o = Live(id); o != nullptr) Republish(*o);
+  }
+}
+
+void ObjectTable::Republish(StoredObject& o) {
+  if (o.state == ObjectState::kSealed && !o.deleted && o.residence == Residence::kMemory &&
+      !readers_->Indexed(o.id)) {
+    Publish(o);
+  }
+}
+
+bool ObjectTable::Evict(StoredObject& o, SessionId by) {
+  ++counts_.evictions;
+  counts_.evicted_bytes += o.size();
+  Notify(TableEvent::kEvicted, o, by);
+  o.evicted = true;
+  Destroy(o);
+  return true;
 }
 
 void ObjectTable::DropSession(SessionId session) {

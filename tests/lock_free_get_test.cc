@@ -242,6 +242,58 @@ TEST_CASE("eviction passes over an evictable object a slot holds", "[index]") {
   CHECK(Holds(*still, data));
 }
 
+TEST_CASE("room for a large object out of many small ones takes a few reads of the slots",
+          "[index]") {
+  Daemon d({"--capacity", "8MiB", "--segment-size", "1MiB"});
+  Client c = d.Connect();
+  // Small evictable objects fill the pool (until one put evicts), every one indexed; another
+  // process holds one of them through a slot.
+  std::vector<Guid> small;
+  while (StatusOf(c).evictions == 0) {
+    auto id = c.Put(Pattern(16 << 10, static_cast<uint32_t>(small.size())), Named("", true));
+    REQUIRE(id.ok());
+    small.push_back(*id);
+  }
+  const Guid held = small.back();  // the most recently used: no eviction took it
+  const auto held_bytes = Pattern(16 << 10, static_cast<uint32_t>(small.size() - 1));
+  Channel holding, done;
+  pid_t reader = Spawn([&] {
+    auto r = Client::Connect({d.socket(), "reader"});
+    for (const Guid& g : small) (void)r->Get(g);  // maps every segment: the next get is held
+    uint64_t before = Requests(*r, "reader");     // through a slot
+    auto obj = r->Get(held);
+    if (obj.ok() && Requests(*r, "reader") != before + 1) obj = Status::NotFound("a round trip");
+    holding.Send(obj.ok() ? "holding" : obj.status().message());
+    if (!obj.ok()) return 1;
+    done.Receive();
+    return obj.ok() && Holds(*obj, held_bytes) ? 0 : 2;
+  });
+  REQUIRE(holding.Receive() == "holding");
+  CHECK(c.Get(held, kNoWait).ok());  // recently used: it would go last but for the slot
+  for (int i = 0; i < 64; ++i) {     // objects put after it: it is no longer the most recent
+    REQUIRE(c.Put(Pattern(16 << 10, 9999), Named("", true)).ok());
+  }
+  StoreStatus before = StatusOf(c);
+  auto large = c.Put(Pattern(900 << 10, 7), Named("", true));
+  REQUIRE(large.ok());
+  StoreStatus after = StatusOf(c);
+  uint64_t evicted = after.evictions - before.evictions;
+  uint64_t reads = after.slot_reads - before.slot_reads;
+  INFO(evicted << " evicted with " << reads << " reads of the slots");
+  CHECK(evicted >= 16);
+  CHECK(reads <= 10);  // 1, 2, 4, ... objects a read: one read each before
+  // The one a slot held stayed, and the rest of what the reads covered is served as before.
+  done.Send("done");
+  CHECK(WEXITSTATUS(Wait(reader)) == 0);
+  auto still = c.Get(held, kNoWait);
+  REQUIRE(still.ok());
+  CHECK(Holds(*still, held_bytes));
+  for (const Guid& g : small) {
+    auto o = c.Get(g, kNoWait);
+    CHECK((o.ok() || o.status().IsNotFound()));
+  }
+}
+
 TEST_CASE("kill -9 of a process holding objects through slots frees them", "[index]") {
   Daemon d;
   Client c = d.Connect();

@@ -279,7 +279,10 @@ TEST_CASE_METHOD(TableFixture, "DropSession aborts, releases and frees what it m
 // each read of the slots is counted.
 class FakeSlots : public SlotReaders {
  public:
-  bool Publish(const StoredObject&) override { return true; }
+  bool Publish(const StoredObject& o) override {
+    withdrawn.erase(o.id);
+    return true;
+  }
   void Withdraw(ObjectId id) override { withdrawn.insert(id); }
   bool Pinned(ObjectId id) const override {
     ++reads;
@@ -353,6 +356,62 @@ TEST_CASE_METHOD(TableFixture, "a FreeBatch reads the slots once for every free 
   CHECK(slots.reads == 2);
   CHECK(FreedCount(a) == 1);
   CHECK(FreedCount(b) == 1);
+}
+
+TEST_CASE_METHOD(TableFixture, "an EvictionBatch reads the slots for more objects at each read",
+                 "[object_table]") {
+  FakeSlots slots;
+  table_.set_slot_readers(&slots);
+  std::vector<ObjectId> ids;
+  for (uint64_t n = 1; n <= 10; ++n) ids.push_back(CreateSealed(G(n), 1, true));
+  slots.held = {ids[2], ids[5]};
+  {
+    ObjectTable::EvictionBatch evictions(table_);
+    CHECK(table_.EvictLru());  // reads [0]: evicts it
+    CHECK(slots.reads == 1);
+    CHECK(table_.EvictLru());  // reads [1, 2]: 2 is held, to the recent end; evicts 1
+    CHECK(table_.EvictLru());  // reads [3, 4, 5, 6]: evicts 3, keeps 4 and 6 out of the index
+    CHECK(slots.reads == 3);
+    CHECK_FALSE(slots.Indexed(ids[4]));
+    CHECK(table_.EvictLru());  // 4, read already
+    CHECK(slots.reads == 3);
+  }
+  // What the batch read and did not evict is back in the index.
+  CHECK(slots.Indexed(ids[6]));
+  for (size_t i : {0, 1, 3, 4}) CHECK(FreedCount(ids[i]) == 1);
+  for (size_t i : {2, 5, 6, 7, 8, 9}) CHECK(FreedCount(ids[i]) == 0);
+  CHECK(table_.counts().evictions == 4);
+
+  {
+    ObjectTable::EvictionBatch evictions(table_);
+    while (table_.EvictLru()) {
+    }
+  }
+  // Every object no slot holds went, each once; the two held ones stayed, in the index.
+  for (size_t i : {6, 7, 8, 9}) CHECK(FreedCount(ids[i]) == 1);
+  CHECK(FreedCount(ids[2]) == 0);
+  CHECK(FreedCount(ids[5]) == 0);
+  CHECK(slots.Indexed(ids[2]));
+  CHECK(slots.Indexed(ids[5]));
+  CheckFreedAtMostOnce();
+}
+
+TEST_CASE_METHOD(TableFixture, "an EvictionBatch evicts no object a get took meanwhile",
+                 "[object_table]") {
+  FakeSlots slots;
+  table_.set_slot_readers(&slots);
+  std::vector<ObjectId> ids;
+  for (uint64_t n = 1; n <= 4; ++n) ids.push_back(CreateSealed(G(n), 1, true));
+  ObjectTable::EvictionBatch evictions(table_);
+  CHECK(table_.EvictLru());  // reads [0]
+  CHECK(table_.EvictLru());  // reads [1, 2]: evicts 1; 2 waits, out of the index
+  Acquire(7, G(3));          // a get through the daemon takes it
+  CHECK(table_.EvictLru());  // passes over 2 (referenced, off the LRU), reads [3]: evicts it
+  CHECK(FreedCount(ids[2]) == 0);
+  CHECK(FreedCount(ids[3]) == 1);
+  CHECK(slots.Indexed(ids[2]));  // published again as it was passed over
+  CHECK_FALSE(table_.EvictLru());
+  CheckFreedAtMostOnce();
 }
 
 TEST_CASE_METHOD(TableFixture, "EvictLru evicts only evictable, sealed, unreferenced objects",
