@@ -119,7 +119,7 @@ Status ObjectTable::Delete(const Guid& guid, SessionId by) {
 }
 
 bool ObjectTable::EvictLru(SessionId by) {
-  if (evicting_ > 0) return EvictBatched(by);
+  if (evicting_ > 0 && readers_ != nullptr) return EvictBatched(by);  // no index: nothing to read
   TakeTouches();
   // An object a reference slot holds is passed over: back in the index, at the LRU's recent end.
   // Each is tried once per call, so a cache that slots hold entirely ends the search.

@@ -485,6 +485,20 @@ TEST_CASE("with the index full or off, every get still goes through the daemon",
   CHECK(asked <= 40u);
 }
 
+TEST_CASE("with the index off, a full pool evicts to make room", "[index]") {
+  Daemon d({"--capacity", "8MiB", "--segment-size", "1MiB", "--index-entries", "0"});
+  Client c = d.Connect();
+  for (uint32_t i = 0; i < 1000; ++i) {
+    REQUIRE(c.Put(Pattern(16 << 10, i), Named("", true)).ok());
+  }
+  auto large = c.Put(Pattern(900 << 10, 7), Named("", true));
+  REQUIRE(large.ok());
+  CHECK(StatusOf(c).evictions > 100);
+  auto back = c.Get(*large, kNoWait);
+  REQUIRE(back.ok());
+  CHECK(Holds(*back, Pattern(900 << 10, 7)));
+}
+
 TEST_CASE("a process holds thousands of objects from an index that grows with the store",
           "[index][scale]") {
   Daemon d({"--capacity", "256MiB", "--index-entries", "1024"});

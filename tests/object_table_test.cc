@@ -396,6 +396,21 @@ TEST_CASE_METHOD(TableFixture, "an EvictionBatch reads the slots for more object
   CheckFreedAtMostOnce();
 }
 
+TEST_CASE_METHOD(TableFixture, "an EvictionBatch without an index evicts as a lone eviction does",
+                 "[object_table]") {
+  std::vector<ObjectId> ids;
+  for (uint64_t n = 1; n <= 3; ++n) ids.push_back(CreateSealed(G(n), 1, true));
+  {
+    ObjectTable::EvictionBatch evictions(table_);
+    CHECK(table_.EvictLru());
+    CHECK(table_.EvictLru());
+  }
+  CHECK(FreedCount(ids[0]) == 1);
+  CHECK(FreedCount(ids[1]) == 1);
+  CHECK(FreedCount(ids[2]) == 0);
+  CheckFreedAtMostOnce();
+}
+
 TEST_CASE_METHOD(TableFixture, "an EvictionBatch evicts no object a get took meanwhile",
                  "[object_table]") {
   FakeSlots slots;
