@@ -78,10 +78,15 @@ def lines(ax, series, log_y=True):
     ax.legend(fontsize=8)
 
 
+def measured(series):
+    """Every x a series of the plot has, in order: where the ticks go."""
+    return sorted({x for points in series.values() for x in points})
+
+
 def sizes_axis(ax, series):
     """A log axis of object sizes, a tick at each size measured."""
     ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted({x for p in series.values() for x in p}))
+    ax.set_xticks(measured(series))
     ax.xaxis.set_major_formatter(size_label)
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("object size")
@@ -115,7 +120,7 @@ def draw_pairs(panels):
     fig, axes = figure(panels, width=5)
     for ax, (panel, series) in zip(axes, panels.items()):
         lines(ax, series, log_y=False)
-        ax.set_xticks(sorted({x for p in series.values() for x in p}))
+        ax.set_xticks(measured(series))
         ax.yaxis.set_major_formatter(count_label)
         ax.set_xlabel("client processes")
         ax.set_ylabel("1 KiB put+get pairs a second (median)")
@@ -130,7 +135,7 @@ def draw_scale(panels):
     for ax, (panel, series) in zip(axes, panels.items()):
         lines(ax, series)
         ax.set_xscale("log")
-        ax.set_xticks(sorted({x for p in series.values() for x in p}))
+        ax.set_xticks(measured(series))
         ax.xaxis.set_major_formatter(count_label)
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.yaxis.set_major_formatter(duration_label)
