@@ -297,7 +297,12 @@ def main():
     try:
         for n in (int(w) for w in args.workers.split(",")):
             log(f"LocalCluster of {n} worker processes")
-            with dask.config.set({"distributed.worker.memory.target": False,
+            # The Active Memory Manager off: its ReduceReplicas policy drops the copies that
+            # Client.scatter(broadcast=True) makes, and when a copy takes longer than its
+            # 2-second interval the broadcast never completes (dask/distributed#8796: Dask's
+            # own docs say to turn it off for a broadcast).
+            with dask.config.set({"distributed.scheduler.active-memory-manager.start": False,
+                                  "distributed.worker.memory.target": False,
                                   "distributed.worker.memory.spill": False,
                                   "distributed.worker.memory.pause": False,
                                   "distributed.worker.memory.terminate": False}), \
