@@ -61,11 +61,13 @@ def test_transfers_use_depot_within_a_node_and_tcp_across(two_nodes, daemon, oth
 
     x = client.submit(make, MIB, 1, workers=[a1], pure=False)
     y = client.submit(make, MIB, 2, workers=[b1], pure=False)
-    on_a = client.submit(summed, x, workers=[a2], pure=False)       # a1 -> a2: depot
-    on_b = client.submit(summed, x, y, workers=[b1], pure=False)    # a1 -> b1: TCP
-    back_on_a = client.submit(summed, y, workers=[a2], pure=False)  # b1 -> a2: TCP
     want_x, want_y = make(MIB, 1).sum(), make(MIB, 2).sum()
+    # a2 gets x before b1 holds a copy: a worker fetches a dependency from any holder, and from
+    # b1 it would come over TCP.
+    on_a = client.submit(summed, x, workers=[a2], pure=False)       # a1 -> a2: depot
     assert on_a.result() == pytest.approx(want_x)
+    on_b = client.submit(summed, x, y, workers=[b1], pure=False)    # a1 or a2 -> b1: TCP
+    back_on_a = client.submit(summed, y, workers=[a2], pure=False)  # b1 -> a2: TCP
     assert on_b.result() == pytest.approx(want_x + want_y)
     assert back_on_a.result() == pytest.approx(want_y)
 
