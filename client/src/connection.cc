@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -150,7 +151,7 @@ std::optional<Object> Connection::FromIndex(const Guid& guid) {
   h->checksum = hit->checksum;
   h->creator_uid = hit->creator_uid;
   h->creator_pid = hit->creator_pid;
-  auto found = Held(guid, std::move(h), hit->frames, std::move(hit->metadata));
+  auto found = Held(guid, std::move(h), AsSpan(hit->frames), std::move(hit->metadata));
   if (found) index_gets_.fetch_add(1, std::memory_order_relaxed);
   return found;
 }
@@ -208,14 +209,20 @@ bool Connection::FromIndexMany(const IndexReader& index, std::span<const Guid> g
   frames.reserve(look.size());
   IndexHit hit;
   size_t misses = missed.size();
-  // The entries lie at random in a table that may be far bigger than the cache: each is
-  // fetched a few GUIDs ahead of its read, so that the misses overlap.
-  constexpr size_t kAhead = 16;
-  for (size_t k = 0; k < std::min(kAhead, look.size()); ++k) index.Prefetch(guids[look[k]]);
-  for (size_t k = 0; k < look.size(); ++k) {
-    if (k + kAhead < look.size()) index.Prefetch(guids[look[k + kAhead]]);
+  // The entries lie at random in a table that may be far bigger than the cache: each GUID's
+  // sets are loaded 2 * kAhead GUIDs before its read, and its entry located (its record then
+  // loading) kAhead before it (IndexReader::Prefetch and Locate), so that the misses overlap.
+  constexpr size_t kAhead = 8;
+  const size_t n = look.size();
+  std::array<uint64_t, kAhead> located{};  // Locate's entry of look[k], at k % kAhead
+  for (size_t k = 0; k < std::min(2 * kAhead, n); ++k) index.Prefetch(guids[look[k]]);
+  for (size_t k = 0; k < std::min(kAhead, n); ++k) located[k] = index.Locate(guids[look[k]]);
+  for (size_t k = 0; k < n; ++k) {
+    if (k + 2 * kAhead < n) index.Prefetch(guids[look[k + 2 * kAhead]]);
+    uint64_t entry = located[k % kAhead];
+    if (k + kAhead < n) located[k % kAhead] = index.Locate(guids[look[k + kAhead]]);
     size_t at = look[k];
-    if (!index.FindInto(guids[at], hit)) {
+    if (!index.FindInto(guids[at], hit, entry)) {
       missed.push_back(at);
       continue;
     }
@@ -424,11 +431,11 @@ void Connection::Forget(Holding& h) {
   if (forked()) return;
   cache_.Forget(h);
   if (superseded_.load(std::memory_order_acquire)) {
-    (void)segments_.DropUses(h.segment_uses);  // no one is there to hear of it
+    (void)segments_.DropUses(AsSpan(h.segment_uses));  // no one is there to hear of it
     if (auto link = link_.lock()) link->DropCarried(h);
     return;
   }
-  DropUses(h.segment_uses);
+  DropUses(AsSpan(h.segment_uses));
   if (h.slot) slots_->Clear(*h.slot);
   if (h.handle != 0) releases_.Queue(h.handle);
   if (h.by_guid) releases_.QueueGuid(h.guid);
@@ -463,7 +470,7 @@ Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg
         fmt::format("depotd answered a create of {} frames with frames of other sizes or places",
                     sizes.size())));
   }
-  std::vector<uint64_t> uses;
+  SegmentUses uses;
   std::vector<std::span<std::byte>> unpopulated;
   auto frames = segments_.MapFrames(reply.frames(), true, msg.dedicated, uses, &unpopulated);
   // The caller is about to write every frame: fill the page tables first, in one call per
@@ -480,7 +487,7 @@ Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg
     (void)Call(proto::MsgType::kAbort, fbb);
     return frames.status();
   }
-  Draft draft(shared_from_this(), guid, std::move(*frames), std::move(uses),
+  Draft draft(shared_from_this(), guid, std::move(*frames), {uses.begin(), uses.end()},
               pools_.Places(reply.frames()));
   draft.checksum_ = checksum;
   return draft;

@@ -83,7 +83,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Gives back segment uses that MapFrames recorded, and tells the daemon of the retired
   // segments that this unmapped.
-  void DropUses(const std::vector<uint64_t>& uses) {
+  void DropUses(std::span<const uint64_t> uses) {
     if (forked()) return;  // the parent's, as in Forget
     // A send that fails finds the connection gone, and every hold with it.
     if (auto dropped = segments_.DropUses(uses); !dropped.empty()) (void)channel_.Send(dropped);

@@ -45,19 +45,40 @@ std::optional<IndexHit> IndexReader::Find(const Guid& guid) const {
   return hit;
 }
 
-bool IndexReader::FindInto(const Guid& guid, IndexHit& hit) const {
-  for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
+bool IndexReader::FindInto(const Guid& guid, IndexHit& hit, uint64_t entry) const {
+  if (entry != 0 && ReadSteady(entry, guid, hit)) return true;
+  uint64_t second = index::SecondSetOf(guid, sets_);
+  // A lone get reads the first set while the second's lines load.
+  for (uint64_t way = 0; way < index::kWays; ++way) depot::Prefetch(Entry(second, way));
+  for (uint64_t set : {index::SetOf(guid, sets_), second}) {
     for (uint64_t way = 0; way < index::kWays; ++way) {
-      uint64_t entry = index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
-      bool found = false;
-      for (int tries = 0; tries < kTries; ++tries) {
-        if (Read(entry, guid, hit, found)) break;
-        found = false;
-      }
-      if (found) return true;
+      if (ReadSteady(EntryWord(set, way), guid, hit)) return true;
     }
   }
   return false;
+}
+
+bool IndexReader::ReadSteady(uint64_t entry, const Guid& guid, IndexHit& hit) const {
+  bool found = false;
+  for (int tries = 0; tries < kTries; ++tries) {
+    if (Read(entry, guid, hit, found)) return found;
+  }
+  return false;
+}
+
+uint64_t IndexReader::Locate(const Guid& guid) const {
+  for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
+    for (uint64_t way = 0; way < index::kWays; ++way) {
+      const uint64_t* e = Entry(set, way);
+      if (Load(&e[index::kGuidHi]) != guid.hi || Load(&e[index::kGuidLo]) != guid.lo) continue;
+      uint64_t record = Load(&e[index::kRecord]);
+      if (record < arena_bytes_) {
+        depot::Prefetch(map_.words() + index::ArenaWord(sets_) + record / 8);
+      }
+      return EntryWord(set, way);
+    }
+  }
+  return 0;
 }
 
 bool IndexReader::Read(uint64_t entry, const Guid& guid, IndexHit& hit, bool& found) const {

@@ -12,11 +12,13 @@
 #ifndef DEPOT_CLIENT_SRC_INDEX_READER_H_
 #define DEPOT_CLIENT_SRC_INDEX_READER_H_
 
+#include <boost/container/small_vector.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "common/prefetch.h"
 #include "common/shared_mapping.h"
 #include "common/unique_fd.h"
 #include "depot/guid.h"
@@ -28,10 +30,10 @@ namespace depot::internal {
 
 // One object as the index says, read under its entry's seqlock.
 struct IndexHit {
-  uint64_t entry = 0;  // word offset of its entry
-  uint64_t seq = 0;    // the entry's seq when read
-  uint64_t id = 0;     // the daemon's ObjectId
-  std::vector<wire::FrameLocation> frames;
+  uint64_t entry = 0;                                             // word offset of its entry
+  uint64_t seq = 0;                                               // the entry's seq when read
+  uint64_t id = 0;                                                // the daemon's ObjectId
+  boost::container::small_vector<wire::FrameLocation, 1> frames;  // most objects have one
   std::vector<std::byte> metadata;
   std::optional<uint64_t> checksum;
   uint32_t creator_uid = 0;
@@ -51,16 +53,25 @@ class IndexReader {
   // Find into `hit`, whose vectors keep their capacity: a batch reads many entries into one
   // IndexHit without an allocation each. False when `guid` is not indexed (`hit` then holds
   // nothing of use).
-  bool FindInto(const Guid& guid, IndexHit& hit) const;
-  // Starts loading `guid`'s first set into the cache, so that a batch's reads of many random
-  // entries overlap their misses instead of waiting for each in turn.
+  // When `entry` (from Locate) is not 0, that entry is read first.
+  bool FindInto(const Guid& guid, IndexHit& hit, uint64_t entry = 0) const;
+
+  // A batch reads many entries at random in a table that may be far bigger than the cache (and
+  // than the TLB's reach): it walks each GUID through three steps, several GUIDs apart, so that
+  // the misses of one step overlap those of the GUIDs around it. First Prefetch (both sets'
+  // lines), then Locate (the entry, from the lines loaded, and its record's line), then FindInto
+  // with Locate's entry (the checked read).
   void Prefetch(const Guid& guid) const {
-    const uint64_t* set = map_.words() + index::kEntriesWord +
-                          index::SetOf(guid, sets_) * index::kWays * index::kEntryWords;
-    for (uint64_t way = 0; way < index::kWays; ++way) {
-      __builtin_prefetch(set + way * index::kEntryWords);
+    for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
+      const uint64_t* first = Entry(set, 0);
+      for (uint64_t way = 0; way < index::kWays; ++way) {
+        depot::Prefetch(first + way * index::kEntryWords);
+      }
     }
   }
+  // The entry that seems to hold `guid` (read without the seqlock: a hint), its record's line
+  // loading; 0 when none seems to.
+  uint64_t Locate(const Guid& guid) const;
 
   // Whether `hit`'s entry is still as it was read. Called after the caller published the id and
   // fenced (SlotTable::Publish): true means the daemon will see that slot before it lets the
@@ -82,6 +93,15 @@ class IndexReader {
   // Reads the entry at word `entry` into `out` if it names `guid` (`found` then true); false when
   // it changed meanwhile.
   bool Read(uint64_t entry, const Guid& guid, IndexHit& out, bool& found) const;
+  // Read, again while the entry changes under it (at most kTries times). Whether it holds `guid`.
+  bool ReadSteady(uint64_t entry, const Guid& guid, IndexHit& out) const;
+  // The word offset of way `way` of set `set`, and that entry's words.
+  static uint64_t EntryWord(uint64_t set, uint64_t way) {
+    return index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
+  }
+  const uint64_t* Entry(uint64_t set, uint64_t way) const {
+    return map_.words() + EntryWord(set, way);
+  }
 
   SharedMapping map_;
   uint64_t sets_;

@@ -149,7 +149,8 @@ void Lease::Forget() {
   returned_.clear();  // the daemon frees them with the lease's rest
   if (ring_) ring_->SkipReturns();
   // A send that fails finds the connection gone, and every hold with it.
-  if (auto dropped = segments_.DropUses(uses_); !dropped.empty()) (void)channel_.Send(dropped);
+  if (auto dropped = segments_.DropUses(AsSpan(uses_)); !dropped.empty())
+    (void)channel_.Send(dropped);
   uses_.clear();
 }
 

@@ -118,7 +118,7 @@ class Lease {
   bool writing_ = false;  // between Begin and End
   std::optional<PutRing> ring_;
   std::vector<PutRing::Block> returned_;  // blocks of this lease handed back, not used yet
-  std::vector<uint64_t> uses_;            // the segment use the mapping holds
+  SegmentUses uses_;                      // the segment use the mapping holds
   std::chrono::steady_clock::time_point refused_until_{};
   // A put's working space, kept so that a put allocates nothing (under mu_).
   std::vector<uint64_t> sizes_;    // each frame's rounded-up size

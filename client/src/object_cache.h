@@ -2,7 +2,7 @@
 // that a get of one it already holds costs no round trip. It remembers each Holding without
 // keeping it alive, and forgets it when the holding's last Object goes.
 //
-// Thread-safe: one mutex guards the map.
+// Thread-safe: one mutex guards the table (HoldingTable).
 #ifndef DEPOT_CLIENT_SRC_OBJECT_CACHE_H_
 #define DEPOT_CLIENT_SRC_OBJECT_CACHE_H_
 
@@ -11,9 +11,10 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
+#include "client/src/holding_table.h"
+#include "client/src/segment_map.h"
 #include "depot/guid.h"
 #include "depot/object.h"
 
@@ -29,13 +30,13 @@ struct Holding {
   uint64_t handle = 0;
   std::optional<uint32_t> slot;  // the reference slot that holds it, instead of a handle
   bool by_guid = false;  // got from the put ring: the daemon's reference is released by GUID
-  std::vector<std::span<const std::byte>> frames;
+  FrameViews frames;
   std::vector<std::byte> metadata;
   std::optional<uint64_t> checksum;
   uint32_t creator_uid = 0;
   int32_t creator_pid = 0;
   std::vector<Place> places;  // empty: every frame on the host
-  std::vector<uint64_t> segment_uses;
+  SegmentUses segment_uses;
   uint64_t size = 0;
   // The daemon a reconnect found holds it for the connection now (Link::Carry), released by
   // GUID through that connection when this goes. Guarded by the Link's mutex.
@@ -49,9 +50,8 @@ class ObjectCache {
   // object this process holds is this lookup and nothing more.
   std::shared_ptr<Holding> Find(const Guid& guid) {
     std::lock_guard lk(mu_);
-    auto it = entries_.find(guid);
-    if (it == entries_.end()) return nullptr;
-    return it->second.holding.lock();
+    const HoldingTable::Entry* e = entries_.Find(guid);
+    return e != nullptr ? e->holding.lock() : nullptr;
   }
   // Find for each of `guids`, under one lock: found[i] is guids[i]'s holding or null.
   void FindMany(std::span<const Guid> guids, std::span<std::shared_ptr<Holding>> found);
@@ -65,23 +65,18 @@ class ObjectCache {
   std::vector<std::shared_ptr<Holding>> All();
   bool empty() {
     std::lock_guard lk(mu_);
-    return entries_.empty();
+    return entries_.size() == 0;
   }
   // This process deleted `guid`: a get or contains of it must ask the daemon again, and find it
   // gone. The Objects that hold it keep their bytes.
   void Deleted(const Guid& guid) {
     std::lock_guard lk(mu_);
-    entries_.erase(guid);
+    entries_.Erase(guid);
   }
 
  private:
-  struct Entry {
-    std::weak_ptr<Holding> holding;
-    const Holding* raw;  // which holding this is, once `holding` has expired
-  };
-
   std::mutex mu_;
-  std::unordered_map<Guid, Entry> entries_;
+  HoldingTable entries_;
 };
 
 }  // namespace depot::internal

@@ -101,7 +101,7 @@ std::vector<uint8_t> SegmentMap::DroppedMessage(std::vector<uint64_t> keys) {
 
 Result<std::vector<std::span<std::byte>>> SegmentMap::MapFrames(
     const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable,
-    std::vector<SegmentFd>& dedicated, std::vector<uint64_t>& uses,
+    std::vector<SegmentFd>& dedicated, SegmentUses& uses,
     std::vector<std::span<std::byte>>* unpopulated) {
   std::vector<std::span<std::byte>> out;
   if (frames == nullptr) return out;
@@ -162,9 +162,8 @@ Result<std::vector<std::span<std::byte>>> SegmentMap::MapFrames(
   return out;
 }
 
-bool SegmentMap::MapIndexed(std::span<const wire::FrameLocation> frames,
-                            std::vector<uint64_t>& uses,
-                            std::vector<std::span<const std::byte>>& views) {
+bool SegmentMap::MapIndexed(std::span<const wire::FrameLocation> frames, SegmentUses& uses,
+                            FrameViews& views) {
   std::lock_guard lk(mu_);
   return MapIndexedLocked(frames, uses, views);
 }
@@ -174,9 +173,8 @@ void SegmentMap::MapIndexedMany(std::span<IndexedFrames> objects) {
   for (IndexedFrames& o : objects) o.mapped = MapIndexedLocked(o.frames, *o.uses, *o.views);
 }
 
-bool SegmentMap::MapIndexedLocked(std::span<const wire::FrameLocation> frames,
-                                  std::vector<uint64_t>& uses,
-                                  std::vector<std::span<const std::byte>>& views) {
+bool SegmentMap::MapIndexedLocked(std::span<const wire::FrameLocation> frames, SegmentUses& uses,
+                                  FrameViews& views) {
   size_t first = uses.size(), first_view = views.size();
   for (const wire::FrameLocation& f : frames) {
     if (f.size() == 0) {
@@ -206,7 +204,7 @@ bool SegmentMap::MapIndexedLocked(std::span<const wire::FrameLocation> frames,
   return true;
 }
 
-std::vector<uint8_t> SegmentMap::DropUses(const std::vector<uint64_t>& uses) {
+std::vector<uint8_t> SegmentMap::DropUses(std::span<const uint64_t> uses) {
   std::vector<uint64_t> dropped;
   {
     std::lock_guard lk(mu_);

@@ -15,6 +15,7 @@
 #define DEPOT_CLIENT_SRC_SEGMENT_MAP_H_
 
 #include <atomic>
+#include <boost/container/small_vector.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -32,6 +33,16 @@
 #include "proto/wire.h"
 
 namespace depot::internal {
+
+// An object's frames as mapped in this process, and the segment uses that keep them mapped: most
+// objects have one frame, kept inline, so that holding one costs no allocation for either.
+using FrameViews = boost::container::small_vector<std::span<const std::byte>, 1>;
+using SegmentUses = boost::container::small_vector<uint64_t, 1>;
+// `v` as a span (Boost 1.74's iterators are not the contiguous iterators std::span asks for).
+template <typename T, size_t N>
+std::span<const T> AsSpan(const boost::container::small_vector<T, N>& v) {
+  return {v.data(), v.size()};
+}
 
 // A segment's fd, as a reply brought it: read-only or read-write, as its access mode says.
 struct SegmentFd {
@@ -70,27 +81,27 @@ class SegmentMap {
   // whose page tables this process has not filled yet (the caller fills them, outside the lock).
   Result<std::vector<std::span<std::byte>>> MapFrames(
       const flatbuffers::Vector<const wire::FrameLocation*>* frames, bool writable,
-      std::vector<SegmentFd>& dedicated, std::vector<uint64_t>& uses,
+      std::vector<SegmentFd>& dedicated, SegmentUses& uses,
       std::vector<std::span<std::byte>>* unpopulated = nullptr);
   // Resolves frames the shared index named, in segments this process has already mapped
   // read-only and that are neither retired nor dedicated (no fd comes with the index); records
   // one use per frame in `uses` and appends each frame's bytes to `views`. False, with nothing
   // recorded or appended, when one is not so mapped or a frame leaves its segment: the caller
   // asks the daemon, whose reply brings the descriptor.
-  bool MapIndexed(std::span<const wire::FrameLocation> frames, std::vector<uint64_t>& uses,
-                  std::vector<std::span<const std::byte>>& views);
+  bool MapIndexed(std::span<const wire::FrameLocation> frames, SegmentUses& uses,
+                  FrameViews& views);
   // One object of MapIndexedMany: its frames, where their uses and views go, and whether they
   // were mapped.
   struct IndexedFrames {
     std::span<const wire::FrameLocation> frames;
-    std::vector<uint64_t>* uses;
-    std::vector<std::span<const std::byte>>* views;
+    SegmentUses* uses;
+    FrameViews* views;
     bool mapped = false;
   };
   // MapIndexed for each of `objects`, under one lock for them all (a multi-GUID get).
   void MapIndexedMany(std::span<IndexedFrames> objects);
   // Returns the SegmentsDropped message naming the retired segments this unmapped, or nothing.
-  std::vector<uint8_t> DropUses(const std::vector<uint64_t>& uses);
+  std::vector<uint8_t> DropUses(std::span<const uint64_t> uses);
   // A reply's results are all handled: its dedicated segments that no frame uses (a mapping
   // failed, or no result named them) are unmapped and their fds closed, rather than kept
   // forever.
@@ -104,8 +115,8 @@ class SegmentMap {
 
  private:
   // MapIndexed, under mu_.
-  bool MapIndexedLocked(std::span<const wire::FrameLocation> frames, std::vector<uint64_t>& uses,
-                        std::vector<std::span<const std::byte>>& views);
+  bool MapIndexedLocked(std::span<const wire::FrameLocation> frames, SegmentUses& uses,
+                        FrameViews& views);
   struct Segment {
     UniqueFd ro_fd;  // opened O_RDONLY: maps read-only only
     UniqueFd rw_fd;  // sent with creates (and, for a CUDA chunk, with gets too)

@@ -1,0 +1,73 @@
+// internal::HoldingTable is the table behind ObjectCache: the holdings of this process by GUID,
+// in one flat array (open addressing with linear probing, deletion by backward shift, at most
+// half full). A lookup costs one cache line in the common case, where a node-based map costs a
+// bucket and a node, each a miss once the process holds more than the cache does; a batch
+// prefetches the lines of the GUIDs it will look for next, so that their misses overlap.
+//
+// Where a GUID lands depends on a key drawn per table: GUIDs come from other processes (a get
+// names what another user put), and without the key they could be chosen to pile onto one run
+// of slots and slow this process's gets.
+//
+// Not thread-safe: ObjectCache's mutex guards it.
+#ifndef DEPOT_CLIENT_SRC_HOLDING_TABLE_H_
+#define DEPOT_CLIENT_SRC_HOLDING_TABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/prefetch.h"
+#include "depot/guid.h"
+
+namespace depot::internal {
+
+struct Holding;
+
+class HoldingTable {
+ public:
+  struct Entry {
+    Guid guid;
+    std::weak_ptr<Holding> holding;
+    const Holding* raw = nullptr;  // which holding this is, once `holding` has expired; null: free
+  };
+
+  HoldingTable();
+
+  // Starts loading the line where `guid`'s search begins.
+  void Prefetch(const Guid& guid) const { depot::Prefetch(&slots_[Home(guid)]); }
+  // `guid`'s entry, or null.
+  const Entry* Find(const Guid& guid) const;
+  // Makes `h` the holding of `guid`, in place of any other.
+  void Put(const Guid& guid, const std::shared_ptr<Holding>& h);
+  // Forgets `guid`, but only while it names `only` when that is not null. Whether it did.
+  bool Erase(const Guid& guid, const Holding* only = nullptr);
+  // Makes room for `n` entries in all without growing again (a batch then prefetches lines
+  // that stay where they are).
+  void Reserve(size_t n);
+  size_t size() const { return size_; }
+  size_t slots() const { return slots_.size(); }
+  // Calls `f(entry)` for each entry.
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (const Entry& e : slots_) {
+      if (e.raw != nullptr) f(e);
+    }
+  }
+
+ private:
+  static constexpr size_t kMinSlots = 64;
+  size_t Home(const Guid& guid) const;
+  // The slot that holds `guid`, or the free slot where its search ended.
+  size_t Seek(const Guid& guid) const;
+  // Moves every entry into a table of `slots` slots (a power of two).
+  void Rehash(size_t slots);
+
+  std::vector<Entry> slots_;
+  size_t size_ = 0;
+  uint64_t key_;
+};
+
+}  // namespace depot::internal
+
+#endif  // DEPOT_CLIENT_SRC_HOLDING_TABLE_H_
