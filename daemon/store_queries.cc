@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "common/prefetch.h"
 #include "daemon/metrics_report.h"
 #include "daemon/replies.h"
 #include "daemon/request_limits.h"
@@ -56,8 +57,8 @@ void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
   for (size_t i = 0; i < objects.size(); ++i) {
     if (i + kAhead < objects.size()) {
       const auto* next = reinterpret_cast<const char*>(objects[i + kAhead]);
-      __builtin_prefetch(next);
-      __builtin_prefetch(next + sizeof(StoredObject) - 1);
+      Prefetch(next);
+      Prefetch(next + sizeof(StoredObject) - 1);
     }
     infos.push_back(replies::ObjectInfo(fbb, *objects[i], false));
   }
