@@ -31,6 +31,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,8 +47,10 @@ using std::chrono::milliseconds;
 
 #ifdef DEPOT_STRESS_SANITIZED
 constexpr int kDefaultSeconds = 10;
+constexpr uint64_t kScaleObjects = 200'000;
 #else
 constexpr int kDefaultSeconds = 30;
+constexpr uint64_t kScaleObjects = 1'000'000;
 #endif
 constexpr int kDefaultClients = 4;
 constexpr int kMaxOwned = 24;  // live non-evictable objects per child; older ones are deleted
@@ -426,10 +429,30 @@ class Child {
   uint64_t indexed_counted_ = 0;  // index_gets() at the last report
 };
 
+// Puts `count` non-evictable objects of 64 bytes, each recording its checksum in its metadata as
+// the children's do, and notes them in `known` as sealed and no child's: the store the children
+// then work in. Their lists pick these mostly, so their gets and multi-gets go through an index
+// grown to that size.
+void PutBackground(Daemon& daemon, uint64_t count, std::map<Guid, Record>& known) {
+  Client client = daemon.Connect();
+  std::vector<std::byte> bytes(64, std::byte{0x5a});
+  for (uint64_t i = 0; i < count; ++i) {
+    std::memcpy(bytes.data(), &i, sizeof i);
+    uint64_t hash = XXH3_64bits(bytes.data(), bytes.size());
+    CreateOptions options;
+    options.metadata = std::as_bytes(std::span(&hash, 1));
+    auto guid = client.Put(bytes, options);
+    REQUIRE(guid.ok());
+    known[*guid] = Record{-1, Known::kSealed, false, hash};
+  }
+}
+
 // Runs the soak against a depotd started with `daemon_args`, for DEPOT_STRESS_SECONDS or
-// `default_seconds`. At least `index_share` of the objects gets returned (not held before) must
-// have come from the shared index.
-void Soak(const std::vector<std::string>& daemon_args, int default_seconds, double index_share) {
+// `default_seconds`, among `background` objects put before the children start (PutBackground).
+// At least `index_share` of the objects gets returned (not held before) must have come from the
+// shared index.
+void Soak(const std::vector<std::string>& daemon_args, int default_seconds, double index_share,
+          uint64_t background = 0) {
   const int seconds = EnvInt("DEPOT_STRESS_SECONDS", default_seconds);
   const int clients = std::max(1, EnvInt("DEPOT_STRESS_CLIENTS", kDefaultClients));
   uint64_t seed = static_cast<uint64_t>(EnvInt("DEPOT_STRESS_SEED", 0));
@@ -439,6 +462,9 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
                             << " DEPOT_STRESS_CLIENTS=" << clients);
 
   Daemon daemon(daemon_args);
+  std::map<Guid, Record> known;
+  if (background > 0) PutBackground(daemon, background, known);
+  // After the background: what the daemon keeps for its objects' bookkeeping is not a leak.
   uint64_t rss_start = RssAnon(daemon.pid());
 
   int pipe_fds[2];
@@ -446,7 +472,6 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
   ::fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
 
   const auto deadline = Clock::now() + std::chrono::seconds(seconds);
-  std::map<Guid, Record> known;
   std::map<pid_t, int> running;  // pid -> child id
   int next_id = 0;
   auto spawn = [&](std::vector<Inherited> inherited) {
@@ -598,7 +623,7 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
 
   // Delete everything there is, then the pool must be empty.
   uint64_t deleted_at_end = 0;
-  for (auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
+  for (auto until = Clock::now() + std::chrono::seconds(120); Clock::now() < until;) {
     auto page = client.List(std::nullopt, 1000);
     REQUIRE(page.ok());
     if (page->objects.empty()) break;
@@ -663,13 +688,25 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
 #ifndef DEPOT_STRESS_SANITIZED
   // Under the sanitizers freed memory stays in their allocator's quarantine, so the daemon's
   // memory says nothing there; LeakSanitizer checks it at the daemon's exit instead.
-  CHECK(rss_end <= rss_start + (16ull << 20));
+  // A million frees in GUID order (the deletes at the end) leave up to about 60 MiB in the
+  // allocator that it does not give back: measured, a second and a third fill-and-empty cycle of
+  // a million objects add nothing, so it is no leak. Hence 64 bytes more per background object.
+  CHECK(rss_end <= rss_start + (16ull << 20) + 64 * background);
 #endif
 }
 
 TEST_CASE("soak: client processes killed at random lose and leak nothing", "[stress]") {
   // Small enough that evictable objects are evicted to make room.
   Soak({"--capacity", "64MiB", "--segment-size", "4MiB"}, kDefaultSeconds, 0.75);
+}
+
+TEST_CASE("soak at scale: the clients work among a million stored objects", "[stress][scale]") {
+  // The background (a fifth as many under the sanitizers) fills 64 MiB of the pool: the clients'
+  // own objects still make evictions in the rest. Their gets land mostly on the background, in an
+  // index that grew from its default size while it was put, and every background object is
+  // checked at the end.
+  Soak({"--capacity", "160MiB", "--segment-size", "4MiB"}, kDefaultSeconds / 2, 0.75,
+       kScaleObjects);
 }
 
 TEST_CASE("soak with spilling: a pool smaller than the working set", "[stress][spill]") {
