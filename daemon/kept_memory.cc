@@ -232,14 +232,20 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
         report_.milliseconds, report_.dropped,
         report_.refused > 0 ? fmt::format(", {} catalogs refused", report_.refused) : "",
         grace_.count() / 1000.0);
-    grace_timer_.expires_after(grace_);
-    grace_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec) return;
-      OpenAll();
-      if (on_grace_end_) on_grace_end_();
-    });
+    BeginGrace();
   }
   return report_;
+}
+
+void KeptMemory::BeginGrace() {
+  if (grace_begun_) return;
+  grace_begun_ = true;
+  grace_timer_.expires_after(grace_);
+  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (report_.ran) OpenAll();
+    if (on_grace_end_) on_grace_end_();
+  });
 }
 
 void KeptMemory::Report(StoreStatus& st) const {

@@ -104,8 +104,11 @@ class KeptMemory {
   // Closed segments open after the grace period.
   AdoptionReport Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns);
   const AdoptionReport& report() const { return report_; }
-  // Called when the grace period after an adoption ends, once the closed segments are open.
+  // Called when the grace period after a start ends, once the closed segments are open.
   void set_on_grace_end(std::function<void()> fn) { on_grace_end_ = std::move(fn); }
+  // Starts the grace period, unless an adoption started it: also when nothing was kept but
+  // objects came back from spill_dir whose owner-scoped creators may still reconnect.
+  void BeginGrace();
 
   // The daemon is stopping: the pools about to go leave their segments in the store for the next
   // daemon.
@@ -134,6 +137,7 @@ class KeptMemory {
   FdStore store_;
   std::chrono::milliseconds grace_;
   boost::asio::steady_timer grace_timer_;
+  bool grace_begun_ = false;
   std::function<void()> on_grace_end_;
   bool stopping_ = false;
   std::map<uint32_t, Place> places_;

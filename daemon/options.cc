@@ -278,8 +278,9 @@ const std::vector<Key>& Keys() {
        [](O& o, const std::string& v, uint64_t) { return SetBool(o.keep_memory, v); },
        [](const O& o) { return OnOff(o.keep_memory); }},
       {{"restart_grace_ms", "30000",
-        "after a restart, segments of kept memory take no new objects for this long: clients "
-        "of the last depotd may still use what was free there"},
+        "after a restart, segments of kept memory take no new objects for this long (clients "
+        "of the last depotd may still use what was free there), and owner-scoped objects "
+        "served again wait this long for their processes to reconnect"},
        [](O& o, const std::string& v, uint64_t) {
          return SetUint(o.restart_grace_ms, v, 0, 3600 * 1000);
        },

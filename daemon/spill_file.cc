@@ -104,7 +104,8 @@ std::vector<uint8_t> EncodeSpillHeader(const SpillHeader& h) {
   Put(b, 48, h.sealed_ns);
   Put(b, 56, h.creator_uid);
   Put(b, 60, h.creator_pid);
-  Put<uint32_t>(b, 64, (h.evictable ? 1u : 0u) | (h.has_checksum ? 2u : 0u));
+  Put<uint32_t>(b, 64,
+                (h.evictable ? 1u : 0u) | (h.has_checksum ? 2u : 0u) | (h.owner_scoped ? 4u : 0u));
   Put<uint32_t>(b, 68, static_cast<uint32_t>(h.frame_sizes.size()));
   Put<uint32_t>(b, 72, static_cast<uint32_t>(h.name.size()));
   Put<uint32_t>(b, 76, static_cast<uint32_t>(h.metadata.size()));
@@ -153,6 +154,7 @@ Result<SpillHeader> DecodeSpillHeader(std::span<const uint8_t> b, uint64_t file_
   uint32_t flags = Take<uint32_t>(b, 64);
   h.evictable = (flags & 1) != 0;
   h.has_checksum = (flags & 2) != 0;
+  h.owner_scoped = (flags & 4) != 0;
   size_t at = kFixedSize;
   uint64_t total = 0;
   for (uint32_t i = 0; i < frames; ++i, at += 8) {
@@ -267,6 +269,7 @@ SpillHeader SpillHeaderOf(const StoredObject& o) {
   h.checksum = o.checksum;
   h.has_checksum = o.has_checksum;
   h.evictable = o.evictable;
+  h.owner_scoped = o.owner_scoped;
   h.creator_uid = o.creator_uid;
   h.creator_pid = o.creator_pid;
   h.created_ns = o.created_ns;

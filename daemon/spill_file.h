@@ -2,11 +2,15 @@
 // object's frames back to back (so the data is read and written in large, aligned runs).
 //
 //   offset  0  "DEPOTSPL"            offset 56  creator uid (u32), pid (i32)
-//           8  version (u32)                64  flags (u32): 1 evictable, 2 checksum recorded
+//           8  version (u32)                64  flags (u32): see below
 //          12  header size (u32)            68  frame count, name size, metadata size (u32 each)
 //          16  GUID (hi, lo: u64)           80  data size (u64)
 //          32  checksum (u64)               88  XXH3-64 of the header with this field zero
 //          40  created, sealed (ns, i64)    96  frame sizes (u64 each), name, metadata, zeros
+//
+// Flags: 1 evictable, 2 checksum recorded, 4 owner-scoped. Flag 4 came after the first files of
+// version 1: a file written before it reads as not owner-scoped, as it was served then, so it
+// needed no new version.
 //
 // Numbers are little-endian. A file is believed only when every field agrees with the others,
 // with the protocol's limits and with the file's length: a file from an older or hostile process
@@ -41,6 +45,7 @@ struct SpillHeader {
   uint64_t checksum = 0;
   bool has_checksum = false;
   bool evictable = false;
+  bool owner_scoped = false;  // lives no longer than its creator (an orphan once read back)
   uint32_t creator_uid = 0;
   int32_t creator_pid = 0;
   int64_t created_ns = 0;

@@ -67,6 +67,7 @@ SpillRecords RecoverSpilled(int dir, const std::string& path, ObjectTable& table
       n.metadata = h->metadata;
       n.name = h->name;
       n.evictable = h->evictable;
+      n.owner_scoped = h->owner_scoped;
       n.creator_pid = h->creator_pid;
       n.creator_uid = h->creator_uid;
       for (uint64_t size : h->frame_sizes) n.frames.push_back(Location{.size = size});

@@ -63,12 +63,14 @@ Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreO
   if (Status st = store->namespaces_.LoadSpilled(); !st.ok()) return st;
   store->namespaces_.AdoptKept(std::move(kept));
   // What the last daemon stored counts against its users' quotas again; its owner-scoped objects
-  // wait for their processes to come back (OwnerScopes).
+  // (kept in memory or read back from spill_dir) wait for their processes to come back
+  // (OwnerScopes) until the grace period ends.
   store->namespaces_.ForEachObject([s = store.get()](const StoredObject& o) {
     s->quotas_.ChargeRestored(o.creator_uid, o.size());
     if (o.owner_scoped && o.creator == 0) s->owner_scopes_.Orphan(o);
   });
   store->namespaces_.kept().set_on_grace_end([s = store.get()] { s->OnGraceEnd(); });
+  if (!store->owner_scopes_.Orphaned().empty()) store->namespaces_.kept().BeginGrace();
   if (!store->options_.namespaces.per_user) {
     // The one shared namespace exists from the start (prefaulted when asked).
     auto ns = store->namespaces_.For(0);

@@ -211,8 +211,8 @@ void Store::OnGraceEnd() {
   for (auto [pid, uid] : owner_scopes_.Orphaned()) deleted += DropOrphans(pid, uid);
   if (deleted > 0) {
     spdlog::info(
-        "kept memory: {} owner-scoped objects deleted: the processes that made them had not "
-        "connected again when the grace period ended",
+        "{} owner-scoped objects deleted: the processes that made them had not connected again "
+        "when the grace period after the start ended",
         deleted);
   }
 }

@@ -34,7 +34,7 @@ struct Written {
   std::vector<std::vector<uint8_t>> frames;
 };
 
-// Writes an object of three frames (one empty) with a name, metadata and a checksum.
+// Writes an owner-scoped object of three frames (one empty) with a name, metadata and a checksum.
 Written WriteOne(Guid guid = Guid{0x1234, 0x5678}, const std::string& name = "object.obj") {
   Written w;
   w.dir = test::TempDir();
@@ -53,6 +53,7 @@ Written WriteOne(Guid guid = Guid{0x1234, 0x5678}, const std::string& name = "ob
   for (auto& f : w.frames) w.header.frame_sizes.push_back(f.size());
   w.header.checksum = XXH3_64bits_digest(&st);
   w.header.has_checksum = true;
+  w.header.owner_scoped = true;
   w.header.creator_uid = 1000;
   w.header.creator_pid = 42;
   w.header.created_ns = 111;
@@ -82,6 +83,8 @@ TEST_CASE("a spill file reads back as it was written, 0600, with no temporary le
   CHECK(h->frame_sizes == w.header.frame_sizes);
   CHECK(h->checksum == w.header.checksum);
   CHECK(h->has_checksum);
+  CHECK(h->owner_scoped);
+  CHECK_FALSE(h->evictable);
   CHECK(h->creator_uid == 1000);
   CHECK(h->creator_pid == 42);
   CHECK(h->sealed_ns == 222);

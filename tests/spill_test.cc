@@ -4,6 +4,7 @@
 // restore for many readers, and per-user namespaces that never see each other's files.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "tests/daemon_fixture.h"
@@ -434,6 +436,58 @@ TEST_CASE("a restart after SIGTERM serves a thousand objects of mixed sizes", "[
     CheckBytes(c, g, k.size, k.seed);
   }
   CHECK(d.Log().find(fmt::format("{0} of the {0} objects", kept.size())) != std::string::npos);
+}
+
+TEST_CASE("an owner-scoped object on disk at a crash goes when its process does not come back",
+          "[spill][owner_scoped]") {
+  std::string spill = TempDir() + "/spill";
+  std::string socket = TempDir() + "/depot.sock";
+  std::optional<Daemon> first(std::in_place, socket, SpillArgs(spill));
+  Client c = first->Connect();
+  // Another process makes the object, owner-scoped, and keeps its connection until it is killed.
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  pid_t maker = Spawn([&] {
+    auto mine = Client::Connect({.socket_path = socket,
+                                 .client_name = "maker",
+                                 .reconnect_wait = std::chrono::milliseconds(0)});
+    if (!mine.ok()) return 1;
+    CreateOptions o;
+    o.owner_scoped = true;
+    auto guid = mine->Put(Pattern(4 * kKiB, 2), o);
+    if (!guid.ok() || ::write(fds[1], &*guid, sizeof *guid) != sizeof *guid) return 2;
+    ::pause();
+    return 0;
+  });
+  ::close(fds[1]);
+  Guid scoped;
+  pollfd p{fds[0], POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 10000) == 1);
+  REQUIRE(::read(fds[0], &scoped, sizeof scoped) == sizeof scoped);
+  ::close(fds[0]);
+  // More than the pool holds: the oldest objects, the owner-scoped one first, go to disk.
+  std::vector<Guid> plain;
+  for (uint32_t i = 0; i < 96; ++i) plain.push_back(PutChecked(c, 256 * kKiB, 10 + i));
+  REQUIRE(WaitFor([&] {
+    auto listing = Listing(c);
+    return listing.contains(scoped) && listing.at(scoped).residence == ObjectInfo::Residence::kDisk;
+  }));
+  first->Stop(SIGKILL);  // a crash: nothing more is written
+  first.reset();
+  ::kill(maker, SIGKILL);  // its process is gone before the next daemon starts
+  Wait(maker);
+  std::vector<std::string> args = SpillArgs(spill);
+  args.insert(args.end(), {"--restart-grace-ms", "300"});
+  Daemon second(socket, args);
+  Client d = second.Connect();
+  INFO(second.Log());
+  CHECK(d.Stat(scoped).ok());  // during the grace period, it is there
+  CHECK(WaitFor([&] { return d.Stat(scoped).status().IsNotFound(); }, 10s));
+  CHECK(second.Log().find("1 owner-scoped objects deleted") != std::string::npos);
+  // The objects of no scope that were on disk stay.
+  size_t on_disk = 0;
+  for (const auto& [g, o] : Listing(d)) on_disk += o.residence == ObjectInfo::Residence::kDisk;
+  CHECK(on_disk > 0);
 }
 
 TEST_CASE("kill -9 during spills and restores loses nothing on disk and leaves no half files",
