@@ -151,10 +151,15 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
                     &owner, &large, &end) == 4 &&
         name[end] == '\0') {
       found[key].segments.push_back({id, owner, large != 0, std::move(k)});
+    } else if (int32_t pid = 0;
+               std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 ".%" SCNd32 "%n",
+                           &key, &owner, &generation, &pid, &end) == 4 &&
+               name[end] == '\0') {
+      found[key].rings.push_back({owner, pid, std::move(k)});
     } else if (std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 "%n", &key, &owner,
                            &generation, &end) == 3 &&
                name[end] == '\0') {
-      found[key].rings.push_back({owner, std::move(k)});
+      found[key].rings.push_back({owner, 0, std::move(k)});
     } else if (std::sscanf(name, "depot.catalog.%" SCNu32 ".%" SCNu64 "%n", &key, &generation,
                            &end) == 2 &&
                name[end] == '\0') {
@@ -305,7 +310,11 @@ void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring) {
     }
     NewObject n;
     n.guid = proto::FromWire(*req.guid());
-    if (req.owner_scoped() || ns.table().Find(n.guid) != nullptr) return Status::OK();
+    // An owner-scoped put becomes an orphan of its process (OwnerScopes), which needs the pid: a
+    // ring of an older daemon's, whose name does not say it, drops it as its session is gone.
+    if ((req.owner_scoped() && ring.pid == 0) || ns.table().Find(n.guid) != nullptr) {
+      return Status::OK();
+    }
     for (const wire::FrameLocation* f : *req.frames()) {
       n.frames.push_back(
           {.segment = f->segment(), .pool = f->pool(), .offset = f->offset(), .size = f->size()});
@@ -313,7 +322,9 @@ void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring) {
     if (req.metadata()) n.metadata.assign(req.metadata()->begin(), req.metadata()->end());
     if (req.name()) n.name = req.name()->str();
     n.evictable = req.evictable();
+    n.owner_scoped = req.owner_scoped();
     n.creator_uid = ring.uid;
+    n.creator_pid = ring.pid;
     int64_t now = WallClockNs();
     SpilledFacts facts{req.checksum().value_or(0), req.checksum().has_value(), now, now};
     if (!AdoptObject(ns, std::move(n), facts)) ++report_.dropped;
@@ -326,9 +337,9 @@ void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring) {
   store_.Forget(name);
 }
 
-void KeptMemory::KeepRing(uint32_t key, uint32_t uid, SessionId session, int fd) {
+void KeptMemory::KeepRing(uint32_t key, uint32_t uid, int32_t pid, SessionId session, int fd) {
   if (!on() || rings_.size() >= kRings || rings_of_[uid] >= kRingsPerUser) return;
-  std::string name = fmt::format("depot.ring.{}.{}.{}", key, uid, session);
+  std::string name = fmt::format("depot.ring.{}.{}.{}.{}", key, uid, session, pid);
   if (!store_.Keep(name, fd)) return;
   rings_[session] = {std::move(name), uid};
   ++rings_of_[uid];

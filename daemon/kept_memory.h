@@ -53,6 +53,7 @@ struct KeptFd {
 // A session's put ring the last daemon kept, and its user.
 struct KeptRing {
   uint32_t uid = 0;
+  int32_t pid = 0;  // its session's process; 0 when its name does not say (an older daemon's)
   KeptFd kept;
 };
 
@@ -90,11 +91,13 @@ class KeptMemory {
   void Detach(const Namespace& ns);
   // A table transition of `ns` (see ObjectTable::EventFn): records or erases the object.
   void Note(const Namespace& ns, TableEvent e, const StoredObject& o);
-  // Session `session` of user `uid` in namespace `key` has a put ring: kept while it lives, so
+  // Session `session` of user `uid` (process `pid`) in namespace `key` has a put ring: kept while
+  // it lives (its name says the process's pid: an owner-scoped put in it comes back as an orphan
+  // of that process), so
   // that the next daemon takes the puts this one had not taken when it was killed. At most
   // kRingsPerUser of one user's and kRings in all are kept, so that no user's connections can
   // take the room of the store that every user's segments need (FdStore::kMaxStored).
-  void KeepRing(uint32_t key, uint32_t uid, SessionId session, int fd);
+  void KeepRing(uint32_t key, uint32_t uid, int32_t pid, SessionId session, int fd);
   static constexpr size_t kRingsPerUser = 64;
   static constexpr size_t kRings = 1000;
   // The session closed, its ring taken to the end.

@@ -150,7 +150,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   // The put ring: without it (no memory for it) puts go in messages.
   uint64_t ring_bytes = 0;
   if (auto ring = rings_.Join(s, st.creds.uid); ring.ok()) {
-    namespaces_.kept().KeepRing(st.ns->key(), st.creds.uid, s, (*ring)->fd());
+    namespaces_.kept().KeepRing(st.ns->key(), st.creds.uid, st.creds.pid, s, (*ring)->fd());
     UniqueFd fd(::fcntl((*ring)->fd(), F_DUPFD_CLOEXEC, 0));
     if (fd.valid()) {
       fds.push_back(std::move(fd));

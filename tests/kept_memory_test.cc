@@ -428,6 +428,38 @@ TEST_CASE("An owner-scoped object kept across a kill -9 lives while its process 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("An owner-scoped put still in the ring at a kill -9 lives while its process is connected",
+          "[kept][reconnect]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::optional<Service> first(std::in_place, dir, store);
+  std::optional<Client> c(first->Connect());
+  PutFrames(*c, {1000}, 1);  // takes a lease: later puts need no reply
+  StatusOf(*c);
+  store.Drain(1s);
+  // The daemon reads nothing from here on: the put returns with its record in the ring.
+  REQUIRE(::kill(first->pid, SIGSTOP) == 0);
+  CreateOptions o;
+  o.owner_scoped = true;
+  Put scoped = PutFrames(*c, {3000}, 41, o);
+  first->Kill();
+  first.reset();
+  store.Drain();
+  Service second(dir, store, {"--restart-grace-ms", "200"});
+  INFO(second.Log());
+  REQUIRE(c->Stat(scoped.guid).ok());  // its first call connects again
+  std::optional<Client> d(second.Connect());
+  REQUIRE(WaitFor([&] { return StatusOf(*d).kept_closed_bytes == 0; }, 10s));  // grace over
+  CheckSame(*c, scoped);
+  ObjectInfo info = *c->Stat(scoped.guid);
+  CHECK(info.creator_pid == ::getpid());
+  c.reset();
+  d.reset();  // the process's last connection: its orphans go
+  Client e = second.Connect();
+  CHECK(WaitFor([&] { return e.Stat(scoped.guid).status().IsNotFound(); }, 10s));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("Objects kept across a kill -9 still count against their user's quota", "[kept]") {
   std::string dir = TempDir();
   FdStoreStandIn store(dir + "/notify");
