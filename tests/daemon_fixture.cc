@@ -1,6 +1,7 @@
 #include "tests/daemon_fixture.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -234,6 +235,31 @@ uint64_t Requests(Client& c, const std::string& name) {
   }
   FAIL("no connection named " << name);
   return 0;
+}
+
+ScopedMaker SpawnScopedMaker(const std::string& socket, const std::vector<std::byte>& bytes) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  pid_t pid = Spawn([&] {
+    auto c = Client::Connect({.socket_path = socket,
+                              .client_name = "maker",
+                              .reconnect_wait = std::chrono::milliseconds(0)});
+    if (!c.ok()) return 1;
+    CreateOptions o;
+    o.owner_scoped = true;
+    auto guid = c->Put(bytes, o);
+    if (!guid.ok() || ::write(fds[1], &*guid, sizeof *guid) != sizeof *guid) return 2;
+    ::pause();
+    return 0;
+  });
+  ::close(fds[1]);
+  ScopedMaker maker{pid, {}};
+  pollfd p{fds[0], POLLIN, 0};
+  bool ready = ::poll(&p, 1, 10000) == 1;
+  bool read = ready && ::read(fds[0], &maker.guid, sizeof maker.guid) == sizeof maker.guid;
+  ::close(fds[0]);
+  REQUIRE(read);
+  return maker;
 }
 
 std::vector<std::byte> Pattern(size_t size, uint32_t seed) {

@@ -69,6 +69,15 @@ pid_t Spawn(std::function<int()> fn);
 // Waits for a child and returns its wait status.
 int Wait(pid_t pid);
 
+// A child process that put one owner-scoped object and keeps its connection until it is killed.
+struct ScopedMaker {
+  pid_t pid;
+  Guid guid;
+};
+// Spawns a ScopedMaker on `socket` that puts `bytes` (it does not reconnect if its daemon goes);
+// fails the test when no GUID comes back within 10 s.
+ScopedMaker SpawnScopedMaker(const std::string& socket, const std::vector<std::byte>& bytes);
+
 // Runs `fn` in a child process and returns its exit code (or 128 + signal).
 int RunChild(std::function<int()> fn);
 

@@ -4,7 +4,6 @@
 // daemon as LISTEN_FDS/LISTEN_FDNAMES), is killed with SIGKILL, and the next one serves the same
 // objects from the same pages. scripts/systemd-check does the same under a real systemd.
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -357,28 +356,8 @@ TEST_CASE("An owner-scoped object whose process did not come back goes when the 
   FdStoreStandIn store(dir + "/notify");
   std::optional<Service> first(std::in_place, dir, store);
   Client c = first->Connect();
-  std::array<int, 2> pipe_fds{};
-  REQUIRE(::pipe(pipe_fds.data()) == 0);
   // Another process makes the object, owner-scoped, and keeps its connection until it is killed.
-  pid_t maker = Spawn([&] {
-    auto c = Client::Connect({.socket_path = first->socket,
-                              .client_name = "maker",
-                              .reconnect_wait = std::chrono::milliseconds(0)});
-    if (!c.ok()) return 1;
-    CreateOptions o;
-    o.owner_scoped = true;
-    auto bytes = Pattern(4096, 31);
-    auto guid = c->Put(bytes, o);
-    if (!guid.ok() || ::write(pipe_fds[1], &*guid, sizeof *guid) != sizeof *guid) return 2;
-    ::pause();
-    return 0;
-  });
-  ::close(pipe_fds[1]);
-  Guid guid;
-  pollfd p{pipe_fds[0], POLLIN, 0};
-  REQUIRE(::poll(&p, 1, 10000) == 1);
-  REQUIRE(::read(pipe_fds[0], &guid, sizeof guid) == sizeof guid);
-  ::close(pipe_fds[0]);
+  auto [maker, guid] = SpawnScopedMaker(first->socket, Pattern(4096, 31));
   auto view = c.Get(guid);
   REQUIRE(view.ok());
   std::vector<std::byte> before(view->frame(0).begin(), view->frame(0).end());
@@ -401,6 +380,22 @@ TEST_CASE("An owner-scoped object whose process did not come back goes when the 
   std::filesystem::remove_all(dir);
 }
 
+// `scoped`, owner-scoped and made through `c` before a kill -9, on `second`: `c` connects again
+// on its first call and finds it whole after the grace period; it stays while another connection
+// of this process is open, and goes with the last one.
+void CheckOrphanLivesWhileConnected(Service& second, std::optional<Client>& c, const Put& scoped) {
+  REQUIRE(c->Stat(scoped.guid).ok());  // its first call connects again
+  std::optional<Client> d(second.Connect());
+  REQUIRE(WaitFor([&] { return StatusOf(*d).kept_closed_bytes == 0; }, 10s));  // grace over
+  CheckSame(*c, scoped);
+  c.reset();
+  // `d` is a connection of the same process: the object stays while it is open.
+  CHECK(d->Stat(scoped.guid).ok());
+  d.reset();
+  Client e = second.Connect();
+  CHECK(WaitFor([&] { return e.Stat(scoped.guid).status().IsNotFound(); }, 10s));
+}
+
 TEST_CASE("An owner-scoped object kept across a kill -9 lives while its process is connected",
           "[kept][reconnect]") {
   std::string dir = TempDir();
@@ -415,16 +410,7 @@ TEST_CASE("An owner-scoped object kept across a kill -9 lives while its process 
   store.Drain();
   Service second(dir, store, {"--restart-grace-ms", "200"});
   INFO(second.Log());
-  REQUIRE(c->Stat(scoped.guid).ok());  // its first call connects again
-  std::optional<Client> d(second.Connect());
-  REQUIRE(WaitFor([&] { return StatusOf(*d).kept_closed_bytes == 0; }, 10s));  // grace over
-  CheckSame(*c, scoped);
-  c.reset();
-  // `d` is a connection of the same process: the object stays while it is open.
-  CHECK(d->Stat(scoped.guid).ok());
-  d.reset();
-  Client e = second.Connect();
-  CHECK(WaitFor([&] { return e.Stat(scoped.guid).status().IsNotFound(); }, 10s));
+  CheckOrphanLivesWhileConnected(second, c, scoped);
   std::filesystem::remove_all(dir);
 }
 
@@ -447,16 +433,10 @@ TEST_CASE("An owner-scoped put still in the ring at a kill -9 lives while its pr
   store.Drain();
   Service second(dir, store, {"--restart-grace-ms", "200"});
   INFO(second.Log());
-  REQUIRE(c->Stat(scoped.guid).ok());  // its first call connects again
-  std::optional<Client> d(second.Connect());
-  REQUIRE(WaitFor([&] { return StatusOf(*d).kept_closed_bytes == 0; }, 10s));  // grace over
-  CheckSame(*c, scoped);
-  ObjectInfo info = *c->Stat(scoped.guid);
-  CHECK(info.creator_pid == ::getpid());
-  c.reset();
-  d.reset();  // the process's last connection: its orphans go
-  Client e = second.Connect();
-  CHECK(WaitFor([&] { return e.Stat(scoped.guid).status().IsNotFound(); }, 10s));
+  auto info = c->Stat(scoped.guid);  // its first call connects again
+  REQUIRE(info.ok());
+  CHECK(info->creator_pid == ::getpid());  // the ring's name said whose it is
+  CheckOrphanLivesWhileConnected(second, c, scoped);
   std::filesystem::remove_all(dir);
 }
 

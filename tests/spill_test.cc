@@ -4,7 +4,6 @@
 // restore for many readers, and per-user namespaces that never see each other's files.
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -445,26 +444,7 @@ TEST_CASE("an owner-scoped object on disk at a crash goes when its process does 
   std::optional<Daemon> first(std::in_place, socket, SpillArgs(spill));
   Client c = first->Connect();
   // Another process makes the object, owner-scoped, and keeps its connection until it is killed.
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  pid_t maker = Spawn([&] {
-    auto mine = Client::Connect({.socket_path = socket,
-                                 .client_name = "maker",
-                                 .reconnect_wait = std::chrono::milliseconds(0)});
-    if (!mine.ok()) return 1;
-    CreateOptions o;
-    o.owner_scoped = true;
-    auto guid = mine->Put(Pattern(4 * kKiB, 2), o);
-    if (!guid.ok() || ::write(fds[1], &*guid, sizeof *guid) != sizeof *guid) return 2;
-    ::pause();
-    return 0;
-  });
-  ::close(fds[1]);
-  Guid scoped;
-  pollfd p{fds[0], POLLIN, 0};
-  REQUIRE(::poll(&p, 1, 10000) == 1);
-  REQUIRE(::read(fds[0], &scoped, sizeof scoped) == sizeof scoped);
-  ::close(fds[0]);
+  auto [maker, scoped] = SpawnScopedMaker(socket, Pattern(4 * kKiB, 2));
   // More than the pool holds: the oldest objects, the owner-scoped one first, go to disk.
   std::vector<Guid> plain;
   for (uint32_t i = 0; i < 96; ++i) plain.push_back(PutChecked(c, 256 * kKiB, 10 + i));
