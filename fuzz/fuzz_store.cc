@@ -24,6 +24,16 @@
 //
 // Checks, besides the sanitizers: every message the store sends is a valid frame, and once every
 // session is closed and every object deleted, status says the pool has no byte in use.
+//
+// At scale: with DEPOT_FUZZ_STORE_OBJECTS=N in the environment, every input runs against one
+// store, made once, that holds N sealed objects of 64 B besides what the inputs put (put by a
+// session of its own as a client puts them, not evictable, their GUIDs random: no input can name
+// them), so that the index, the object table and the allocator work at a million objects. A
+// hidden session watches the store's events and records every object an input creates; after
+// the input, its sessions close and those objects are deleted, and status must give back the
+// counts and bytes it gave before the input. State other than objects (fragmentation, counters)
+// carries over from input to input, as in a daemon that runs for weeks: a failure found at scale
+// may need the inputs before it to recur.
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -45,6 +55,7 @@
 
 #include "common/shared_mapping.h"
 #include "daemon/store.h"
+#include "depot/guid.h"
 #include "proto/index_layout.h"
 #include "proto/put_ring_layout.h"
 #include "proto/wire.h"
@@ -55,6 +66,7 @@ namespace {
 using proto::MsgType;
 
 constexpr int kSlots = 3;
+constexpr int kHidden = kSlots;  // at scale: the session that puts the objects, then watches
 constexpr int kMaxSleeps = 3;
 constexpr uint32_t kMaxMessage = 1u << 20;
 
@@ -86,6 +98,12 @@ class FakePeer : public Peer {
       ring_ = std::move(*map);
     }
     fds.clear();
+    if (created_ != nullptr && h.type == static_cast<uint16_t>(MsgType::kEvent)) {
+      const auto* e = proto::Body<wire::Event>(body);
+      if (e->kind() == wire::EventKind::Created && e->guid() != nullptr) {
+        created_->push_back(*e->guid());
+      }
+    }
     if (trace_) {
       std::string what = proto::TypeName(h.type);
       if (h.type == static_cast<uint16_t>(MsgType::kError)) {
@@ -122,6 +140,7 @@ class FakePeer : public Peer {
   bool stalled_ = false;
   bool keep_last_ = false;
   bool trace_ = std::getenv("DEPOT_FUZZ_TRACE") != nullptr;  // print what the store sends
+  std::vector<wire::Guid>* created_ = nullptr;  // where Created events go, when subscribed
   uint16_t last_type_ = 0;
   std::vector<uint8_t> last_;
   SharedMapping ring_;
@@ -138,13 +157,30 @@ bool Init() {
   return true;
 }
 
+// What status says of the objects and the pool.
+struct Counts {
+  uint64_t used = 0, sealed = 0, creating = 0, deleted = 0;
+  bool operator==(const Counts&) const = default;
+  std::string ToString() const {
+    return fmt::format("{} bytes used, {} sealed, {} creating, {} deleted objects", used, sealed,
+                       creating, deleted);
+  }
+};
+
 class Harness {
  public:
-  Harness() {
+  // A store with a 2 MiB pool, or (at scale) one that holds `background` objects of 64 B and
+  // room for as much again as the small one.
+  explicit Harness(uint64_t background = 0) {
     StoreOptions o = StoreOptionsFrom(DefaultOptions(8ull << 30, 8ull << 30), "/fuzz/depot.sock",
                                       nullptr, "the fuzzer has no GPUs");
     o.namespaces.host.capacity = 2u << 20;
     o.namespaces.host.segment_size = 256u << 10;
+    if (background > 0) {
+      o.namespaces.host.segment_size = 4u << 20;
+      o.namespaces.host.capacity =
+          (background * 64 / o.namespaces.host.segment_size + 2) * o.namespaces.host.segment_size;
+    }
     o.namespaces.host.name_prefix = fmt::format("depot-fuzz-{}-", ::getpid());
     o.lease_idle = std::chrono::milliseconds(0);  // any lease may be taken back, not after 1 s
     o.version = "fuzz";
@@ -154,6 +190,7 @@ class Harness {
     auto store = Store::Create(io_, o);
     if (!store.ok()) Fail("cannot create the store: " + store.status().ToString());
     store_ = std::move(*store);
+    if (background > 0) Fill(background);
   }
 
   void Run(std::span<const uint8_t> in) {
@@ -206,6 +243,26 @@ class Harness {
     }
   }
 
+  // At scale: every session of the input goes, then every object it created; the store must be
+  // as it was before the input.
+  void Restore() {
+    for (int slot = 0; slot < kSlots; ++slot) CloseSlot(slot);
+    io_.poll();
+    if (store_->sessions() != 1) Fail("sessions left after every one closed");
+    while (!created_.empty()) {
+      size_t n = std::min<size_t>(created_.size(), proto::kMaxGuidsPerRequest);
+      std::vector<wire::Guid> batch(created_.end() - n, created_.end());
+      created_.resize(created_.size() - n);
+      flatbuffers::FlatBufferBuilder fbb;
+      fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(batch)));
+      Deliver(kHidden, proto::Encode(static_cast<uint16_t>(MsgType::kDelete), 3, fbb));
+    }
+    if (Counts now = Tally(kHidden); now != before_) {
+      Fail("after deleting what the input put: " + now.ToString() + ", against " +
+           before_.ToString() + " before it");
+    }
+  }
+
   // Every session goes, then every object: nothing may stay allocated. Seen as a client sees it
   // (list, delete, status), so that the check needs nothing of the store's insides.
   void Finish() {
@@ -232,21 +289,62 @@ class Harness {
       fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(guids)));
       Deliver(slot, proto::Encode(static_cast<uint16_t>(MsgType::kDelete), 3, fbb));
     }
-    flatbuffers::FlatBufferBuilder fbb;
-    fbb.Finish(wire::CreateEmptyReply(fbb));
-    Deliver(slot, proto::Encode(static_cast<uint16_t>(MsgType::kStatus), 4, fbb));
-    const auto* st = Expect<wire::StatusReply>(slot, MsgType::kStatus);
-    if (st->used() != 0 || st->objects_sealed() != 0 || st->objects_creating() != 0 ||
-        st->objects_deleted() != 0) {
-      Fail(fmt::format(
-          "after deleting everything: {} bytes used, {} sealed, {} creating, {} "
-          "deleted objects",
-          st->used(), st->objects_sealed(), st->objects_creating(), st->objects_deleted()));
-    }
+    if (Counts now = Tally(slot); now != Counts{})
+      Fail("after deleting everything: " + now.ToString());
     CloseSlot(slot);
   }
 
  private:
+  // The hidden session puts `count` objects of 64 B, as a client puts them into its lease, then
+  // subscribes to the store's events.
+  void Fill(uint64_t count) {
+    Deliver(kHidden, Hello());
+    peers_[kHidden].keep_last_ = true;
+    uint64_t at = 0, end = 0;
+    uint32_t segment = 0;
+    for (uint64_t i = 0; i < count; ++i) {
+      if (at + 64 > end) {
+        flatbuffers::FlatBufferBuilder fbb;
+        fbb.Finish(wire::CreateLeaseRequest(fbb, 1u << 20, 64));
+        Deliver(kHidden, proto::Encode(static_cast<uint16_t>(MsgType::kLease), 5, fbb));
+        const auto* lease = Expect<wire::CreateReply>(kHidden, MsgType::kLease);
+        if (lease->frames() == nullptr || lease->frames()->size() != 1) Fail("a lease of no frame");
+        const wire::FrameLocation* f = lease->frames()->Get(0);
+        at = f->offset();
+        end = at + f->size();
+        segment = f->segment();
+      }
+      flatbuffers::FlatBufferBuilder fbb;
+      wire::Guid guid = proto::ToWire(Guid::Random());
+      wire::FrameLocation frame(at, 64, segment, 0);
+      auto frames = fbb.CreateVectorOfStructs(&frame, 1);
+      wire::PutRequestBuilder put(fbb);
+      put.add_guid(&guid);
+      put.add_frames(frames);
+      put.add_evictable(false);
+      fbb.Finish(put.Finish());
+      Deliver(kHidden, proto::Encode(static_cast<uint16_t>(MsgType::kPut), 6, fbb));
+      if (sessions_[kHidden] == 0) Fail(fmt::format("the store refused background put {}", i));
+      at += 64;
+    }
+    flatbuffers::FlatBufferBuilder fbb;
+    fbb.Finish(wire::CreateEmptyReply(fbb));
+    Deliver(kHidden, proto::Encode(static_cast<uint16_t>(MsgType::kSubscribe), 7, fbb));
+    peers_[kHidden].created_ = &created_;
+    before_ = Tally(kHidden);
+    if (before_.sealed != count)
+      Fail(fmt::format("{} objects put, {} sealed", count, before_.sealed));
+  }
+
+  // What status says now, asked through `slot`.
+  Counts Tally(int slot) {
+    flatbuffers::FlatBufferBuilder fbb;
+    fbb.Finish(wire::CreateEmptyReply(fbb));
+    Deliver(slot, proto::Encode(static_cast<uint16_t>(MsgType::kStatus), 4, fbb));
+    const auto* st = Expect<wire::StatusReply>(slot, MsgType::kStatus);
+    return {st->used(), st->objects_sealed(), st->objects_creating(), st->objects_deleted()};
+  }
+
   SessionId& Open(int slot) {
     if (sessions_[slot] == 0) {
       peers_[slot] = FakePeer{};
@@ -296,16 +394,40 @@ class Harness {
   // Declared first: it outlives the store, whose timers it holds.
   boost::asio::io_context io_;
   std::unique_ptr<Store> store_;
-  std::array<FakePeer, kSlots> peers_;
-  std::array<SessionId, kSlots> sessions_{};
+  std::array<FakePeer, kSlots + 1> peers_;
+  std::array<SessionId, kSlots + 1> sessions_{};
+  std::vector<wire::Guid> created_;  // at scale: by the input's sessions
+  Counts before_;                    // at scale: before the input
 };
 
 }  // namespace
 }  // namespace depot::fuzz
 
+// The store at scale, when DEPOT_FUZZ_STORE_OBJECTS asks for one (null otherwise): made before
+// the first input, so that making it counts against no input's time.
+depot::fuzz::Harness* AtScale() {
+  static depot::fuzz::Harness* harness = [] {
+    const char* objects = std::getenv("DEPOT_FUZZ_STORE_OBJECTS");
+    return objects == nullptr ? nullptr
+                              : new depot::fuzz::Harness(std::strtoull(objects, nullptr, 10));
+  }();
+  return harness;
+}
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  depot::fuzz::Init();
+  AtScale();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static bool ready = depot::fuzz::Init();
   (void)ready;
+  if (depot::fuzz::Harness* at_scale = AtScale()) {
+    at_scale->Run({data, size});
+    at_scale->Restore();
+    return 0;
+  }
   depot::fuzz::Harness harness;
   harness.Run({data, size});
   harness.Finish();
