@@ -75,12 +75,13 @@ class FdStoreStandIn {
     return std::count_if(kept_.begin(), kept_.end(),
                          [&](const auto& k) { return k.first.starts_with(prefix); });
   }
-  // The descriptor of the one entry named `prefix`..., or -1.
-  int Find(const std::string& prefix) const {
+  // A copy of the descriptor of the one entry named `prefix`... (invalid when none): the
+  // caller's own, which a removal the reader handles later does not close under it.
+  UniqueFd Dup(const std::string& prefix) const {
     std::lock_guard<std::mutex> hold(mutex_);
     for (const auto& k : kept_)
-      if (k.first.starts_with(prefix)) return k.second.get();
-    return -1;
+      if (k.first.starts_with(prefix)) return UniqueFd(::fcntl(k.second.get(), F_DUPFD_CLOEXEC, 0));
+    return UniqueFd();
   }
 
   // In a child about to exec depotd: passes every kept descriptor as systemd does. Takes no lock

@@ -172,7 +172,7 @@ TEST_CASE("After a kill -9, the next depotd serves every sealed object from the 
   // The next daemon stored a catalog of its own and forgot the last one.
   store.Drain(1s);
   CHECK(store.Count("depot.catalog.") == 1);
-  CHECK(store.Find("depot.catalog.4294967295.2") >= 0);
+  CHECK(store.Dup("depot.catalog.4294967295.2").valid());
   // The last daemon's ring was taken and forgotten; this one's connection has its own.
   CHECK(store.Count("depot.ring.") == 1);
   std::filesystem::remove_all(dir);
@@ -214,9 +214,9 @@ TEST_CASE("A kept entry that does not check out is dropped, and the rest are ser
   }
   store.Drain();
   // Damage the second entry's frame size in the catalog, as a torn write would.
-  int catalog = store.Find("depot.catalog.");
-  REQUIRE(catalog >= 0);
-  void* map = ::mmap(nullptr, 4096 + 2 * 128, PROT_READ | PROT_WRITE, MAP_SHARED, catalog, 0);
+  UniqueFd catalog = store.Dup("depot.catalog.");
+  REQUIRE(catalog.valid());
+  void* map = ::mmap(nullptr, 4096 + 2 * 128, PROT_READ | PROT_WRITE, MAP_SHARED, catalog.get(), 0);
   REQUIRE(map != MAP_FAILED);
   static_cast<uint8_t*>(map)[4096 + 128 + 104] ^= 0x10;
   ::munmap(map, 4096 + 2 * 128);
