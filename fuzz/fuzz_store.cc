@@ -169,8 +169,8 @@ struct Counts {
 
 class Harness {
  public:
-  // A store with a 2 MiB pool, or (at scale) one that holds `background` objects of 64 B and
-  // room for as much again as the small one.
+  // A store with a 2 MiB pool, or (at scale) one that holds `background` objects of 64 B and has
+  // about 8 MiB of room besides.
   explicit Harness(uint64_t background = 0) {
     StoreOptions o = StoreOptionsFrom(DefaultOptions(8ull << 30, 8ull << 30), "/fuzz/depot.sock",
                                       nullptr, "the fuzzer has no GPUs");
@@ -289,8 +289,9 @@ class Harness {
       fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(guids)));
       Deliver(slot, proto::Encode(static_cast<uint16_t>(MsgType::kDelete), 3, fbb));
     }
-    if (Counts now = Tally(slot); now != Counts{})
+    if (Counts now = Tally(slot); now != Counts{}) {
       Fail("after deleting everything: " + now.ToString());
+    }
     CloseSlot(slot);
   }
 
@@ -332,8 +333,9 @@ class Harness {
     Deliver(kHidden, proto::Encode(static_cast<uint16_t>(MsgType::kSubscribe), 7, fbb));
     peers_[kHidden].created_ = &created_;
     before_ = Tally(kHidden);
-    if (before_.sealed != count)
+    if (before_.sealed != count) {
       Fail(fmt::format("{} objects put, {} sealed", count, before_.sealed));
+    }
   }
 
   // What status says now, asked through `slot`.
@@ -400,30 +402,29 @@ class Harness {
   Counts before_;                    // at scale: before the input
 };
 
-}  // namespace
-}  // namespace depot::fuzz
-
 // The store at scale, when DEPOT_FUZZ_STORE_OBJECTS asks for one (null otherwise): made before
 // the first input, so that making it counts against no input's time.
-depot::fuzz::Harness* AtScale() {
-  static depot::fuzz::Harness* harness = [] {
+Harness* AtScale() {
+  static Harness* harness = [] {
     const char* objects = std::getenv("DEPOT_FUZZ_STORE_OBJECTS");
-    return objects == nullptr ? nullptr
-                              : new depot::fuzz::Harness(std::strtoull(objects, nullptr, 10));
+    return objects == nullptr ? nullptr : new Harness(std::strtoull(objects, nullptr, 10));
   }();
   return harness;
 }
 
+}  // namespace
+}  // namespace depot::fuzz
+
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   depot::fuzz::Init();
-  AtScale();
+  depot::fuzz::AtScale();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static bool ready = depot::fuzz::Init();
   (void)ready;
-  if (depot::fuzz::Harness* at_scale = AtScale()) {
+  if (depot::fuzz::Harness* at_scale = depot::fuzz::AtScale()) {
     at_scale->Run({data, size});
     at_scale->Restore();
     return 0;
