@@ -336,6 +336,12 @@ class Harness {
     if (before_.sealed != count) {
       Fail(fmt::format("{} objects put, {} sealed", count, before_.sealed));
     }
+    // The index grew to hold them (all but the few that crowded sets leave out): otherwise the
+    // inputs would meet round trips, not an index at scale.
+    const auto* st = Expect<wire::StatusReply>(kHidden, MsgType::kStatus);
+    if (st->indexed() < count - count / 100) {
+      Fail(fmt::format("{} objects put, {} in the index", count, st->indexed()));
+    }
   }
 
   // What status says now, asked through `slot`.
