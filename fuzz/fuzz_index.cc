@@ -12,6 +12,11 @@
 // Checks, besides the sanitizers: the reader never returns more frames or metadata than an
 // object may have; every object is freed exactly once, none while a slot still named it when
 // the daemon looked, and all of them once the slots are empty.
+//
+// At scale: with DEPOT_FUZZ_INDEX_OBJECTS=N in the environment, every input runs against one
+// table of N objects, an index grown to hold them and 131,072 slots, made once: its index bytes
+// go over real entries and records, its slot words into the slots at a place its hash picks
+// (fuzz/index_at_scale.h says what is checked there).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -21,11 +26,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "client/src/index_reader.h"
 #include "client/src/slot_table.h"
 #include "daemon/lock_free_gets.h"
+#include "fuzz/index_at_scale.h"
 #include "proto/index_layout.h"
 
 namespace {
@@ -124,11 +131,42 @@ void UseSlots(const uint8_t* data, size_t size) {
   ::munmap(slots, bytes);
 }
 
+// The table at scale, when DEPOT_FUZZ_INDEX_OBJECTS asks for one (null otherwise): made before
+// the first input, so that making it counts against no input's time.
+fuzz::IndexAtScale* AtScale() {
+  static fuzz::IndexAtScale* at_scale = [] {
+    const char* objects = std::getenv("DEPOT_FUZZ_INDEX_OBJECTS");
+    return objects == nullptr ? nullptr
+                              : new fuzz::IndexAtScale(std::strtoull(objects, nullptr, 10));
+  }();
+  return at_scale;
+}
+
+// FNV-1a: where an input's bytes go at scale, the same for the same input.
+uint64_t Hash(const uint8_t* data, size_t size) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < size; ++i) h = (h ^ data[i]) * 0x100000001b3ULL;
+  return h;
+}
+
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  AtScale();
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   uint64_t sets = uint64_t{1} << (data[0] & 3);
+  if (fuzz::IndexAtScale* at_scale = AtScale()) {
+    uint64_t hash = Hash(data, size);
+    std::span<const uint8_t> rest(data + 1, size - 1);
+    size_t index_bytes =
+        std::min<size_t>(rest.size(), index::IndexBytes(sets, kArena) - index::kEntriesWord * 8);
+    at_scale->Run(sets, kArena, rest.first(index_bytes), rest.subspan(index_bytes), hash);
+    return 0;
+  }
   ++data;
   --size;
   ReadIndex(data, size, sets);

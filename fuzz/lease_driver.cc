@@ -16,8 +16,9 @@ namespace depot::fuzz {
 
 using proto::MsgType;
 
-// A session's far end: keeps the last message and its session's put ring, and whether the store
-// aborted the session (a ring it refused).
+// A session's far end: keeps the last message and its session's put ring, whether the store
+// aborted the session (a ring it refused), and, when `created` is set, the GUIDs of the objects
+// the store's events say were created.
 class LeaseDriver::Peer : public depot::Peer {
  public:
   void Send(std::vector<uint8_t> message, std::vector<UniqueFd> fds) override {
@@ -25,6 +26,12 @@ class LeaseDriver::Peer : public depot::Peer {
     std::memcpy(&h, message.data(), sizeof h);
     type = h.type;
     body.assign(message.begin() + sizeof h, message.end());
+    if (created != nullptr && h.type == static_cast<uint16_t>(MsgType::kEvent)) {
+      const auto* e = proto::Body<wire::Event>(body);
+      if (e->kind() == wire::EventKind::Created && e->guid() != nullptr) {
+        created->push_back(*e->guid());
+      }
+    }
     if (h.type == proto::ReplyType(MsgType::kHello) &&
         proto::Body<wire::HelloReply>(body)->put_ring_bytes() == put_ring::kRingFileBytes &&
         !fds.empty()) {
@@ -60,30 +67,123 @@ class LeaseDriver::Peer : public depot::Peer {
   std::vector<uint8_t> body;
   SharedMapping ring;
   bool aborted = false;
+  std::vector<wire::Guid>* created = nullptr;
 };
 
 namespace {
 
-constexpr uint64_t kCapacity = 2u << 20;
+constexpr uint64_t kCapacity = 2u << 20;  // for the input's objects and leases
+constexpr uint64_t kSegment = 256u << 10;
 
 }  // namespace
 
-LeaseDriver::LeaseDriver() {
+LeaseDriver::LeaseDriver(uint64_t background) {
   StoreOptions o = StoreOptionsFrom(DefaultOptions(8ull << 30, 8ull << 30), "/fuzz/depot.sock",
                                     nullptr, "the fuzzer has no GPUs");
-  o.namespaces.host.capacity = kCapacity;
-  o.namespaces.host.segment_size = 256u << 10;
+  // The background's blocks and the holes between them (Fill) in whole segments, and one more.
+  capacity_ = kCapacity;
+  if (background > 0) {
+    uint64_t put = background * proto::kBlockAlign / 5 * 6;
+    capacity_ += (put + kSegment - 1) / kSegment * kSegment + kSegment;
+  }
+  o.namespaces.host.capacity = capacity_;
+  o.namespaces.host.segment_size = kSegment;
   o.namespaces.host.keep_warm = 0;  // segments that fall empty go back at once
   o.namespaces.host.name_prefix = fmt::format("depot-fuzzlease-{}-", ::getpid());
   o.lease_idle = std::chrono::milliseconds(0);  // any idle lease may be taken back
   o.version = "fuzz";
   o.max_frames = 4;
   auto store = Store::Create(io_, o);
-  if (store.ok()) store_ = std::move(*store);
+  if (!store.ok()) {
+    broken_ = "the store could not be made: " + store.status().ToString();
+    return;
+  }
+  store_ = std::move(*store);
+  if (background > 0) broken_ = Fill(background);
+}
+
+std::string LeaseDriver::Fill(uint64_t count) {
+  // Some of the objects put are deleted after, so that free space lies between live blocks
+  // throughout the pool, as in a store that has run for a while: every eighth, and a run of 0 to
+  // 63 in each lease.
+  auto hole = [](uint64_t i) {
+    uint64_t in_lease = i % 4096;
+    return i % 8 == 3 || (in_lease >= 1000 && in_lease < 1000 + (i / 4096) % 64);
+  };
+  std::vector<wire::Guid> holes;
+  uint64_t at = 0, end = 0;
+  uint32_t segment = 0;
+  for (uint64_t i = 0; background_.size() < count; ++i) {
+    if (at + proto::kBlockAlign > end) {
+      flatbuffers::FlatBufferBuilder fbb;
+      fbb.Finish(wire::CreateLeaseRequest(fbb, 1u << 20));
+      Deliver(kWatcher, static_cast<uint16_t>(MsgType::kLease), fbb);
+      const auto* reply = peers_[kWatcher]->Reply<wire::CreateReply>(MsgType::kLease);
+      if (reply == nullptr || reply->frames() == nullptr || reply->frames()->size() != 1) {
+        return fmt::format("no lease for background object {}", i);
+      }
+      const wire::FrameLocation* f = reply->frames()->Get(0);
+      at = f->offset();
+      end = at + f->size();
+      segment = f->segment();
+    }
+    flatbuffers::FlatBufferBuilder fbb;
+    wire::Guid guid = proto::ToWire(Guid::Random());
+    wire::FrameLocation frame(at, proto::kBlockAlign, segment, 0);
+    auto frames = fbb.CreateVectorOfStructs(&frame, 1);
+    wire::PutRequestBuilder put(fbb);
+    put.add_guid(&guid);
+    put.add_frames(frames);
+    put.add_evictable(false);
+    fbb.Finish(put.Finish());
+    Deliver(kWatcher, static_cast<uint16_t>(MsgType::kPut), fbb);
+    if (sessions_[kWatcher] == 0) {  // a put has no reply: one refused closes its session
+      return fmt::format("the store refused background object {}", i);
+    }
+    if (hole(i)) {
+      holes.push_back(guid);
+    } else {
+      background_.emplace_back(segment, at, proto::kBlockAlign);
+    }
+    at += proto::kBlockAlign;
+  }
+  CloseSlot(kWatcher);  // its lease's rest goes back; its objects stay
+  for (size_t i = 0; i < holes.size(); i += proto::kMaxGuidsPerRequest) {
+    size_t n = std::min<size_t>(holes.size() - i, proto::kMaxGuidsPerRequest);
+    flatbuffers::FlatBufferBuilder fbb;
+    fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(holes.data() + i, n)));
+    Deliver(kAdmin, static_cast<uint16_t>(MsgType::kDelete), fbb);
+  }
+  std::sort(background_.begin(), background_.end());
+  uint64_t used = 0, leased = 0;
+  if (!Usage(used, leased) || used != background_.size() * proto::kBlockAlign || leased != 0) {
+    return fmt::format("{} background objects kept: {} bytes used and {} leased",
+                       background_.size(), used, leased);
+  }
+  background_bytes_ = used;
+  fmt::print(stderr,
+             "lease driver: {} background objects ({} more deleted), {} bytes of a pool of {}\n",
+             count, holes.size(), used, capacity_);
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  Deliver(kWatcher, static_cast<uint16_t>(MsgType::kSubscribe), fbb);
+  peers_[kWatcher]->created = &created_;
+  return "";
+}
+
+bool LeaseDriver::Usage(uint64_t& used, uint64_t& leased) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateEmptyReply(fbb));
+  Deliver(kAdmin, static_cast<uint16_t>(MsgType::kStatus), fbb);
+  const auto* st = peers_[kAdmin]->Reply<wire::StatusReply>(MsgType::kStatus);
+  if (st == nullptr) return false;
+  used = st->used();
+  leased = st->leased();
+  return true;
 }
 
 LeaseDriver::~LeaseDriver() {
-  for (int slot = 0; slot <= kAdmin; ++slot) CloseSlot(slot);
+  for (int slot = 0; slot <= kWatcher; ++slot) CloseSlot(slot);
 }
 
 uint64_t LeaseDriver::Open(int slot) {
@@ -207,6 +307,24 @@ bool LeaseDriver::Put(int slot, std::span<const uint8_t>& in, bool ring) {
 }
 
 std::vector<wire::Guid> LeaseDriver::List(std::vector<wire::FrameLocation>* frames) {
+  if (background_bytes_ > 0) {
+    uint64_t used = 0, leased = 0;
+    (void)Usage(used, leased);  // which takes the rings first, as a list does
+    std::vector<wire::Guid> live;
+    for (const wire::Guid& g : created_) {
+      flatbuffers::FlatBufferBuilder fbb;
+      fbb.Finish(wire::CreateGuidRequest(fbb, &g));
+      Deliver(kAdmin, static_cast<uint16_t>(MsgType::kStat), fbb);
+      const auto* stat = peers_[kAdmin]->Reply<wire::StatReply>(MsgType::kStat);
+      if (stat == nullptr || stat->info() == nullptr) continue;  // gone
+      live.push_back(g);
+      if (frames != nullptr && stat->info()->frames() != nullptr) {
+        for (const wire::FrameLocation* f : *stat->info()->frames()) frames->push_back(*f);
+      }
+    }
+    created_ = live;
+    return live;
+  }
   flatbuffers::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateListRequest(fbb, nullptr, proto::kMaxListLimit));
   Deliver(kAdmin, static_cast<uint16_t>(MsgType::kList), fbb);
@@ -233,7 +351,7 @@ void LeaseDriver::Delete(uint8_t pick) {
 
 void LeaseDriver::Pressure() {
   flatbuffers::FlatBufferBuilder fbb;
-  std::vector<uint64_t> sizes{kCapacity - (256u << 10)};
+  std::vector<uint64_t> sizes{capacity_ - background_bytes_ - kSegment};
   fbb.Finish(wire::CreateCreateRequest(fbb, fbb.CreateVector(sizes)));
   Deliver(kAdmin, static_cast<uint16_t>(MsgType::kCreate), fbb);
   const auto* reply = peers_[kAdmin]->Reply<wire::CreateReply>(MsgType::kCreate);
@@ -248,7 +366,7 @@ std::string LeaseDriver::Check() {
   uint64_t objects = List(&frames).size();
   most_objects_ = std::max(most_objects_, objects);
   // No two live blocks share a byte: by segment, then offset.
-  std::vector<std::tuple<uint32_t, uint64_t, uint64_t>> blocks;
+  std::vector<Block> blocks;
   uint64_t bytes = 0;
   for (const wire::FrameLocation& f : frames) {
     if (f.size() == 0) continue;
@@ -263,20 +381,34 @@ std::string LeaseDriver::Check() {
                          segment, offset, size, std::get<1>(blocks[i]));
     }
   }
-  flatbuffers::FlatBufferBuilder fbb;
-  fbb.Finish(wire::CreateEmptyReply(fbb));
-  Deliver(kAdmin, static_cast<uint16_t>(MsgType::kStatus), fbb);
-  const auto* st = peers_[kAdmin]->Reply<wire::StatusReply>(MsgType::kStatus);
-  if (st == nullptr) return "no status came";
-  if (st->used() != bytes || st->leased() > kCapacity) {
-    return fmt::format("{} objects hold {} bytes, but status says {} used and {} leased", objects,
-                       bytes, st->used(), st->leased());
+  // Nor one with the background: the background block at or before each, and the one after.
+  for (const Block& b : blocks) {
+    auto after = std::upper_bound(background_.begin(), background_.end(), b);
+    bool shares = after != background_.end() && std::get<0>(*after) == std::get<0>(b) &&
+                  std::get<1>(*after) < std::get<1>(b) + std::get<2>(b);
+    if (after != background_.begin()) {
+      const Block& before = *std::prev(after);
+      shares = shares || (std::get<0>(before) == std::get<0>(b) &&
+                          std::get<1>(before) + std::get<2>(before) > std::get<1>(b));
+    }
+    if (shares) {
+      return fmt::format("an object shares bytes with the background: segment {}, block at {}",
+                         std::get<0>(b), std::get<1>(b));
+    }
+  }
+  uint64_t used = 0, leased = 0;
+  if (!Usage(used, leased)) return "no status came";
+  if (used != bytes + background_bytes_ || leased > capacity_) {
+    return fmt::format(
+        "{} objects hold {} bytes (and the background {}), but status says {} used "
+        "and {} leased",
+        objects, bytes, background_bytes_, used, leased);
   }
   return "";
 }
 
 std::string LeaseDriver::Run(std::span<const uint8_t> in) {
-  if (!store_) return "the store could not be made";
+  if (!broken_.empty()) return broken_;
   while (!in.empty()) {
     uint8_t control = in[0];
     in = in.subspan(1);
@@ -313,7 +445,7 @@ std::string LeaseDriver::Run(std::span<const uint8_t> in) {
 }
 
 std::string LeaseDriver::Finish() {
-  if (!store_) return "the store could not be made";
+  if (!broken_.empty()) return broken_;
   for (int slot = 0; slot < kClients; ++slot) CloseSlot(slot);
   if (std::string broken = Check(); !broken.empty()) return broken;
   for (int round = 0; round < 100; ++round) {
@@ -324,16 +456,13 @@ std::string LeaseDriver::Finish() {
     fbb.Finish(wire::CreateGuidsRequest(fbb, fbb.CreateVectorOfStructs(left)));
     Deliver(kAdmin, static_cast<uint16_t>(MsgType::kDelete), fbb);
   }
-  flatbuffers::FlatBufferBuilder fbb;
-  fbb.Finish(wire::CreateEmptyReply(fbb));
-  Deliver(kAdmin, static_cast<uint16_t>(MsgType::kStatus), fbb);
-  const auto* st = peers_[kAdmin]->Reply<wire::StatusReply>(MsgType::kStatus);
-  if (st == nullptr) return "no status came";
-  if (st->used() != 0 || st->leased() != 0) {
+  uint64_t used = 0, leased = 0;
+  if (!Usage(used, leased)) return "no status came";
+  if (used != background_bytes_ || leased != 0) {
     return fmt::format(
-        "after every session closed and every object was deleted: {} bytes used, "
-        "{} leased",
-        st->used(), st->leased());
+        "after every session closed and every object was deleted: {} bytes used (the "
+        "background {}), {} leased",
+        used, background_bytes_, leased);
   }
   return "";
 }

@@ -21,6 +21,16 @@
 //                        5: the slot's session closes
 //                        6: timers run (ring polls), then every invariant is checked
 //
+// At scale (a driver made with `background` objects): the store first holds that many sealed
+// objects of 64 B, put into leases by a session of the driver's own (closed after; the objects
+// are not evictable and no input can name them), among the holes that deleting about one in
+// seven of those put left (every eighth, and a run of up to 63 in each lease), so that leases are
+// cut from a pool and an allocator that hold a million objects and 140,000 free extents. The live
+// objects a check sees are then the ones the input created (recorded from the store's events by a
+// watching session, each stat'ed), checked against each other and against the background's blocks;
+// `used` must be the background's bytes and theirs. Finish deletes the input's objects and leaves
+// the store as the fill left it, so one driver serves every input.
+//
 // Not thread-safe.
 #ifndef DEPOT_FUZZ_LEASE_DRIVER_H_
 #define DEPOT_FUZZ_LEASE_DRIVER_H_
@@ -31,6 +41,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/shared_mapping.h"
@@ -40,12 +51,13 @@ namespace depot::fuzz {
 
 class LeaseDriver {
  public:
-  LeaseDriver();
+  explicit LeaseDriver(uint64_t background = 0);
   ~LeaseDriver();
 
   // Runs the operations of `in`; "" or the first invariant found broken.
   std::string Run(std::span<const uint8_t> in);
-  // Closes every session, deletes every object: "" when nothing stays used or leased.
+  // Closes every client session, deletes every object but the background: "" when nothing but
+  // the background stays used, and nothing leased.
   std::string Finish();
 
   // Sessions the store closed for what they sent, and the most objects seen live at a check:
@@ -61,7 +73,9 @@ class LeaseDriver {
     uint32_t segment = 0;
   };
   static constexpr int kClients = 2;
-  static constexpr int kAdmin = kClients;  // a session of messages only: list, delete, status
+  static constexpr int kAdmin = kClients;        // a session of messages only: list, delete, status
+  static constexpr int kWatcher = kClients + 1;  // at scale: fills, then records what is created
+  using Block = std::tuple<uint32_t, uint64_t, uint64_t>;  // segment, offset, bytes
 
   uint64_t Open(int slot);
   void CloseSlot(int slot);
@@ -75,18 +89,29 @@ class LeaseDriver {
   void Delete(uint8_t pick);
   void Pressure();
   std::string Check();
-  // The admin's list of every object (at most kMaxListLimit, which a run never reaches).
+  // The live objects besides the background, and their frames when `frames` is not null: the
+  // admin's list of every object (at most kMaxListLimit, which a run never reaches), or at scale
+  // a stat of each object the input created.
   std::vector<wire::Guid> List(std::vector<wire::FrameLocation>* frames);
+  // At scale: the watcher puts `count` objects of 64 B into leases, then closes and subscribes.
+  std::string Fill(uint64_t count);
+  // The admin's status: the bytes used and leased; false when none came.
+  bool Usage(uint64_t& used, uint64_t& leased);
 
   // Declared first: it outlives the store, whose timers it holds.
   boost::asio::io_context io_;
   std::unique_ptr<Store> store_;
-  std::array<std::unique_ptr<Peer>, kClients + 1> peers_;
-  std::array<uint64_t, kClients + 1> sessions_{};
+  std::array<std::unique_ptr<Peer>, kClients + 2> peers_;
+  std::array<uint64_t, kClients + 2> sessions_{};
   std::array<Lease, kClients> leases_{};
   uint64_t sessions_refused_ = 0;
   uint64_t most_objects_ = 0;
   uint64_t request_ = 1;
+  uint64_t capacity_ = 0;
+  std::string broken_;             // why the store or its background could not be made
+  std::vector<Block> background_;  // sorted
+  uint64_t background_bytes_ = 0;
+  std::vector<wire::Guid> created_;  // at scale: what the input's sessions created
 };
 
 }  // namespace depot::fuzz
