@@ -52,7 +52,7 @@ bool LockFreeGets::Grow() {
 
 bool LockFreeGets::Pinned(ObjectId id) const {
   ++slot_reads_;
-  return std::any_of(slots_.begin(), slots_.end(),
+  return std::any_of(read_.begin(), read_.end(),
                      [id](const auto& s) { return s.second->Holds(id); });
 }
 
@@ -65,7 +65,7 @@ std::vector<bool> LockFreeGets::HeldAmong(std::span<const ObjectId> ids) const {
   ObjectId first = ids.front();
   ObjectId last = ids.back();
   size_t unseen = ids.size();
-  for (const auto& [session, slots] : slots_) {
+  for (const auto& [session, slots] : read_) {
     slots->ForEach([&](ObjectId id) {
       if (id < first || id > last) return;
       auto it = std::lower_bound(ids.begin(), ids.end(), id);
@@ -81,7 +81,7 @@ std::vector<bool> LockFreeGets::HeldAmong(std::span<const ObjectId> ids) const {
 
 std::vector<ObjectId> LockFreeGets::Touched() {
   std::vector<ObjectId> ids;
-  for (auto& [session, slots] : slots_) slots->TakeTouches(ids);
+  for (auto& [session, slots] : read_) slots->TakeTouches(ids);
   return ids;
 }
 
@@ -102,7 +102,12 @@ void LockFreeGets::Leave(SessionId session) {
   granted_ -= extra;
   if ((granted_by_uid_[uid] -= extra) == 0) granted_by_uid_.erase(uid);
   slots_.erase(it);
+  read_.erase(session);
   uids_.erase(session);
+}
+
+void LockFreeGets::Mapped(SessionId session) {
+  if (auto it = slots_.find(session); it != slots_.end()) read_.emplace(session, it->second.get());
 }
 
 uint32_t LockFreeGets::Grant(SessionId session, uint32_t count) {

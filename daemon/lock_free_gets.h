@@ -5,6 +5,11 @@
 // ids: a session's slots are read for its own namespace only, so garbage in them keeps at most
 // objects its own gets could keep.
 //
+// Only the slots of sessions that were sent a segment of the namespace are read (Mapped): a get
+// through the index maps the object's segment, which a session has only from a reply, so the
+// slots of a session that was never sent one hold nothing it got, and a connection that stays
+// idle costs the daemon's reads nothing, however many there are.
+//
 // Both grow with what they hold. When an object is left out of a crowded index (ObjectIndex::
 // Crowded), the namespace moves to an index twice as big (up to `max_entries`), retires the old
 // one and counts a new generation; sessions learn of it when a get misses in the retired index
@@ -57,6 +62,9 @@ class LockFreeGets : public SlotReaders {
   Result<const ReferenceSlots*> Join(SessionId session, uint32_t uid);
   // `session` closed: its slots keep nothing from now on.
   void Leave(SessionId session);
+  // `session` is being sent a segment of the namespace (SegmentTracker::Collect, before the
+  // reply that carries it): its slots are read from now on.
+  void Mapped(SessionId session);
   // Grants `session` slots up to `count` in all, as far as its user's part allows; the slots it
   // has then (0: it has none).
   uint32_t Grant(SessionId session, uint32_t count);
@@ -85,10 +93,10 @@ class LockFreeGets : public SlotReaders {
     if (it == slots_.end()) return {};
     return it->second->Naming(names);
   }
-  // Calls `fn` with each id every session's slots hold now.
+  // Calls `fn` with each id the slots of every session that mapped a segment hold now.
   template <typename Fn>
   void ForEachHeld(Fn&& fn) const {
-    for (const auto& [session, slots] : slots_) slots->ForEach(fn);
+    for (const auto& [session, slots] : read_) slots->ForEach(fn);
   }
 
   const ObjectIndex& index() const { return *index_; }
@@ -118,6 +126,7 @@ class LockFreeGets : public SlotReaders {
   std::string name_prefix_;
   IndexableFn indexable_;
   std::map<SessionId, std::unique_ptr<ReferenceSlots>> slots_;
+  std::map<SessionId, ReferenceSlots*> read_;    // of the sessions that mapped a segment
   std::map<SessionId, uint32_t> uids_;           // each session's user
   std::map<uint32_t, uint64_t> granted_by_uid_;  // slots past the first kSlotCount, by user
   uint64_t generation_ = 1;

@@ -33,7 +33,11 @@ Status SegmentTracker::Collect(SessionId session, std::span<const Location> fram
       spdlog::error("{} (raise LimitNOFILE / RLIMIT_NOFILE)", why);
       return Status::Unavailable(why);
     }
-    if (!seg.dedicated) e.sent[key] |= kind;
+    if (!seg.dedicated) {
+      e.sent[key] |= kind;
+      // From now on this session may hold the segment's objects through its reference slots.
+      if (LockFreeGets* gets = e.ns->gets()) gets->Mapped(session);
+    }
     keys.push_back(key);
     fds.push_back(std::move(fd));
   }

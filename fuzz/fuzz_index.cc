@@ -82,6 +82,7 @@ void UseSlots(const uint8_t* data, size_t size) {
   table.set_slot_readers(gets->get());
   auto joined = (*gets)->Join(1, 1000);
   Check(joined.ok());
+  (*gets)->Mapped(1);  // as when the daemon sends it a segment: its slots are read
   Check((*gets)->Grant(1, kGranted) == kGranted);
   UniqueFd fd(::fcntl((*joined)->fd(), F_DUPFD_CLOEXEC, 0));
   const uint64_t bytes = index::SlotFileBytes(kGranted);

@@ -59,6 +59,7 @@ IndexAtScale::IndexAtScale(uint64_t objects) : objects_(objects) {
   table_->set_slot_readers(gets_.get());
   auto joined = gets_->Join(1, 1000);
   Check(joined.ok() && gets_->Grant(1, kGranted) == kGranted, "no slots");
+  gets_->Mapped(1);  // as when the daemon sends it a segment: its slots are read
   const uint64_t bytes = index::SlotFileBytes(kGranted);
   void* slots = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, (*joined)->fd(), 0);
   Check(slots != MAP_FAILED, "the slots cannot be mapped");

@@ -332,6 +332,8 @@ TEST_CASE("garbage another user writes into its own slots harms nobody", "[index
       return 100;
     }
     Client m = d.Connect();
+    // A put first: the daemon reads the slots of a session it sent a segment, as it did here.
+    if (!m.Put(Pattern(1000, 4)).ok()) return 6;
     // The library maps its slots read-write and the index read-only, and keeps no descriptor
     // of either; an attacker writes through the mapping.
     auto slots = MappingsOf("/memfd:slots-");
@@ -371,6 +373,55 @@ TEST_CASE("garbage another user writes into its own slots harms nobody", "[index
     return obj.ok() && Holds(*obj, Pattern(50000, 1)) ? 0 : 1;
   });
   CHECK(alice == 0);
+}
+
+TEST_CASE("the slots of a connection that was sent no segment are not read until it is",
+          "[index][hostile]") {
+  NeedRoot();
+  Daemon d = StartOpen({"--allow-users", std::to_string(kAlice) + "," + std::to_string(kMallory),
+                        "--segment-size", "8MiB"});
+  Guid first = PutAs(d, kAlice, 60000, 1);
+  Guid second = PutAs(d, kAlice, 50000, 2);  // PutAs tells them apart by size
+  Channel scribbled, deleted, mapped, again;
+  pid_t mallory = Spawn([&] {
+    if (::setresgid(kMallory, kMallory, kMallory) != 0 ||
+        ::setresuid(kMallory, kMallory, kMallory) != 0) {
+      return 100;
+    }
+    Client m = d.Connect();
+    auto slots = MappingsOf("/memfd:slots-");
+    if (slots.size() != 1) {
+      scribbled.Send("no slots");
+      return 1;
+    }
+    // Every id the daemon has handed out so far (ObjectTable: a record number in the low word,
+    // generation 1 above), as a client holding every object would publish them.
+    auto* words = static_cast<uint64_t*>(slots[0].addr);
+    for (uint64_t n = 0; n < 64; ++n) words[index::kSlotsWord + n] = uint64_t{1} << 32 | n;
+    words[index::kSlotHighWater] = 64;
+    scribbled.Send("scribbled");
+    deleted.Receive();
+    // A put maps a segment (its lease's): from now on the daemon reads these slots.
+    auto own = m.Put(Pattern(1000, 3));
+    mapped.Send(own.ok() ? "mapped" : "no put");
+    again.Receive();
+    return 0;
+  });
+  std::string line = scribbled.Receive();
+  INFO(d.Log());
+  REQUIRE(line == "scribbled");
+  Client admin = d.Connect();
+  // Never sent a segment, Mallory's connection can hold nothing: its slots keep nothing.
+  REQUIRE(admin.Delete(first).ok());
+  CHECK(StatusOf(admin).objects_deleted == 0);
+  deleted.Send("deleted");
+  REQUIRE(mapped.Receive() == "mapped");
+  // Sent one, it could hold any object of the namespace through them: they are read.
+  REQUIRE(admin.Delete(second).ok());
+  CHECK(StatusOf(admin).objects_deleted == 1);
+  again.Send("done");
+  CHECK(WEXITSTATUS(Wait(mallory)) == 0);
+  CHECK(WaitFor([&] { return StatusOf(admin).objects_deleted == 0; }));
 }
 
 TEST_CASE("a user whose metadata fills the index leaves the other users their part of it",

@@ -126,8 +126,11 @@ TEST_CASE("garbage in many sessions' slots and a pin held for ever slow nobody d
   Guid kept = PutAs(d, kAlice, 50000, 1);
   Latencies before = MeasureAsAlice(d, kept, 50000, 1);
 
-  // Mallory's object, put by a process that has gone: no session holds a reference on it.
+  // Mallory's object, put by a process that has gone: no session holds a reference on it. And
+  // one that each of its sessions gets, so that the daemon reads their slots (a session that
+  // was never sent a segment holds nothing through them).
   Guid mine = PutAs(d, kMallory, 5000, 8);
+  Guid bait = PutAs(d, kMallory, 5000, 9);
   constexpr int kSessions = 500;
   Channel ready, done;
   pid_t mallory = SpawnAs(kMallory, ready, [&] {
@@ -139,6 +142,7 @@ TEST_CASE("garbage in many sessions' slots and a pin held for ever slow nobody d
     for (int i = 0; i < kSessions; ++i) {
       std::vector<UniqueFd> fds = s.Open(d);
       if (fds.size() < 2) return 4;
+      if (s.raw.back()->Get(bait) != proto::ReplyType(proto::MsgType::kGet)) return 6;
       void* p =
           ::mmap(nullptr, index::kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1].get(), 0);
       if (p == MAP_FAILED) return 5;

@@ -187,6 +187,7 @@ struct TableWithSlots {
     table.set_slot_readers(gets.get());
     auto joined = gets->Join(1, 1000);
     REQUIRE(joined.ok());
+    gets->Mapped(1);  // as when the daemon sends it a segment: its slots are read
     auto mapped = SlotTable::Map(Dup((*joined)->fd()), index::kSlotCount);
     REQUIRE(mapped.ok());
     slots.emplace(std::move(*mapped));

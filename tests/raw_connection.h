@@ -84,6 +84,21 @@ class Raw {
     return *frames->Get(0);
   }
 
+  // Gets `guid` (request id 3) and returns the reply's type: a get reply carries the descriptor
+  // of each segment this session has not been sent yet (dropped here, as the daemon has counted
+  // it sent), and keeps a reference on the object until the connection ends.
+  uint16_t Get(const Guid& guid) {
+    flatbuffers::FlatBufferBuilder fbb(64);
+    wire::Guid g = proto::ToWire(guid);
+    fbb.Finish(wire::CreateGetRequest(fbb, fbb.CreateVectorOfStructs(&g, 1), 0));
+    Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kGet), 3, fbb));
+    proto::Header h;
+    std::vector<uint8_t> body;
+    while (Read(h, body) && h.request_id != 3) {
+    }
+    return h.type;
+  }
+
   bool Read(proto::Header& h, std::vector<uint8_t>& body) {
     if (!ReadExactly(&h, sizeof h)) return false;
     body.resize(h.length);
