@@ -1,11 +1,12 @@
 // slot_reads_bench: what reading reference slots costs the daemon as idle sessions pile up
 // (docs/design.md, "Gets without a round trip"). Before an object's memory goes, the daemon reads
-// the reference slots of its namespace's sessions; this measures that on two workloads, with 1,
-// 16 and 64 idle connections open beside the one that works:
+// the reference slots of its namespace's sessions that were sent a segment; this measures that
+// on two workloads, with 1, 64 and 1,000 idle connections open beside the one that works, which
+// never got anything, and with 1,000 that each got an object once and let it go:
 //   delete   1 KiB objects deleted one per request, and all of a round's in one request
 //   churn    puts of 1 KiB evictable objects into a full pool: each put evicts one
-// Each figure is the p50 of one operation (per object for the one-request delete). The ratio
-// "64 / 1 idle" is the growth with idle sessions in the same run. With --depotd LABEL=PATH
+// Each figure is the p50 of one operation (per object for the one-request delete). The ratios
+// to the row of 1 idle are the growth with idle sessions in the same run. With --depotd LABEL=PATH
 // (repeatable) the same runs on depotd builds of earlier commits, alternating round by round,
 // with "LABEL / this tree" beside each.
 //
@@ -26,7 +27,13 @@ namespace {
 enum Workload { kDeleteEach, kDeleteBatch, kChurn, kWorkloads };
 constexpr std::array<const char*, kWorkloads> kWorkloadNames = {
     "delete, one per request", "delete, all in one request (per object)", "eviction churn (put)"};
-constexpr std::array<int, 3> kIdle = {1, 16, 64};
+// Idle connections beside the worker: how many, and whether each got an object once (so that
+// the daemon sent it a segment and reads its slots from then on).
+struct Idle {
+  int sessions;
+  bool got_once;
+};
+constexpr std::array<Idle, 4> kIdle = {{{1, false}, {64, false}, {1000, false}, {1000, true}}};
 constexpr uint64_t kObjectBytes = 1024;
 constexpr uint64_t kPool = 32ull << 20;
 
@@ -37,11 +44,15 @@ struct Build {
 
 // One daemon with its idle connections and the connection that works.
 struct Side {
-  Side(const std::string& dir, const Build& build, int idle_sessions)
-      : daemon(dir, fmt::format("slots-{}-{}", build.label, idle_sessions),
+  Side(const std::string& dir, const Build& build, Idle kind)
+      : daemon(dir, fmt::format("slots-{}-{}-{}", build.label, kind.sessions, kind.got_once),
                DaemonConfig{.capacity = kPool, .segment_size = 8ull << 20, .binary = build.binary}),
         worker(daemon.Connect("worker")) {
-    for (int i = 0; i < idle_sessions; ++i) idle.push_back(daemon.Connect("idle"));
+    Guid shared = Check(worker.Put(value), "shared put");
+    for (int i = 0; i < kind.sessions; ++i) {
+      idle.push_back(daemon.Connect("idle"));
+      if (kind.got_once) Check(idle.back().Get(shared), "idle get");  // let go at once
+    }
     // The pool filled with evictable objects, and then some: every later put evicts one.
     Fill(kPool / kObjectBytes + 1024);
   }
@@ -81,6 +92,10 @@ struct Side {
   std::vector<std::byte> value = std::vector<std::byte>(kObjectBytes, std::byte{0x3c});
 };
 
+std::string IdleName(const Idle& kind) {
+  return std::to_string(kind.sessions) + (kind.got_once ? " (each got one once)" : "");
+}
+
 int Run(bool quick, const std::vector<Build>& builds) {
   int rounds = quick ? 3 : 7;
   int per_round = quick ? 200 : 1000;
@@ -93,7 +108,8 @@ int Run(bool quick, const std::vector<Build>& builds) {
   // p50 per [build][idle][workload]
   std::vector<std::array<std::array<Summary, kWorkloads>, kIdle.size()>> p50(builds.size());
   for (size_t n = 0; n < kIdle.size(); ++n) {
-    fmt::print(stderr, "  slot reads: {} idle sessions\n", kIdle[n]);
+    fmt::print(stderr, "  slot reads: {} idle sessions{}\n", kIdle[n].sessions,
+               kIdle[n].got_once ? ", each got an object once" : "");
     std::vector<std::unique_ptr<Side>> sides;
     for (const Build& b : builds) sides.push_back(std::make_unique<Side>(dir.path(), b, kIdle[n]));
     std::vector<std::array<Series, kWorkloads>> series(builds.size());
@@ -122,7 +138,7 @@ int Run(bool quick, const std::vector<Build>& builds) {
   Table t(header, align);
   for (int w = 0; w < kWorkloads; ++w) {
     for (size_t n = 0; n < kIdle.size(); ++n) {
-      std::vector<std::string> row = {kWorkloadNames[w], std::to_string(kIdle[n])};
+      std::vector<std::string> row = {kWorkloadNames[w], IdleName(kIdle[n])};
       for (size_t b = 0; b < builds.size(); ++b) row.push_back(P50WithSpread(p50[b][n][w]));
       for (size_t b = 1; b < builds.size(); ++b) {
         row.push_back(Ratio(p50[b][n][w].p50 / p50[0][n][w].p50));
@@ -131,12 +147,18 @@ int Run(bool quick, const std::vector<Build>& builds) {
     }
   }
   t.Print();
-  Say("\nGrowth from 1 to 64 idle sessions (64 / 1 idle, same build, same run):\n");
-  Table g({"workload", "build", "64 / 1 idle"}, "llr");
+  Say("\nGrowth with idle sessions (each row's p50 / the p50 with 1 idle, same build, same "
+      "run):\n");
+  std::vector<std::string> growth = {"workload", "build"};
+  for (size_t n = 1; n < kIdle.size(); ++n) growth.push_back(IdleName(kIdle[n]) + " / 1");
+  Table g(growth, "ll" + std::string(kIdle.size() - 1, 'r'));
   for (int w = 0; w < kWorkloads; ++w) {
     for (size_t b = 0; b < builds.size(); ++b) {
-      g.Row({kWorkloadNames[w], builds[b].label,
-             Ratio(p50[b][kIdle.size() - 1][w].p50 / p50[b][0][w].p50)});
+      std::vector<std::string> row = {kWorkloadNames[w], builds[b].label};
+      for (size_t n = 1; n < kIdle.size(); ++n) {
+        row.push_back(Ratio(p50[b][n][w].p50 / p50[b][0][w].p50));
+      }
+      g.Row(row);
     }
   }
   g.Print();
