@@ -75,22 +75,24 @@ class LockFreeGets : public SlotReaders {
     auto it = slots_.find(session);
     return it == slots_.end() || it->second->Intact();
   }
+  // What `session` holds through its slots, as stat, list and clients report it: like the reads
+  // before memory goes, only a session that was sent a segment holds anything that way.
   // Whether one of `session`'s slots holds `id` now.
   bool HeldBy(SessionId session, ObjectId id) const {
-    auto it = slots_.find(session);
-    return it != slots_.end() && it->second->Holds(id);
+    auto it = read_.find(session);
+    return it != read_.end() && it->second->Holds(id);
   }
   // Calls `fn` with each id `session`'s slots hold now (untrusted: any may name nothing, and
   // one may come more than once).
   template <typename Fn>
   void ForEachHeldBy(SessionId session, Fn&& fn) const {
-    if (auto it = slots_.find(session); it != slots_.end()) it->second->ForEach(fn);
+    if (auto it = read_.find(session); it != read_.end()) it->second->ForEach(fn);
   }
   // The ids `session`'s slots hold that `names` accepts, each once (ReferenceSlots::Naming).
   template <typename Fn>
   std::vector<ObjectId> NamedBy(SessionId session, Fn&& names) const {
-    auto it = slots_.find(session);
-    if (it == slots_.end()) return {};
+    auto it = read_.find(session);
+    if (it == read_.end()) return {};
     return it->second->Naming(names);
   }
   // Calls `fn` with each id the slots of every session that mapped a segment hold now.

@@ -411,12 +411,19 @@ TEST_CASE("the slots of a connection that was sent no segment are not read until
   INFO(d.Log());
   REQUIRE(line == "scribbled");
   Client admin = d.Connect();
-  // Never sent a segment, Mallory's connection can hold nothing: its slots keep nothing.
+  // Never sent a segment, Mallory's connection can hold nothing: its slots keep nothing, and
+  // stat reports no holder.
+  auto before = admin.Stat(first);
+  REQUIRE(before.ok());
+  CHECK(before->holders.empty());
   REQUIRE(admin.Delete(first).ok());
   CHECK(StatusOf(admin).objects_deleted == 0);
   deleted.Send("deleted");
   REQUIRE(mapped.Receive() == "mapped");
   // Sent one, it could hold any object of the namespace through them: they are read.
+  auto after = admin.Stat(second);
+  REQUIRE(after.ok());
+  CHECK(after->holders.size() == 1);
   REQUIRE(admin.Delete(second).ok());
   CHECK(StatusOf(admin).objects_deleted == 1);
   again.Send("done");

@@ -92,11 +92,12 @@ class Raw {
     wire::Guid g = proto::ToWire(guid);
     fbb.Finish(wire::CreateGetRequest(fbb, fbb.CreateVectorOfStructs(&g, 1), 0));
     Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kGet), 3, fbb));
-    proto::Header h;
+    proto::Header h{};
     std::vector<uint8_t> body;
-    while (Read(h, body) && h.request_id != 3) {
+    while (Read(h, body)) {
+      if (h.request_id == 3) return h.type;
     }
-    return h.type;
+    return 0;  // the connection ended first
   }
 
   bool Read(proto::Header& h, std::vector<uint8_t>& body) {
