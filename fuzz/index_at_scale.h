@@ -12,8 +12,10 @@
 //     with its top bit set names one of the table's objects, so that slots pin real ones), with
 //     an honest, too high or too low high-water word; deletes objects its slots name and others,
 //     alone and as a request does, evicts, and frees what no slot holds. No object may be freed
-//     twice or while a slot named it; once the slots are empty, every deleted or evicted object
-//     must be freed. Freed objects are replaced by new ones, so the table keeps N.
+//     twice, or while a slot named it if it was ever in the index (a slot naming one that never
+//     was, left out for room, holds nothing a get could have taken); once the slots are empty,
+//     every deleted or evicted object must be freed. Freed objects are replaced by new ones, so the
+//     table keeps N.
 // Any broken check aborts, as a finding does under the fuzzer.
 //
 // Not thread-safe.
@@ -54,7 +56,11 @@ class IndexAtScale {
   void MapIndex();
 
   uint64_t objects_;
-  std::map<ObjectId, int> freed_;  // since the input began
+  struct Freed {
+    int times = 0;
+    bool indexed = false;  // it was in the index once (StoredObject::indexed)
+  };
+  std::map<ObjectId, Freed> freed_;  // since the input began
   std::unique_ptr<ObjectTable> table_;
   std::unique_ptr<LockFreeGets> gets_;
   uint64_t* slots_ = nullptr;
