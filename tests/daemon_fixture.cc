@@ -110,7 +110,19 @@ Daemon::~Daemon() {
 int Daemon::Stop(int sig) {
   if (pid_ <= 0) return -1;
   ::kill(pid_, sig);
-  int status = Wait(pid_);
+  // A daemon that does not stop fails the test with its log, not at ctest's timeout.
+  int status = 0;
+  bool stopped =
+      WaitFor([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, std::chrono::seconds(120));
+  if (!stopped) {
+    std::string log = Log();
+    std::fprintf(
+        stderr,
+        "depotd (pid %d) had not exited 120 s after signal %d; killed. Its log's end:\n%s\n", pid_,
+        sig, log.substr(log.size() > 4000 ? log.size() - 4000 : 0).c_str());
+    ::kill(pid_, SIGKILL);
+    status = Wait(pid_);
+  }
   pid_ = -1;
   return status;
 }

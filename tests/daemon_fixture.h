@@ -38,7 +38,8 @@ class Daemon {
   // A connected client; fails the test when it cannot connect.
   Client Connect() const;
 
-  // Sends `sig` and waits for the process; returns its wait status.
+  // Sends `sig` and waits for the process: at most 120 s, then it is killed with SIGKILL and
+  // its log printed on stderr. Returns its wait status.
   int Stop(int sig = SIGTERM);
 
   // Everything depotd wrote to stderr so far.

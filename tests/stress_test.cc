@@ -13,9 +13,13 @@
 // Bounded by default (30 s and 15 s; 10 s and 5 s in sanitizer builds). To run longer by hand:
 //   DEPOT_STRESS_SECONDS=1800 DEPOT_STRESS_CLIENTS=8 build/tests/stress_test
 // DEPOT_STRESS_SEED makes the test's own choices (kills, each child's seed) repeatable.
+// The test says on stderr what phase it is in as it goes, and a child that has not exited a
+// minute after the deadline is reported (what it was doing, where the kernel has it waiting,
+// whether the daemon still answers) and killed: a hang fails with its whereabouts, not a timeout.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -23,7 +27,9 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -118,6 +124,44 @@ struct Totals {
   }
 };
 
+// What a child is doing, for the report SIGUSR1 asks of a child that seems stuck.
+enum Doing : int {
+  kConnecting,
+  kTakingOver,
+  kPutting,
+  kCreating,
+  kGetting,
+  kMultiGetting,
+  kListing,
+  kDeleting,
+  kLettingGo,
+  kFinishing
+};
+constexpr const char* kDoingNames[] = {"connecting", "taking over",   "putting", "creating",
+                                       "getting",    "multi-getting", "listing", "deleting",
+                                       "letting go", "finishing"};
+volatile std::sig_atomic_t g_doing = kConnecting;
+int g_report_fd = -1;
+int g_child_id = -1;
+
+// SIGUSR1 in a child: writes "E <id> stuck while <doing>" to the parent's pipe (one write, with
+// only what a signal handler may call).
+void ReportDoing(int) {
+  char line[96] = "E ";
+  size_t n = 2;
+  char digits[12];
+  int d = 0;
+  for (unsigned v = static_cast<unsigned>(g_child_id); d == 0 || v > 0; v /= 10) {
+    digits[d++] = static_cast<char>('0' + v % 10);
+  }
+  while (d > 0) line[n++] = digits[--d];
+  for (const char* p : {" stuck while ", kDoingNames[g_doing], "\n"}) {
+    for (; *p != '\0' && n < sizeof line; ++p) line[n++] = *p;
+  }
+  ssize_t written = ::write(g_report_fd, line, n);
+  (void)written;
+}
+
 // What a new child takes over from one that was killed.
 struct Inherited {
   Guid guid;
@@ -134,18 +178,23 @@ class Child {
       : id_(id), out_(out), rng_(seed), deadline_(deadline) {}
 
   int Run(const std::string& socket, const std::vector<Inherited>& inherited) {
+    g_child_id = id_;
+    g_report_fd = out_;
+    std::signal(SIGUSR1, ReportDoing);
     auto c = Client::Connect({socket, "stress-" + std::to_string(id_)});
     if (!c.ok()) {
       Say("E " + c.status().ToString());
       return 1;
     }
     client_.emplace(std::move(*c));
+    g_doing = kTakingOver;
     TakeOver(inherited);
     for (int steps = 1; Clock::now() < deadline_; ++steps) {
       Step();
       if (steps % 256 == 0) Count();
     }
     LetGo(held_.size());
+    g_doing = kFinishing;
     Count();
     return 0;
   }
@@ -279,6 +328,7 @@ class Child {
     Status result;
     if (put) {
       std::vector<std::span<const std::byte>> spans(data.begin(), data.end());
+      g_doing = kPutting;
       auto got = client_->Put(spans, options);
       result = got.status();
       if (got.ok()) guid = *got;
@@ -287,6 +337,7 @@ class Child {
         return;
       }
     } else {
+      g_doing = kCreating;
       auto draft = client_->Create(sizes, options);
       result = draft.status();
       if (draft.ok()) {
@@ -321,6 +372,7 @@ class Child {
   std::optional<Guid> SomeGuid() {
     if (!mine_.empty() && Pick(2) == 0) return mine_[Pick(mine_.size())].guid;
     Guid after{rng_(), rng_()};
+    g_doing = kListing;
     auto page = client_->List(after, 8);
     ++t_.lists;
     if (!page.ok()) {
@@ -350,6 +402,7 @@ class Child {
   // Drops the `n` oldest held objects, each checked again first: deletes and evictions racing
   // its get must not have changed its bytes.
   void LetGo(size_t n) {
+    g_doing = kLettingGo;
     for (; n > 0 && !held_.empty(); --n) {
       Verify(held_.front().guid(), held_.front());
       held_.pop_front();
@@ -360,6 +413,7 @@ class Child {
     std::optional<Guid> g = SomeGuid();
     if (!g) return;
     bool held_before = Holds(*g);
+    g_doing = kGetting;
     auto got = client_->Get(*g, Pick(10) == 0 ? milliseconds(2) : kNoWait);
     ++t_.gets;
     if (got.ok()) {
@@ -380,6 +434,7 @@ class Child {
     if (guids.empty()) return;
     std::vector<bool> held_before;
     for (const Guid& g : guids) held_before.push_back(Holds(g));
+    g_doing = kMultiGetting;
     auto results = client_->Get(guids, Pick(4) == 0 ? milliseconds(3) : kNoWait);
     ++t_.multi_gets;
     for (size_t i = 0; i < results.size(); ++i) {
@@ -398,6 +453,7 @@ class Child {
     Mine m = mine_[i];
     mine_.erase(mine_.begin() + static_cast<long>(i));
     Say('d', m.guid);
+    g_doing = kDeleting;
     Status st = client_->Delete(m.guid);
     ++t_.deletes;
     // An evictable object may have been evicted already.
@@ -447,6 +503,54 @@ void PutBackground(Daemon& daemon, uint64_t count, std::map<Guid, Record>& known
   }
 }
 
+// Says on stderr where the soak stands, with the seconds since it began: ctest shows it when a
+// run times out.
+class Progress {
+ public:
+  void operator()(const std::string& phase) const {
+    double s = std::chrono::duration<double>(Clock::now() - start_).count();
+    std::fprintf(stderr, "soak %6.1f s: %s\n", s, phase.c_str());
+    std::fflush(stderr);
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+};
+
+// Waits for child `pid` until `until`: its wait status, or nullopt while it still runs.
+std::optional<int> WaitUntil(pid_t pid, Clock::time_point until) {
+  while (true) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    if (Clock::now() >= until) return std::nullopt;
+    ::usleep(10'000);
+  }
+}
+
+// The kernel function process `pid` sleeps in ("0" while it runs).
+std::string WaitChannel(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/wchan");
+  std::string where;
+  in >> where;
+  return where.empty() ? "?" : where;
+}
+
+// Whether a new connection to `socket` gets the daemon's status within 5 s (from a child, so
+// that a daemon that does not answer cannot hang the test).
+bool Answers(const std::string& socket) {
+  pid_t pid = Spawn([&] {
+    auto c = Client::Connect({socket, "soak-probe"});
+    return c.ok() && c->GetStatus().ok() ? 0 : 1;
+  });
+  std::optional<int> status = WaitUntil(pid, Clock::now() + std::chrono::seconds(5));
+  if (!status) {
+    ::kill(pid, SIGKILL);
+    Wait(pid);
+    return false;
+  }
+  return WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+}
+
 // Runs the soak against a depotd started with `daemon_args`, for DEPOT_STRESS_SECONDS or
 // `default_seconds`, among `background` objects put before the children start (PutBackground).
 // At least `index_share` of the objects gets returned (not held before) must have come from the
@@ -461,9 +565,14 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
   INFO("DEPOT_STRESS_SEED=" << seed << " DEPOT_STRESS_SECONDS=" << seconds
                             << " DEPOT_STRESS_CLIENTS=" << clients);
 
+  Progress progress;
+  progress("starting depotd");
   Daemon daemon(daemon_args);
   std::map<Guid, Record> known;
-  if (background > 0) PutBackground(daemon, background, known);
+  if (background > 0) {
+    progress("putting " + std::to_string(background) + " background objects");
+    PutBackground(daemon, background, known);
+  }
   // After the background: what the daemon keeps for its objects' bookkeeping is not a leak.
   uint64_t rss_start = RssAnon(daemon.pid());
 
@@ -478,6 +587,7 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
     int id = next_id++;
     uint64_t child_seed = rng();
     pid_t pid = Spawn([&, id, child_seed, inherited] {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test killed on a timeout takes its children along
       ::close(pipe_fds[0]);
       return Child(id, pipe_fds[1], child_seed, deadline).Run(daemon.socket(), inherited);
     });
@@ -570,6 +680,8 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
     return out;
   };
 
+  progress(std::to_string(clients) + " children for " + std::to_string(seconds) +
+           " s (DEPOT_STRESS_SEED=" + std::to_string(seed) + ")");
   for (int i = 0; i < clients; ++i) spawn({});
   std::uniform_int_distribution<int> kill_gap_ms(50, 1000);
   auto next_kill = Clock::now() + milliseconds(kill_gap_ms(rng));
@@ -588,9 +700,24 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
     // The heir's id is known before it starts: next_id.
     spawn(inherit(id, next_id));
   }
+  progress("waiting for the children to stop (" + std::to_string(kills) + " killed so far)");
+  size_t reported = 0;  // errors printed by the progress
   for (auto& [pid, id] : running) {
-    int status = Wait(pid);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    std::optional<int> status = WaitUntil(pid, deadline + std::chrono::seconds(60));
+    if (!status) {
+      ::kill(pid, SIGUSR1);  // its answer, "stuck while ...", lands in `errors`
+      drain(1000);
+      std::string where = "child " + std::to_string(id) + " had not exited 60 s after the " +
+                          "deadline; the kernel has it in " + WaitChannel(pid) + ", depotd in " +
+                          WaitChannel(daemon.pid()) + ", and depotd " +
+                          (Answers(daemon.socket()) ? "answers" : "does not answer") +
+                          " a new connection";
+      errors.push_back(where);
+      for (; reported < errors.size(); ++reported) progress(errors[reported]);
+      ::kill(pid, SIGKILL);
+      status = Wait(pid);
+    }
+    if (WIFEXITED(*status) && WEXITSTATUS(*status) == 0) {
       ++clean_exits;
     } else {
       ++abnormal_exits;
@@ -604,6 +731,7 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
   // Check everything from here, in this thread: the children only counted. Once the daemon has
   // closed every child's connection: until then their leases (and the blocks handed back to
   // them) hold memory that a restore of a spilled object may need.
+  progress("checking what survived");
   Client client = daemon.Connect();
   CHECK(WaitFor([&] { return StatusOf(client).clients == 1 && StatusOf(client).leased == 0; }));
   uint64_t checked = 0, missing = 0, wrong = 0;
@@ -622,6 +750,7 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
   }
 
   // Delete everything there is, then the pool must be empty.
+  progress("deleting everything");
   uint64_t deleted_at_end = 0;
   for (auto until = Clock::now() + std::chrono::seconds(120); Clock::now() < until;) {
     auto page = client.List(std::nullopt, 1000);
@@ -636,6 +765,7 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
     }
     ::usleep(1000);
   }
+  progress("waiting for the pool to empty");
   StoreStatus end;
   bool drained = WaitFor([&] {
     auto s = client.GetStatus();
@@ -693,6 +823,7 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
   // a million objects add nothing, so it is no leak. Hence 64 bytes more per background object.
   CHECK(rss_end <= rss_start + (16ull << 20) + 64 * background);
 #endif
+  progress("stopping depotd");
 }
 
 TEST_CASE("soak: client processes killed at random lose and leak nothing", "[stress]") {
