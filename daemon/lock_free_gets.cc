@@ -10,44 +10,81 @@ namespace depot {
 Result<std::unique_ptr<LockFreeGets>> LockFreeGets::Create(uint64_t entries, uint64_t max_entries,
                                                            uint64_t max_slots_per_user,
                                                            const std::string& name_prefix,
-                                                           IndexableFn indexable) {
+                                                           IndexableFn indexable, PostFn post) {
   auto index = ObjectIndex::Create(entries, "index-" + name_prefix);
   if (!index.ok()) return index.status();
-  return std::unique_ptr<LockFreeGets>(new LockFreeGets(
-      std::move(*index), max_entries, max_slots_per_user, name_prefix, std::move(indexable)));
+  return std::unique_ptr<LockFreeGets>(new LockFreeGets(std::move(*index), max_entries,
+                                                        max_slots_per_user, name_prefix,
+                                                        std::move(indexable), std::move(post)));
 }
 
 bool LockFreeGets::Publish(const StoredObject& o) {
   auto frames = o.frames();
   if (!std::all_of(frames.begin(), frames.end(), indexable_)) return false;
+  if (next_) {
+    // Sessions find it now, and still after the move: in an entry the move has yet to reach, or
+    // in both indexes.
+    ++published_in_move_;
+    if (!index_->Insert(o)) return next_->Insert(o);
+    if (*index_->EntryOf(o.id) < moved_) {
+      (void)next_->Insert(o);
+    } else {
+      next_->Remove(o.id);  // what it held may be older: the move copies this
+    }
+    return true;
+  }
   uint64_t left_out = index_->left_out();
   if (index_->Insert(o)) return true;
   // Left out for room (not for its user's part) from a crowded index: a bigger one holds it.
-  return index_->left_out() != left_out && Grow() && index_->Insert(o);
+  return index_->left_out() != left_out && Grow() && Publish(o);
 }
 
 bool LockFreeGets::Grow() {
   uint64_t entries = index_->entries() * 2;
   if (!index_->Crowded() || entries > max_entries_) return false;
-  auto started = std::chrono::steady_clock::now();
-  // Objects left out of this index (for room or their user's part) may fit in the bigger one.
-  bool left_out = index_->left_out() + index_->refused_over_share() > 0;
-  auto bigger = index_->Grown(entries, "index-" + name_prefix_);
+  auto bigger = ObjectIndex::Create(entries, "index-" + name_prefix_);
   if (!bigger.ok()) {
     spdlog::warn("the shared index stays at {} entries: {}", index_->entries(),
                  bigger.status().message());
     max_entries_ = index_->entries();  // not tried again at every object left out
     return false;
   }
-  index_->Retire();
-  index_ = std::move(*bigger);
-  ++generation_;
-  grown_ = grown_ || left_out;
-  spdlog::info("the shared index grew to {} entries ({} objects moved in {:.1f} ms)",
-               index_->entries(), index_->indexed(),
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
-                   .count());
+  next_ = std::move(*bigger);
+  moved_ = 0;
+  published_in_move_ = 0;
+  steps_ = 0;
+  move_started_ = std::chrono::steady_clock::now();
+  // Objects left out of this index (for room or their user's part) may fit in the bigger one:
+  // the table publishes them again (TakeGrown), into both.
+  grown_ = grown_ || index_->left_out() + index_->refused_over_share() > 0;
+  spdlog::info("the shared index is moving to {} entries ({} objects, {} entries a step)",
+               next_->entries(), index_->indexed(), kMoveStep);
+  MoveStep();
   return true;
+}
+
+void LockFreeGets::MoveStep() {
+  do {
+    // Faster while objects come faster, so that the bigger index is not crowded before the end.
+    uint64_t step =
+        std::min(kMoveStep + kMovedPerPublish * std::exchange(published_in_move_, 0), kMoveStepMax);
+    moved_ = index_->MoveInto(*next_, moved_, step);
+    ++steps_;
+  } while (!post_ && moved_ < index_->entries());
+  if (moved_ < index_->entries()) {
+    post_([self = std::weak_ptr<LockFreeGets*>(self_)] {
+      if (auto alive = self.lock()) (*alive)->MoveStep();
+    });
+    return;
+  }
+  index_->Retire();
+  index_ = std::move(next_);
+  ++generation_;
+  spdlog::info(
+      "the shared index grew to {} entries ({} objects, moved in {} steps over {:.1f} ms)",
+      index_->entries(), index_->indexed(), steps_,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - move_started_)
+          .count());
 }
 
 bool LockFreeGets::Pinned(ObjectId id) const {

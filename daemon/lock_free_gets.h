@@ -11,16 +11,22 @@
 // idle costs the daemon's reads nothing, however many there are.
 //
 // Both grow with what they hold. When an object is left out of a crowded index (ObjectIndex::
-// Crowded), the namespace moves to an index twice as big (up to `max_entries`), retires the old
-// one and counts a new generation; sessions learn of it when a get misses in the retired index
-// and they ask (IndexRequest). A session whose slots are all taken asks for more (Grant): each
-// user's slots past the first kSlotCount of each session come out of `max_slots_per_user`, so
-// that no user can make the daemon's slot reads, which every user's deletes wait on, long.
+// Crowded), the namespace moves to an index twice as big (up to `max_entries`). The move runs in
+// steps (MoveStep), each posted to the loop behind the requests already waiting, so that no
+// request waits for more than one step however many objects move; meanwhile sessions read the
+// old index, an object published meanwhile goes into it and, where the move has passed its
+// entry or it does not fit, into the new one, and what is withdrawn leaves both. After the last
+// step the old one is retired and a new generation counted; sessions learn of it when a get
+// misses in the retired index and they ask (IndexRequest). A session whose slots are all taken asks
+// for more (Grant): each user's slots past the first kSlotCount of each session come out of
+// `max_slots_per_user`, so that no user can make the daemon's slot reads, which every user's
+// deletes wait on, long.
 //
 // Not thread-safe: the daemon's single loop owns it.
 #ifndef DEPOT_DAEMON_LOCK_FREE_GETS_H_
 #define DEPOT_DAEMON_LOCK_FREE_GETS_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -41,22 +47,40 @@ class LockFreeGets : public SlotReaders {
   // Whether a frame may be read through the index: not one in a segment dedicated to a single
   // object, whose descriptor travels with each reply that names it.
   using IndexableFn = std::function<bool(const Location&)>;
+  // Runs a function on the daemon's loop later, after what is queued there already.
+  using PostFn = std::function<void(std::function<void()>)>;
+  // Entries of the old index that one step of a move copies, and more for each object published
+  // since the step before, up to kMoveStepMax.
+  static constexpr uint64_t kMoveStep = 512;
+  static constexpr uint64_t kMovedPerPublish = 2;
+  static constexpr uint64_t kMoveStepMax = 16 * kMoveStep;
 
   // An index of `entries` entries. Its memfds are named after the namespace's segments
   // (`name_prefix`), as index-<prefix> and slots-<prefix><session>: not depot-…, so that nothing
-  // takes them for segments. The memfd's error.
+  // takes them for segments. A move's steps go through `post`; without one a move is made whole
+  // at once. The memfd's error.
   static Result<std::unique_ptr<LockFreeGets>> Create(uint64_t entries, uint64_t max_entries,
                                                       uint64_t max_slots_per_user,
                                                       const std::string& name_prefix,
-                                                      IndexableFn indexable);
+                                                      IndexableFn indexable, PostFn post = {});
 
+  // Whether `o` went into the index sessions read or, during a move, the one they will.
   bool Publish(const StoredObject& o) override;
-  void Withdraw(ObjectId id) override { index_->Remove(id); }
+  void Withdraw(ObjectId id) override {
+    index_->Remove(id);
+    if (next_) next_->Remove(id);
+  }
   bool Pinned(ObjectId id) const override;
   std::vector<bool> HeldAmong(std::span<const ObjectId> ids) const override;
   std::vector<ObjectId> Touched() override;
   bool TakeGrown() override { return std::exchange(grown_, false); }
-  bool Indexed(ObjectId id) const override { return index_->Contains(id); }
+  void TakeDropped(std::vector<ObjectId>& out) override {
+    index_->TakeDropped(out);
+    if (next_) next_->TakeDropped(out);
+  }
+  bool Indexed(ObjectId id) const override {
+    return index_->Contains(id) || (next_ && next_->Contains(id));
+  }
 
   // Makes `session`'s slots (sent to it at hello), of a session of user `uid`. The memfd's error.
   Result<const ReferenceSlots*> Join(SessionId session, uint32_t uid);
@@ -101,9 +125,12 @@ class LockFreeGets : public SlotReaders {
     for (const auto& [session, slots] : read_) slots->ForEach(fn);
   }
 
+  // The index sessions read.
   const ObjectIndex& index() const { return *index_; }
   // Which index this is: 1 for the first, one more at each move to a bigger one.
   uint64_t generation() const { return generation_; }
+  // Whether a move to a bigger index is under way (its steps queued on the loop).
+  bool moving() const { return next_ != nullptr; }
   // Slot grants refused (the user's part spent, or no memory), and the slots granted past the
   // first kSlotCount of each session, in all.
   uint64_t grants_refused() const { return grants_refused_; }
@@ -113,26 +140,39 @@ class LockFreeGets : public SlotReaders {
 
  private:
   LockFreeGets(std::unique_ptr<ObjectIndex> index, uint64_t max_entries,
-               uint64_t max_slots_per_user, std::string name_prefix, IndexableFn indexable)
+               uint64_t max_slots_per_user, std::string name_prefix, IndexableFn indexable,
+               PostFn post)
       : index_(std::move(index)),
         max_entries_(max_entries),
         max_slots_per_user_(max_slots_per_user),
         name_prefix_(std::move(name_prefix)),
-        indexable_(std::move(indexable)) {}
-  // Moves to an index twice as big when this one is crowded and may grow; whether it did.
+        indexable_(std::move(indexable)),
+        post_(std::move(post)) {}
+  // Starts a move to an index twice as big when this one is crowded and may grow; whether it
+  // did.
   bool Grow();
+  // One step of the move; the next is posted, or after the last the new index replaces the old.
+  void MoveStep();
 
   std::unique_ptr<ObjectIndex> index_;
+  std::unique_ptr<ObjectIndex> next_;  // during a move: the bigger index being filled
+  uint64_t moved_ = 0;                 // entries of index_ whose objects next_ has
+  uint64_t steps_ = 0;                 // of the move under way
+  uint64_t published_in_move_ = 0;     // since the last step
+  std::chrono::steady_clock::time_point move_started_;
   uint64_t max_entries_;
   uint64_t max_slots_per_user_;
   std::string name_prefix_;
   IndexableFn indexable_;
+  PostFn post_;
+  // Posted steps hold a weak copy: a step that runs after this is gone does nothing.
+  std::shared_ptr<LockFreeGets*> self_ = std::make_shared<LockFreeGets*>(this);
   std::map<SessionId, std::unique_ptr<ReferenceSlots>> slots_;
   std::map<SessionId, ReferenceSlots*> read_;    // of the sessions that mapped a segment
   std::map<SessionId, uint32_t> uids_;           // each session's user
   std::map<uint32_t, uint64_t> granted_by_uid_;  // slots past the first kSlotCount, by user
   uint64_t generation_ = 1;
-  bool grown_ = false;  // grew, leaving objects out, since TakeGrown
+  bool grown_ = false;  // began a move, with objects left out, since TakeGrown
   uint64_t grants_refused_ = 0;
   uint64_t granted_ = 0;
   mutable uint64_t slot_reads_ = 0;

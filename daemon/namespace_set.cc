@@ -115,9 +115,11 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   if (options_.index_entries > 0) {
     auto gets = LockFreeGets::Create(
         options_.index_entries, std::max(options_.index_entries, options_.index_max_entries),
-        options_.max_slots_per_user, prefix, [ns](const Location& f) {
+        options_.max_slots_per_user, prefix,
+        [ns](const Location& f) {
           return f.size == 0 || !ns->SegmentOf(f.pool, f.segment).dedicated;
-        });
+        },
+        hooks_.post);
     if (!gets.ok()) return gets.status();
     ns->gets_ = std::move(*gets);
   }

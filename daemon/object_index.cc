@@ -1,6 +1,7 @@
 #include "daemon/object_index.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
@@ -26,6 +27,10 @@ Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Create(uint64_t entries,
   if (!memory.ok()) return memory.status();
   auto map = SharedMapping::Map(memory->fd.get(), memory->size, true, "object index");
   if (!map.ok()) return map.status();
+  // Its pages mapped now, in one call: the first write of each entry would otherwise fault, and
+  // a move writes entries all over the new index (measured: a step of 8,192 entries 40-50 ms
+  // faulting, ~10 ms without).
+  (void)::madvise(map->words(), map->size(), MADV_POPULATE_WRITE);
   layout::Write(map->words(), index::kIndexLayout);
   return std::unique_ptr<ObjectIndex>(new ObjectIndex(
       std::move(memory->fd), std::move(memory->read_only_fd), std::move(*map), sets));
@@ -127,22 +132,22 @@ bool ObjectIndex::Crowded() const {
   return most || (half && left_out_ * 256 >= placed);
 }
 
-Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Grown(uint64_t entries,
-                                                        const std::string& name) const {
-  auto bigger = Create(entries, name);
-  if (!bigger.ok()) return bigger.status();
+uint64_t ObjectIndex::MoveInto(ObjectIndex& bigger, uint64_t from, uint64_t count) const {
+  uint64_t end = std::min<uint64_t>(used_.size(), from + count);
   std::array<uint64_t, index::kEntryWords> words{};
   std::vector<uint64_t> record;
-  placed_.ForEach([&](uint64_t n) {
+  for (uint64_t n = from; n < end; ++n) {
+    if (!used_[n]) continue;
     Placed p = PlacedAt(n);
+    if (bigger.Contains(p.id)) continue;  // published into both since the move began
     const uint64_t* e = entry(p.entry);
     for (uint64_t w = 0; w < index::kEntryWords; ++w) words[w] = Load(&e[w]);
     const uint64_t* r = map_.words() + index::ArenaWord(sets_) + p.record / 8;
     record.assign(r, r + p.record_bytes / 8);
     // No uid is over its part here that was not in the smaller index: nothing is taken back.
-    (void)(*bigger)->Place(words, record, p.uid, false);
-  });
-  return bigger;
+    (void)bigger.Place(words, record, p.uid, false);
+  }
+  return end;
 }
 
 void ObjectIndex::Retire() {
@@ -186,6 +191,7 @@ std::optional<uint64_t> ObjectIndex::FreeWay(const Guid& guid, uint64_t uids) {
       if (uses_[p.uid].entries > EntryShare(uids)) {
         ++taken_back_;
         Remove(p.id);
+        dropped_.push_back(p.id);
         return n;
       }
     }
@@ -205,6 +211,7 @@ void ObjectIndex::TakeBackBytes(uint64_t uids) {
     if (!p || uses_[p->uid].bytes <= share) continue;
     ++taken_back_;
     Remove(id);
+    dropped_.push_back(id);
   }
 }
 

@@ -50,14 +50,20 @@ class ObjectIndex {
   // Withdraws object `id` if it is indexed, then fences (seq_cst).
   void Remove(ObjectId id);
   bool Contains(ObjectId id) const { return Lookup(id).has_value(); }
+  // The number of the entry that holds `id`, if it is indexed.
+  std::optional<uint64_t> EntryOf(ObjectId id) const {
+    auto p = Lookup(id);
+    return p ? std::optional<uint64_t>(p->entry / index::kEntryWords) : std::nullopt;
+  }
 
   // Whether three quarters of the entries or of the arena are taken, or half of either with more
   // than one object in 256 left out: a bigger index would hold what is left out (below that,
   // only GUIDs chosen to collide fill both sets of one).
   bool Crowded() const;
-  // A new index of at least `entries` entries in a memfd named `name`, holding every object this
-  // one holds. The memfd's error.
-  Result<std::unique_ptr<ObjectIndex>> Grown(uint64_t entries, const std::string& name) const;
+  // Copies into `bigger` the objects of entries [from, from + count) that it does not hold yet:
+  // one step of a move to a bigger index, between which both are kept as objects come and go
+  // (LockFreeGets). Returns the entry to go on from; entries() when the move is done.
+  uint64_t MoveInto(ObjectIndex& bigger, uint64_t from, uint64_t count) const;
   // Withdraws every entry (fenced as Remove's), clears the layout words so that clients know to
   // ask for the index that replaces it, and gives its memory back. Nothing is placed after.
   void Retire();
@@ -75,6 +81,11 @@ class ObjectIndex {
   // taken back from a uid over its part.
   uint64_t refused_over_share() const { return refused_over_share_; }
   uint64_t taken_back() const { return taken_back_; }
+  // Appends to `out` the objects whose entries were taken back since the last call.
+  void TakeDropped(std::vector<ObjectId>& out) {
+    out.insert(out.end(), dropped_.begin(), dropped_.end());
+    dropped_.clear();
+  }
 
  private:
   // An indexed object, as its entry (which only the daemon writes) says.
@@ -124,6 +135,7 @@ class ObjectIndex {
   uint64_t refused_over_share_ = 0;
   uint64_t left_out_ = 0;
   uint64_t taken_back_ = 0;
+  std::vector<ObjectId> dropped_;  // taken back since TakeDropped
 };
 
 }  // namespace depot

@@ -224,6 +224,9 @@ class SlotReaders {
   virtual std::vector<ObjectId> Touched() = 0;
   // Whether the index grew since the last call: the objects it left out may fit now.
   virtual bool TakeGrown() { return false; }
+  // Appends to `out` the objects the index dropped since the last call (their entries taken
+  // back for another user's): they are left out from then on.
+  virtual void TakeDropped(std::vector<ObjectId>& /*out*/) {}
   // Whether `id` is in the index now.
   virtual bool Indexed(ObjectId id) const = 0;
 };
@@ -396,10 +399,18 @@ class ObjectTable {
   }
   void Publish(StoredObject& o) {
     if (readers_ == nullptr) return;
-    if (readers_->Publish(o)) o.indexed = true;
+    if (readers_->Publish(o)) {
+      o.indexed = true;
+    } else {
+      NoteLeftOut(o.id);
+    }
+    readers_->TakeDropped(left_out_);
     if (readers_->TakeGrown()) PublishLeftOut();
   }
-  // Publishes every sealed object in memory that the index does not hold (it grew).
+  // Notes an object the index refused, for PublishLeftOut; the list stays within about twice
+  // the objects sealed.
+  void NoteLeftOut(ObjectId id);
+  // Publishes again the objects left out (it grew): those noted, not every object.
   void PublishLeftOut();
   void Destroy(StoredObject& o);  // frees the memory and forgets the object
   bool Evict(StoredObject& o, SessionId by);
@@ -465,6 +476,8 @@ class ObjectTable {
   SlotReaders* readers_ = nullptr;
   // Deleted, unreferenced, held by reference slots; the session that caused the free beside each.
   std::unordered_map<ObjectId, SessionId> pinned_;
+  // Objects the index refused or dropped (some gone or indexed since, some more than once).
+  std::vector<ObjectId> left_out_;
   uint64_t pins_made_ = 0;
   // FreeBatch: how many are open, and the deleted, unreferenced, indexed objects waiting for
   // their end (freed with a kFreed event, or at once as a delete frees, when no slot holds one).

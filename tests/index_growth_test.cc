@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <deque>
+#include <functional>
 #include <random>
 #include <set>
 #include <unordered_set>
@@ -138,11 +140,12 @@ TEST_CASE("slots past the first 1,024 of each connection come out of its user's 
   CHECK(g.Grant(9, 2048) == 0);  // no such session
 }
 
-// An object table publishing through a LockFreeGets of `entries` entries growing up to `max`.
+// An object table publishing through a LockFreeGets of `entries` entries growing up to `max`;
+// with `post`, a move's steps go through it.
 struct Published {
-  Published(uint64_t entries, uint64_t max) {
-    auto made =
-        LockFreeGets::Create(entries, max, 0, "test-", [](const Location&) { return true; });
+  Published(uint64_t entries, uint64_t max, LockFreeGets::PostFn post = {}) {
+    auto made = LockFreeGets::Create(
+        entries, max, 0, "test-", [](const Location&) { return true; }, std::move(post));
     REQUIRE(made.ok());
     gets = std::move(*made);
     table.set_slot_readers(gets.get());
@@ -193,6 +196,70 @@ TEST_CASE("a crowded index moves to one twice as big, and readers of the old one
   }
   CHECK(found == p.gets->index().indexed());
   CHECK(found >= count * 9 / 10);
+}
+
+TEST_CASE("a move to a bigger index runs in steps, and what comes and goes meanwhile is kept",
+          "[index]") {
+  std::deque<std::function<void()>> loop;  // the daemon's loop: what was posted, in order
+  Published p(8192, 1 << 16, [&](std::function<void()> f) { loop.push_back(std::move(f)); });
+  IndexReader old = Reader(p.gets->index());
+  std::set<uint64_t> live;
+  uint64_t n = 0;
+  while (!p.gets->moving()) {
+    REQUIRE(n < 8192);
+    p.Put(n);
+    live.insert(n++);
+  }
+  // The put that began the move moved one step of it: the rest waits on the loop, and sessions
+  // still read the old index, which has what it had.
+  CHECK(loop.size() == 1);
+  CHECK(p.gets->generation() == 1);
+  CHECK_FALSE(old.Retired());
+  CHECK(old.Find(G(0)));
+  // Between the steps, objects come (put) and go (deleted: some moved already, some not yet,
+  // some put during the move), and gets of the old index see each at once.
+  std::mt19937_64 rng(11);
+  uint64_t steps = 0;
+  while (!loop.empty()) {
+    for (int k = 0; k < 200; ++k) {
+      if (rng() % 3 == 0) {
+        auto it = live.begin();
+        std::advance(it, static_cast<long>(rng() % live.size()));
+        REQUIRE(p.table.Delete(G(*it)).ok());
+        CHECK_FALSE(old.Find(G(*it)));
+        live.erase(it);
+      } else {
+        p.Put(n);
+        live.insert(n++);
+      }
+    }
+    auto step = std::move(loop.front());
+    loop.pop_front();
+    step();
+    ++steps;
+  }
+  CHECK(steps >= 3);
+  CHECK_FALSE(p.gets->moving());
+  CHECK(p.gets->generation() == 2);
+  CHECK(old.Retired());
+  // The new index has no object that was deleted, and most of those that live (a full set
+  // leaves some out), each as it was put.
+  IndexReader now = Reader(p.gets->index());
+  CHECK(p.gets->index().entries() == 16384);
+  uint64_t found = 0;
+  for (uint64_t k = 0; k < n; ++k) {
+    auto hit = now.Find(G(k));
+    if (!live.contains(k)) {
+      CHECK_FALSE(hit);
+      continue;
+    }
+    if (!hit) continue;
+    ++found;
+    REQUIRE(hit->frames.size() == 1);
+    CHECK(hit->frames[0].offset() == k * 64);
+  }
+  CHECK(found == p.gets->index().indexed());
+  CHECK(found >= live.size() * 9 / 10);
 }
 
 TEST_CASE("an index stays at its largest size, leaving out what does not fit", "[index]") {
