@@ -6,11 +6,16 @@
 // object through Client::List in pages of 1,000, and the time a status request takes with them
 // all stored. For comparison, the same count of 64-byte values SET into an empty redis-server by
 // 4 processes the same way: its rate, used_memory and VmRSS per key, and a SCAN of every key
-// (COUNT 1000).
+// (COUNT 1000). Meanwhile a thread of this process times requests (a status; Redis PING) on a
+// connection of its own: how long the server made them wait while it filled.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
+#include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/redis.h"
@@ -24,8 +29,10 @@ constexpr uint64_t kProcs = 4;
 
 // Runs kProcs children on the last placement's CPU (the one depotd does not run on, where there
 // are two) that share [0, count): each runs put(channel, first, n), which signals ready and waits
-// for go before it puts. Returns the time from go to the last one done.
-double PutInParallel(uint64_t count, const std::function<void(Channel&, uint64_t, uint64_t)>& put) {
+// for go before it puts; `before_go` runs once they are all made (a thread started before a fork
+// could hold a lock the children need). Returns the time from go to the last one done.
+double PutInParallel(uint64_t count, const std::function<void(Channel&, uint64_t, uint64_t)>& put,
+                     const std::function<void()>& before_go) {
   std::vector<Child> children;
   for (uint64_t p = 0, first = 0; p < kProcs; ++p) {
     uint64_t n = count / kProcs + (p < count % kProcs ? 1 : 0);
@@ -36,12 +43,44 @@ double PutInParallel(uint64_t count, const std::function<void(Channel&, uint64_t
     }));
     first += n;
   }
+  before_go();
   Clock::time_point go = StartTogether(children);
   for (auto& child : children) child.channel().Await();
   double t = Since(go);
   JoinAll(children);
   return t;
 }
+
+// Sends `ping` again and again from a thread of this process while the store fills, timing each:
+// how long the server makes a request wait while it takes a million objects (and moves its index
+// to bigger ones on the way).
+class Pinger {
+ public:
+  explicit Pinger(std::function<void()> ping)
+      : thread_([this, ping = std::move(ping)] {
+          while (!stop_.load(std::memory_order_relaxed)) {
+            auto t0 = Clock::now();
+            ping();
+            times_.push_back(Since(t0));
+          }
+        }) {}
+  ~Pinger() {
+    if (thread_.joinable()) Stop();
+  }
+  // "p50 / p99.9 / max (count)" of the requests timed.
+  std::string Stop() {
+    stop_ = true;
+    thread_.join();
+    return fmt::format("{} / {} / {} ({} requests)", Time(Percentile(times_, 0.5)),
+                       Time(Percentile(times_, 0.999)), Time(Percentile(times_, 1.0)),
+                       Grouped(times_.size()));
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<double> times_;
+  std::thread thread_;  // last: it starts once the rest is made
+};
 
 }  // namespace
 
@@ -56,12 +95,18 @@ void Scale(const Context& ctx) {
            anon0 = ProcStatusBytes(daemon.pid(), "RssAnon");
 
   fmt::print(stderr, "  scale: {} puts\n", Grouped(count));
-  double put_time = PutInParallel(count, [&](Channel& ch, uint64_t first, uint64_t n) {
-    Client mine = daemon.Connect("scale");
-    ch.Signal();
-    ch.Await();
-    for (uint64_t i = first; i < first + n; ++i) Check(mine.Put(value), "put");
-  });
+  Client pinging = daemon.Connect("pinger");
+  std::optional<Pinger> pinger;
+  double put_time = PutInParallel(
+      count,
+      [&](Channel& ch, uint64_t first, uint64_t n) {
+        Client mine = daemon.Connect("scale");
+        ch.Signal();
+        ch.Await();
+        for (uint64_t i = first; i < first + n; ++i) Check(mine.Put(value), "put");
+      },
+      [&] { pinger.emplace([&] { Check(pinging.GetStatus(), "status"); }); });
+  std::string waits = pinger->Stop();
 
   StoreStatus st = Check(c.GetStatus(), "status");
   if (st.objects_sealed != count) {
@@ -99,12 +144,17 @@ void Scale(const Context& ctx) {
   redis.FlushAll();
   uint64_t r_used0 = std::stoull(redis.Info("used_memory"));
   uint64_t r_rss0 = ProcStatusBytes(ctx.redis->pid(), "VmRSS");
-  double r_put = PutInParallel(count, [&](Channel& ch, uint64_t first, uint64_t n) {
-    Redis mine = Redis::Connect(ctx.redis->socket());
-    ch.Signal();
-    ch.Await();
-    for (uint64_t i = first; i < first + n; ++i) mine.Set(fmt::format("key:{}", i), value);
-  });
+  Redis r_pinging = Redis::Connect(ctx.redis->socket());
+  double r_put = PutInParallel(
+      count,
+      [&](Channel& ch, uint64_t first, uint64_t n) {
+        Redis mine = Redis::Connect(ctx.redis->socket());
+        ch.Signal();
+        ch.Await();
+        for (uint64_t i = first; i < first + n; ++i) mine.Set(fmt::format("key:{}", i), value);
+      },
+      [&] { pinger.emplace([&] { r_pinging.Command({"PING"}); }); });
+  std::string r_waits = pinger->Stop();
   uint64_t r_used1 = std::stoull(redis.Info("used_memory"));
   uint64_t r_rss1 = ProcStatusBytes(ctx.redis->pid(), "VmRSS");
   auto s0 = Clock::now();
@@ -140,6 +190,10 @@ void Scale(const Context& ctx) {
   Table t({"figure", "depot", "Redis", "target"}, "lrrl");
   t.Row({"put rate", fmt::format("{} ({} processes)", PerSecond(double(count) / put_time), kProcs),
          fmt::format("{} ({} processes)", PerSecond(double(count) / r_put), kProcs), ""});
+  t.Row(
+      {"a request from another connection while they are put (status; Redis PING): p50 / "
+       "p99.9 / max",
+       waits, r_waits, ""});
   t.Row({"server's own memory per object: RssAnon growth (depotd), used_memory growth (Redis)",
          per(anon0, anon1), per(r_used0, r_used1), "≤ 128 B, < Redis: " + met});
   t.Row({"VmRSS growth / count (depotd: with the 64 B object bytes it wrote into the pool)",
