@@ -169,6 +169,8 @@ TEST_CASE("a crowded index moves to one twice as big, and readers of the old one
           "[index]") {
   Published p(64, 4096);
   IndexReader first = Reader(p.gets->index());
+  UniqueFd first_fd = Dup(p.gets->index().read_only_fd());
+  const uint64_t first_sets = p.gets->index().sets(), first_arena = p.gets->index().arena_bytes();
   p.Put(0);
   auto early = first.Find(G(0));
   REQUIRE(early);
@@ -182,6 +184,12 @@ TEST_CASE("a crowded index moves to one twice as big, and readers of the old one
   CHECK(first.Retired());
   CHECK_FALSE(first.Unchanged(*early));
   CHECK_FALSE(first.Find(G(1)));
+  // A client that maps it only now (its hello named it just before the move ended) maps it all
+  // the same, finds nothing there, and knows to ask for the new one.
+  auto late = IndexReader::Map(first_fd, first_sets, first_arena);
+  REQUIRE(late.ok());
+  CHECK(late->Retired());
+  CHECK_FALSE(late->Find(G(1)));
   // The new one has what the old one had, and most of the rest (a full set leaves some out).
   IndexReader now = Reader(p.gets->index());
   CHECK_FALSE(now.Retired());

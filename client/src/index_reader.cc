@@ -35,7 +35,12 @@ Result<IndexReader> IndexReader::Map(const UniqueFd& fd, uint64_t sets, uint64_t
   }
   auto map = SharedMapping::Map(fd.get(), size, false, "object index");
   if (!map.ok()) return map.status();
-  if (Status words = layout::Check(map->words(), index::kIndexLayout); !words.ok()) return words;
+  // An index the daemon retired after it sent it (a move to a bigger one ended meanwhile) has its
+  // magic word cleared: mapped all the same, it holds nothing, and the first miss asks for the
+  // one that replaced it (Retired).
+  if (index::Load(map->words() + layout::kMagic) != 0) {
+    if (Status words = layout::Check(map->words(), index::kIndexLayout); !words.ok()) return words;
+  }
   return IndexReader(std::move(*map), sets, arena_bytes);
 }
 
