@@ -55,9 +55,9 @@ bool LockFreeGets::Grow() {
   steps_ = 0;
   move_started_ = std::chrono::steady_clock::now();
   // Objects left out of this index (for room or their user's part) may fit in the bigger one:
-  // the table publishes them again (TakeGrown), into both.
+  // the table publishes them again (TakeGrown).
   grown_ = grown_ || index_->left_out() + index_->refused_over_share() > 0;
-  spdlog::info("the shared index is moving to {} entries ({} objects, {} entries a step)",
+  spdlog::info("the shared index is moving to {} entries ({} objects, from {} entries a step)",
                next_->entries(), index_->indexed(), kMoveStep);
   MoveStep();
   return true;
