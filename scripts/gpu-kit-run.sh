@@ -9,8 +9,8 @@
 #   3. each [cuda] test of cuda_test, each in a process of its own (a skip, exit 77, ends only
 #      that one);
 #   4. the Python [cuda] tests (python/tests/test_cuda.py, with CuPy or PyTorch where the
-#      machine's Python has them), on the machine's python3 if it is the version the kit was built
-#      for;
+#      machine's Python has them), on the machine's python3 if it is a version the kit holds an
+#      extension for (its own pytest if it has one, else the kit's);
 #   5. device_bench --quick.
 # Each step is time-limited so that the whole fits in 5 minutes (DEPOT_KIT_SECONDS, default 290).
 # Without a driver or a GPU each step says so and is counted skipped. Exit status: 0 when nothing
@@ -110,13 +110,17 @@ version=$([[ -n $python ]] && "$python" -c 'import sys; print("%d.%d" % sys.vers
 if [[ -z $python ]]; then
   echo "-- python: SKIPPED (no python3 here)"
   skipped=$((skipped + 1))
-elif [[ $version != "$KIT_PYTHON" ]]; then
-  echo "-- python: SKIPPED (python3 here is $version; the kit's extension is for $KIT_PYTHON)"
+elif [[ " $KIT_PYTHON " != *" $version "* ]]; then
+  echo "-- python: SKIPPED (python3 here is $version; the kit's extensions are for $KIT_PYTHON)"
   skipped=$((skipped + 1))
 else
-  for m in torch cupy numpy; do
+  for m in torch cupy numpy pytest; do
     "$python" -c "import $m" 2>/dev/null && echo "$m: importable" || echo "$m: not importable"
   done
+  # The machine's own pytest where it has one: the kit's is the build machine's, made for its
+  # Python version.
+  site=$kit/python/site
+  "$python" -c "import pytest" 2>/dev/null && site=
   # pytest exits 0 when every test skipped: counted skipped here, not passed.
   python_tests='
     out=$("$0" -m pytest -q -rs -p no:cacheprovider "$1" 2>&1)
@@ -125,7 +129,7 @@ else
     ((rc != 0)) && exit "$rc"
     grep -q " passed" <<<"$out" && exit 0
     exit 77'
-  step "python: test_cuda.py" 120 env PYTHONPATH="$kit/python:$kit/python/site" \
+  step "python: test_cuda.py" 120 env PYTHONPATH="$kit/python${site:+:$site}" \
     DEPOTD="$kit/bin/depotd-run" PYTHONDONTWRITEBYTECODE=1 \
     LD_LIBRARY_PATH="$kit/lib/cxx${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     bash -c "$python_tests" "$python" "$kit/python/tests/test_cuda.py"
