@@ -184,6 +184,31 @@ def test_recipients_on_another_daemon_fall_back():
     assert header["serializer"] == "dask"
 
 
+def test_plain_records_are_sized_without_dask_sizeof(daemon, monkeypatch):
+    """Dask offers each record of a collection (a bag shuffle's piece of hundreds of records) to
+    each family on its own: depot sizes plain records (scalars, strings, bytes, short tuples of
+    them) itself, as Dask's sizeof took longer than the rest of a refusal. A plain record above
+    the threshold still goes through depot."""
+    from distributed.protocol.serialize import deserialize, serialize
+
+    from depot import connection, dask_family
+
+    connection.configure(daemon.socket)
+    measured = []
+    real = dask_family.sizeof
+    monkeypatch.setattr(dask_family, "sizeof", lambda x: measured.append(x) or real(x))
+    same = {"recipient": {dask_family.HANDSHAKE_KEY: dask_family.node_identity()}}
+    families = ("depot", "dask", "pickle")
+    for record in [(7, b"r" * 1024), ("key", 2.5, None), b"s" * 100, ((1, "a"), (2, "b"))]:
+        header, frames = serialize(record, serializers=families, context=same)
+        assert header["serializer"] != "depot" and deserialize(header, frames) == record
+    large = (1, b"a" * MIB, b"b" * MIB)
+    header, frames = serialize(large, serializers=families, context=same)
+    assert header["serializer"] == "depot" and deserialize(header, frames) == large
+    assert not measured
+    serialize({"a": [1, 2]}, serializers=families, context=same)  # not plain: Dask sizes it
+    assert measured
+
 def test_preload_setting_and_cleanup_after_workers_exit(daemon):
     """The one setting `distributed.worker.preload: [depot.dask]` enables transfers (an array
     between two workers arrives as a view of shared memory, not by TCP, which a release where
