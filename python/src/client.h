@@ -75,6 +75,7 @@ class PyClient {
   depot::Client& client();
 
   pid_t pid_;
+  std::optional<uint64_t> forks_;  // the forks counted when connected (client.cc's ForksHere)
   std::optional<depot::Client> client_;
 };
 
