@@ -7,6 +7,8 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
+#include <set>
 
 #include "common/wall_clock.h"
 #include "daemon/put_ring.h"
@@ -80,7 +82,7 @@ Result<SegmentMemory> SegmentOf(KeptSegment& s) {
 }  // namespace
 
 KeptMemory::KeptMemory(boost::asio::io_context& io, bool wanted, std::chrono::milliseconds grace)
-    : io_(io), store_(wanted), grace_(grace), grace_timer_(io) {}
+    : io_(io), store_(wanted), grace_(grace), grace_timer_(io), census_(io) {}
 
 KeptMemory::~KeptMemory() = default;
 
@@ -141,8 +143,14 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
   report_ = {};
   report_.ran = !kept.empty();
   std::map<uint32_t, KeptNamespace> found;
+  std::optional<KeptFd> census;  // the last daemon's, when it kept one
+  std::set<int32_t> pids;        // the processes its kept rings name
   for (KeptFd& k : kept) {
     store_.Passed(k.name);
+    if (k.name == SessionCensus::kName) {
+      census = std::move(k);
+      continue;
+    }
     uint32_t key = 0, id = 0, owner = 0, large = 0;
     uint64_t generation = 0;
     int end = 0;
@@ -155,10 +163,12 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
                std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 ".%" SCNd32 "%n",
                            &key, &owner, &generation, &pid, &end) == 4 &&
                name[end] == '\0') {
+      pids.insert(pid);
       found[key].rings.push_back({owner, pid, std::move(k)});
     } else if (std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 "%n", &key, &owner,
                            &generation, &end) == 3 &&
                name[end] == '\0') {
+      pids.insert(0);
       found[key].rings.push_back({owner, 0, std::move(k)});
     } else if (std::sscanf(name, "depot.catalog.%" SCNu32 ".%" SCNu64 "%n", &key, &generation,
                            &end) == 2 &&
@@ -227,17 +237,28 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
     if (auto it = places_.find(key); it != places_.end()) StoreCatalog(key, it->second);
     if (newest) store_.Forget(newest->name);
   }
+  // The last daemon's census of sessions gives way to this one's (SessionCensus).
+  if (census) store_.Forget(census->name);
+  census_.Start(store_);
   report_.milliseconds =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (report_.ran) {
     spdlog::info(
         "kept memory: {} objects ({}) served again from {} segments in {:.1f} ms, {} dropped{}; "
-        "kept segments take no new objects for {} s",
+        "kept segments take no new objects for {} s, or until the {} processes connected to the "
+        "last depotd have exited",
         report_.objects, FormatBytes(report_.bytes), report_.segments - report_.released,
         report_.milliseconds, report_.dropped,
         report_.refused > 0 ? fmt::format(", {} catalogs refused", report_.refused) : "",
-        grace_.count() / 1000.0);
+        grace_.count() / 1000.0, pids.size());
     BeginGrace();
+    if (census && SessionCensus::Complete(census->fd)) {
+      census_.Watch(pids,
+                    [this] { EndGrace("every process connected to the last depotd exited"); });
+    } else {
+      spdlog::info("kept memory: the last depotd {}: the grace period runs out",
+                   census ? "counted sessions it kept no ring for" : "kept no census of sessions");
+    }
   }
   return report_;
 }
@@ -247,10 +268,16 @@ void KeptMemory::BeginGrace() {
   grace_begun_ = true;
   grace_timer_.expires_after(grace_);
   grace_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;
-    if (report_.ran) OpenAll();
-    if (on_grace_end_) on_grace_end_();
+    if (!ec) EndGrace(fmt::format("{} s passed", grace_.count() / 1000.0));
   });
+}
+
+void KeptMemory::EndGrace(const std::string& why) {
+  if (!grace_begun_ || grace_ended_) return;
+  grace_ended_ = true;
+  grace_timer_.cancel();
+  if (report_.ran) OpenAll(why);
+  if (on_grace_end_) on_grace_end_();
 }
 
 void KeptMemory::Report(StoreStatus& st) const {
@@ -338,14 +365,21 @@ void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring) {
 }
 
 void KeptMemory::KeepRing(uint32_t key, uint32_t uid, int32_t pid, SessionId session, int fd) {
-  if (!on() || rings_.size() >= kRings || rings_of_[uid] >= kRingsPerUser) return;
+  if (!on()) return;
   std::string name = fmt::format("depot.ring.{}.{}.{}.{}", key, uid, session, pid);
-  if (!store_.Keep(name, fd)) return;
+  if (fd < 0 || rings_.size() >= kRings || rings_of_[uid] >= kRingsPerUser ||
+      !store_.Keep(name, fd)) {
+    census_.Unkept(1);  // the next daemon cannot tell when this session's process is done
+    unkept_.insert(session);
+    return;
+  }
   rings_[session] = {std::move(name), uid};
   ++rings_of_[uid];
 }
 
 void KeptMemory::ForgetRing(SessionId session) {
+  // At a stop the sessions close but their processes carry on: the census keeps counting them.
+  if (unkept_.erase(session) > 0 && !stopping_) census_.Unkept(-1);
   auto it = rings_.find(session);
   if (it == rings_.end()) return;
   if (!stopping_) store_.Forget(it->second.name);
@@ -353,14 +387,14 @@ void KeptMemory::ForgetRing(SessionId session) {
   rings_.erase(it);
 }
 
-void KeptMemory::OpenAll() {
+void KeptMemory::OpenAll(const std::string& why) {
   uint64_t bytes = 0;
   for (auto& [key, place] : places_) {
     bytes += place.ns->host_pool().closed().second;
     place.ns->host_pool().OpenKept();
   }
-  spdlog::info("kept memory: the grace period ended; {} of kept segments take new objects",
-               FormatBytes(bytes));
+  spdlog::info("kept memory: the grace period ended ({}); {} of kept segments take new objects",
+               why, FormatBytes(bytes));
 }
 
 }  // namespace depot

@@ -33,6 +33,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@
 #include "daemon/catalog.h"
 #include "daemon/fd_store.h"
 #include "daemon/namespace.h"
+#include "daemon/session_census.h"
 #include "depot/store_status.h"
 
 namespace depot {
@@ -91,12 +93,13 @@ class KeptMemory {
   void Detach(const Namespace& ns);
   // A table transition of `ns` (see ObjectTable::EventFn): records or erases the object.
   void Note(const Namespace& ns, TableEvent e, const StoredObject& o);
-  // Session `session` of user `uid` (process `pid`) in namespace `key` has a put ring: kept while
-  // it lives (its name says the process's pid: an owner-scoped put in it comes back as an orphan
-  // of that process), so
-  // that the next daemon takes the puts this one had not taken when it was killed. At most
-  // kRingsPerUser of one user's and kRings in all are kept, so that no user's connections can
-  // take the room of the store that every user's segments need (FdStore::kMaxStored).
+  // Session `session` of user `uid` (process `pid`) in namespace `key` was greeted, with put
+  // ring `fd` (-1: none could be made). The ring is kept while the session lives (its name says
+  // the process's pid: an owner-scoped put in it comes back as an orphan of that process), so
+  // that the next daemon takes the puts this one had not taken when it was killed, and knows
+  // which processes to wait for (SessionCensus). At most kRingsPerUser of one user's and kRings
+  // in all are kept, so that no user's connections can take the room of the store that every
+  // user's segments need (FdStore::kMaxStored); a session left without one is counted.
   void KeepRing(uint32_t key, uint32_t uid, int32_t pid, SessionId session, int fd);
   static constexpr size_t kRingsPerUser = 64;
   static constexpr size_t kRings = 1000;
@@ -104,7 +107,8 @@ class KeptMemory {
   void ForgetRing(SessionId session);
 
   // Adopts what a previous daemon kept (see the class comment), making namespaces through `ns`.
-  // Closed segments open after the grace period.
+  // Closed segments open after the grace period, or once every process connected to the last
+  // daemon has exited (SessionCensus).
   AdoptionReport Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns);
   const AdoptionReport& report() const { return report_; }
   // Called when the grace period after a start ends, once the closed segments are open.
@@ -134,13 +138,16 @@ class KeptMemory {
   // Makes `n` an object of `ns` at the memory the last daemon left (its frames in closed
   // segments of `n.creator_uid`); false, taking nothing, when they do not check out.
   bool AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& facts);
-  void OpenAll();
+  void OpenAll(const std::string& why);
+  // Ends the grace period now, for `why`: closed segments open, on_grace_end_ is called.
+  void EndGrace(const std::string& why);
 
   boost::asio::io_context& io_;
   FdStore store_;
   std::chrono::milliseconds grace_;
   boost::asio::steady_timer grace_timer_;
   bool grace_begun_ = false;
+  bool grace_ended_ = false;
   std::function<void()> on_grace_end_;
   bool stopping_ = false;
   std::map<uint32_t, Place> places_;
@@ -152,6 +159,8 @@ class KeptMemory {
   };
   std::map<SessionId, RingName> rings_;  // the name each session's ring is kept under
   std::map<uint32_t, size_t> rings_of_;  // kept rings by user
+  std::set<SessionId> unkept_;           // greeted sessions whose ring is not kept
+  SessionCensus census_;                 // after grace_timer_: its watches end first
   AdoptionReport report_;
 };
 

@@ -157,6 +157,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
       ring_bytes = put_ring::kRingFileBytes;
     }
   } else {
+    namespaces_.kept().KeepRing(st.ns->key(), st.creds.uid, st.creds.pid, s, -1);
     spdlog::warn("session {}: puts go in messages: {}", s, ring.status().message());
   }
   fb::FlatBufferBuilder fbb;

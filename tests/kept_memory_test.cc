@@ -3,7 +3,10 @@
 // what FDSTORE=1 hands it, drops what FDSTOREREMOVE=1 names, and passes what it kept to the next
 // daemon as LISTEN_FDS/LISTEN_FDNAMES), is killed with SIGKILL, and the next one serves the same
 // objects from the same pages. scripts/systemd-check does the same under a real systemd.
+#include "daemon/kept_memory.h"
+
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -127,6 +130,44 @@ void CheckAllAdopted(Client& c, const Service& service, const std::vector<Put>& 
   CHECK(st.adopted_objects == puts.size());
   CHECK(st.adoption_dropped == 0);
   for (const Put& p : puts) CheckSame(c, p);
+}
+
+// A process with `clients` connections to `socket` (none reconnects), alive until killed.
+pid_t SpawnConnected(const std::string& socket, int clients) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  pid_t pid = Spawn([&] {
+    std::vector<Client> held;
+    for (int i = 0; i < clients; ++i) {
+      auto c = Client::Connect({.socket_path = socket,
+                                .client_name = "connected",
+                                .reconnect_wait = std::chrono::milliseconds(0)});
+      if (!c.ok()) return 1;
+      held.push_back(std::move(*c));
+    }
+    char ready = 1;
+    if (::write(fds[1], &ready, 1) != 1) return 2;
+    ::pause();
+    return 0;
+  });
+  ::close(fds[1]);
+  pollfd p{fds[0], POLLIN, 0};
+  char ready = 0;
+  bool up = ::poll(&p, 1, 10000) == 1 && ::read(fds[0], &ready, 1) == 1;
+  ::close(fds[0]);
+  REQUIRE(up);
+  return pid;
+}
+
+// One object put into `service` through a connection closed since, whose ring has left the store.
+Put PutAndLeave(Service& service, FdStoreStandIn& store) {
+  Put kept;
+  {
+    Client c = service.Connect();
+    kept = PutFrames(c, {4096}, 3);
+  }
+  REQUIRE(WaitFor([&] { return store.Count("depot.ring.") == 0; }, 10s));
+  return kept;
 }
 
 }  // namespace
@@ -347,6 +388,73 @@ TEST_CASE("Kept segments open to new objects once the grace period has passed", 
   INFO(second.Log());
   CHECK(second.Log().find("grace period ended") != std::string::npos);
   CheckSame(c, kept);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Kept segments open at once when no process connected to the last daemon lives",
+          "[kept][census]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::optional<Service> first(std::in_place, dir, store);
+  Put kept = PutAndLeave(*first, store);
+  REQUIRE(store.Count("depot.sessions") == 1);
+  first->Kill();
+  first.reset();
+  store.Drain();
+  Service second(dir, store, {"--restart-grace-ms", "600000"});
+  Client c = second.Connect();
+  CHECK(WaitFor([&] { return StatusOf(c).kept_closed_bytes == 0; }, 10s));
+  INFO(second.Log());
+  CHECK(second.Log().find("every process connected to the last depotd exited") !=
+        std::string::npos);
+  CheckSame(c, kept);
+  CHECK(store.Count("depot.sessions") == 1);  // the new daemon's census took the last one's place
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("The grace period lasts while a process connected to the last daemon lives",
+          "[kept][census]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::optional<Service> first(std::in_place, dir, store);
+  Put kept = PutAndLeave(*first, store);
+  pid_t other = SpawnConnected(first->socket, 1);
+  REQUIRE(WaitFor([&] { return store.Count("depot.ring.") == 1; }, 10s));
+  first->Kill();
+  first.reset();
+  store.Drain();
+  Service second(dir, store, {"--restart-grace-ms", "600000"});
+  Client c = second.Connect();
+  std::this_thread::sleep_for(1s);
+  INFO(second.Log());
+  CHECK(StatusOf(c).kept_closed_bytes > 0);  // it may still read the kept segments, or write
+  ::kill(other, SIGKILL);
+  Wait(other);
+  CHECK(WaitFor([&] { return StatusOf(c).kept_closed_bytes == 0; }, 10s));
+  CheckSame(c, kept);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Sessions the last daemon kept no ring for keep the grace period to its end",
+          "[kept][census]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::optional<Service> first(std::in_place, dir, store);
+  PutAndLeave(*first, store);
+  // One session more than a user's kept rings: the next daemon cannot know of the last one.
+  pid_t other = SpawnConnected(first->socket, KeptMemory::kRingsPerUser + 1);
+  REQUIRE(WaitFor([&] { return store.Count("depot.ring.") == KeptMemory::kRingsPerUser; }, 10s));
+  first->Kill();
+  first.reset();
+  ::kill(other, SIGKILL);
+  Wait(other);
+  store.Drain();
+  Service second(dir, store, {"--restart-grace-ms", "600000"});
+  Client c = second.Connect();
+  std::this_thread::sleep_for(1s);
+  INFO(second.Log());
+  CHECK(StatusOf(c).kept_closed_bytes > 0);
+  CHECK(second.Log().find("counted sessions it kept no ring for") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
