@@ -168,6 +168,7 @@ int Run(const DaemonOptions& opts, const DeviceBackendFactory& make_backend) {
     if (ec) return;
     NotifyStopping();
     spdlog::info("received {}, shutting down", signo == SIGINT ? "SIGINT" : "SIGTERM");
+    (*store)->Stopping();
     server->reset();  // closes every session: waiting clients see the connection end
     metrics.reset();
     io.stop();

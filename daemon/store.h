@@ -89,6 +89,10 @@ class Store {
   // Looks for GPUs again when there are none (SIGHUP), logging what it finds; clients that
   // connect from then on are told of the pools found.
   void FindDevices() { namespaces_.FindDevices(); }
+  // The daemon stops (SIGINT, SIGTERM): what it keeps for the next one (KeptMemory) stays in the
+  // descriptor store as the sessions close, their put rings included, so that the next daemon
+  // waits for their processes, which carry on and may still use its memory.
+  void Stopping() { namespaces_.kept().Stop(); }
 
   // The socket's group is known once the socket exists (systemd may have made it).
   void SetSocketGroup(gid_t gid) { access_.set_socket_gid(gid); }

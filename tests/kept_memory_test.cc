@@ -76,6 +76,11 @@ struct Service {
     Wait(pid);
     pid = -1;
   }
+  void Stop() {  // a clean stop, as systemctl restart makes
+    ::kill(pid, SIGTERM);
+    Wait(pid);
+    pid = -1;
+  }
   std::string Log() const {
     std::ifstream in(log);
     std::stringstream ss;
@@ -428,6 +433,30 @@ TEST_CASE("The grace period lasts while a process connected to the last daemon l
   std::this_thread::sleep_for(1s);
   INFO(second.Log());
   CHECK(StatusOf(c).kept_closed_bytes > 0);  // it may still read the kept segments, or write
+  ::kill(other, SIGKILL);
+  Wait(other);
+  CHECK(WaitFor([&] { return StatusOf(c).kept_closed_bytes == 0; }, 10s));
+  CheckSame(c, kept);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("After a clean stop the grace period lasts while a process that was connected lives",
+          "[kept][census]") {
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  std::optional<Service> first(std::in_place, dir, store);
+  Put kept = PutAndLeave(*first, store);
+  pid_t other = SpawnConnected(first->socket, 1);
+  REQUIRE(WaitFor([&] { return store.Count("depot.ring.") == 1; }, 10s));
+  first->Stop();  // it closes the session: the process carries on, and may reconnect
+  first.reset();
+  store.Drain();
+  CHECK(store.Count("depot.ring.") == 1);
+  Service second(dir, store, {"--restart-grace-ms", "600000"});
+  Client c = second.Connect();
+  std::this_thread::sleep_for(1s);
+  INFO(second.Log());
+  CHECK(StatusOf(c).kept_closed_bytes > 0);
   ::kill(other, SIGKILL);
   Wait(other);
   CHECK(WaitFor([&] { return StatusOf(c).kept_closed_bytes == 0; }, 10s));
