@@ -18,7 +18,7 @@ namespace {
 
 std::atomic<uint64_t> forks{0};
 
-// How many times this process's ancestors forked since the module was loaded (one more in each
+// How many forks lie between the process that loaded the module and this one (one more in each
 // child), or nullopt where no fork handler could be registered.
 std::optional<uint64_t> ForksHere() {
   static const bool counting = [] {
@@ -163,8 +163,8 @@ void PyClient::Close() { client_.reset(); }
 
 depot::Client& PyClient::client() {
   if (!client_) Raise(depot::Status::Disconnected("this Client was closed"));
-  // A count of forks, not getpid(): that is a system call a call, a tenth of a get's time on a
-  // virtual machine.
+  // A count of forks, not getpid(): that is a system call on every call, half of a first get's
+  // time from Python on a virtual machine.
   if (forks_ ? ForksHere() != forks_ : ::getpid() != pid_) {
     Raise(depot::Status::Disconnected(
         "this Client was connected by process " + std::to_string(pid_) +
