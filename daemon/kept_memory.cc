@@ -369,8 +369,8 @@ void KeptMemory::KeepRing(uint32_t key, uint32_t uid, int32_t pid, SessionId ses
   std::string name = fmt::format("depot.ring.{}.{}.{}.{}", key, uid, session, pid);
   if (fd < 0 || rings_.size() >= kRings || rings_of_[uid] >= kRingsPerUser ||
       !store_.Keep(name, fd)) {
-    census_.Unkept(1);  // the next daemon cannot tell when this session's process is done
-    unkept_.insert(session);
+    unkept_.insert(session);  // the next daemon cannot tell when its process is done
+    census_.Unkept(unkept_.size());
     return;
   }
   rings_[session] = {std::move(name), uid};
@@ -379,7 +379,7 @@ void KeptMemory::KeepRing(uint32_t key, uint32_t uid, int32_t pid, SessionId ses
 
 void KeptMemory::ForgetRing(SessionId session) {
   // At a stop the sessions close but their processes carry on: the census keeps counting them.
-  if (unkept_.erase(session) > 0 && !stopping_) census_.Unkept(-1);
+  if (!stopping_ && unkept_.erase(session) > 0) census_.Unkept(unkept_.size());
   auto it = rings_.find(session);
   if (it == rings_.end()) return;
   if (!stopping_) store_.Forget(it->second.name);

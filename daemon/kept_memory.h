@@ -159,7 +159,7 @@ class KeptMemory {
   };
   std::map<SessionId, RingName> rings_;  // the name each session's ring is kept under
   std::map<uint32_t, size_t> rings_of_;  // kept rings by user
-  std::set<SessionId> unkept_;           // greeted sessions whose ring is not kept
+  std::set<SessionId> unkept_;           // greeted sessions whose ring is not kept (the census)
   SessionCensus census_;                 // after grace_timer_: its watches end first
   AdoptionReport report_;
 };

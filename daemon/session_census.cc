@@ -28,17 +28,17 @@ void SessionCensus::Start(FdStore& store) {
     spdlog::warn("kept memory: no census of sessions: {}", std::strerror(errno));
     return;
   }
-  word_ = new (p) std::atomic<int64_t>(0);
+  word_ = new (p) std::atomic<uint64_t>(0);
   fd_ = std::move(fd);
   store.Keep(kName, fd_.get());
 }
 
-void SessionCensus::Unkept(int64_t delta) {
-  if (word_ != nullptr) word_->fetch_add(delta, std::memory_order_seq_cst);
+void SessionCensus::Unkept(uint64_t sessions) {
+  if (word_ != nullptr) word_->store(sessions, std::memory_order_seq_cst);
 }
 
 bool SessionCensus::Complete(const UniqueFd& census) {
-  int64_t word = -1;
+  uint64_t word = 1;
   struct stat st {};
   return ::fstat(census.get(), &st) == 0 && st.st_size == sizeof(word) &&
          ::pread(census.get(), &word, sizeof(word), 0) == sizeof(word) && word == 0;

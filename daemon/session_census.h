@@ -46,8 +46,8 @@ class SessionCensus {
 
   // This daemon's census, kept in `store`: call once the last daemon's is read and forgotten.
   void Start(FdStore& store);
-  // A greeted session without a kept ring came (+1) or went (-1).
-  void Unkept(int64_t delta);
+  // How many greeted sessions have no kept ring now.
+  void Unkept(uint64_t sessions);
 
   // Whether the last daemon's census, passed back under kName, is complete: it counts no session
   // without a kept ring.
@@ -62,7 +62,7 @@ class SessionCensus {
 
   boost::asio::io_context& io_;
   UniqueFd fd_;
-  std::atomic<int64_t>* word_ = nullptr;  // in fd_'s mapping
+  std::atomic<uint64_t>* word_ = nullptr;  // in fd_'s mapping
   std::vector<std::unique_ptr<boost::asio::posix::stream_descriptor>> watched_;
   size_t alive_ = 0;
   std::function<void()> all_gone_;
