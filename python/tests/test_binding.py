@@ -236,7 +236,7 @@ def fail_getpid():
 def test_calls_ask_the_kernel_nothing_to_tell_a_forked_child(daemon):
     """Each call checks that its process was not forked since its client connected, with a count
     of forks rather than getpid(): a system call, about 1 µs on a virtual machine, which was
-    half of a first get from Python. In a child whose getpid() fails, calls still work."""
+    most of a first get from Python. In a child whose getpid() fails, calls still work."""
     pid = os.fork()
     if pid == 0:
         code = 2
