@@ -5,7 +5,14 @@
 #include <cstring>
 #include <type_traits>
 
+namespace depot::wire {
+// The body of a message whose row says NoReply in that direction (named in wire's namespace, as
+// the tables are: another Event or the like cannot be taken for one of them).
+struct NoReply {};
+}  // namespace depot::wire
+
 namespace depot::proto {
+
 namespace {
 
 template <typename T>
@@ -64,12 +71,9 @@ bool FieldsAligned(const wire::StatReply& t) {
 bool FieldsAligned(const wire::StatusReply& t) { return Aligned(t.errors()) && Aligned(t.users()); }
 bool FieldsAligned(const wire::PutRequest& t) { return Aligned(t.frames()); }
 
-// The body of a message whose row says NoReply in that direction.
-struct NoReply {};
-
 template <typename T>
 bool VerifyTable(std::span<const uint8_t> body) {
-  if constexpr (std::is_same_v<T, NoReply>) {
+  if constexpr (std::is_same_v<T, wire::NoReply>) {
     return false;
   } else {
     return Verify<T>(body) && FieldsAligned(*Root<T>(body));
@@ -95,12 +99,11 @@ std::string CheckHeader(const Header& h, uint32_t max_body) {
 }
 
 bool VerifyBody(uint16_t type, std::span<const uint8_t> body) {
-  using namespace wire;
   bool reply = type & kReplyBit;
   switch (static_cast<MsgType>(type & ~kReplyBit)) {
 #define DEPOT_MESSAGE_VERIFY(name, number, text, request, reply_table, sender) \
   case MsgType::k##name:                                                       \
-    return reply ? VerifyTable<reply_table>(body) : VerifyTable<request>(body);
+    return reply ? VerifyTable<wire::reply_table>(body) : VerifyTable<wire::request>(body);
     DEPOT_MESSAGES(DEPOT_MESSAGE_VERIFY)  // NOLINT(bugprone-branch-clone): rows share tables
 #undef DEPOT_MESSAGE_VERIFY
   }
