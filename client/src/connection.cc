@@ -65,6 +65,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   auto reply = conn->Call(proto::MsgType::kHello, fbb);
   if (!reply.ok()) return reply.status();
   const auto* hello = proto::Body<wire::HelloReply>(reply->body);
+  conn->daemon_pid_ = hello->daemon_pid();
   conn->segments_.set_hugepages(hello->hugepages());
   conn->lease_.set_offered(hello->leases());
   if (hello->max_frames() != 0) conn->object_limits_.max_frames = hello->max_frames();

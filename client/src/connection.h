@@ -96,6 +96,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The pool number of a place: 0 for the host. Unavailable or InvalidArgument when there is no
   // pool on that GPU.
   Result<uint32_t> PoolOf(const Place& place) const { return pools_.PoolOf(place); }
+  // The daemon's pid, as its hello gave it (in its own pid namespace).
+  pid_t daemon_pid() const { return daemon_pid_; }
+
   // Copies host bytes into a frame of this process's draft at `place`.
   Status CopyIn(std::span<std::byte> dst, std::span<const std::byte> src, const Place& place);
   // See Client::PinHostMemory.
@@ -231,6 +234,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::weak_ptr<Link> link_;
   std::shared_ptr<Connection> successor_;
   std::atomic<bool> superseded_{false};
+  pid_t daemon_pid_ = 0;
   std::function<void()> on_first_hold_;
   std::atomic<bool> held_once_{false};
 };

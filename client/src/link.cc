@@ -21,14 +21,21 @@ constexpr auto kRetryEvery = std::chrono::milliseconds(20);
 // end of this session alone (a daemon that lives on closed it on purpose, and the calls say why).
 constexpr int kExitWaitMs = 2000;
 
-// Whether the daemon at the other end of `fd`, which hung up, has exited, waiting up to
-// kExitWaitMs (or until `wake` is readable). True when that cannot be told (no pid, as from
-// another pid namespace, or no pidfd_open).
-bool DaemonExited(int fd, int wake) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0) return true;
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0)));
+// Whether the daemon of `conn`, which hung up, has exited, waiting up to kExitWaitMs (or until
+// `wake` is readable). Its pid is the one its hello gave: the socket's peer credentials name the
+// process that listened, which under socket activation is the service manager. True when that
+// cannot be told (no pid, or no pidfd_open, or a pid of another pid namespace that names no
+// process here: reconnecting to a daemon that lives on costs a connection, nothing more).
+bool DaemonExited(const Connection& conn, int wake) {
+  pid_t pid = conn.daemon_pid();
+  if (pid <= 0) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(conn.socket_fd(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return true;
+    pid = cred.pid;
+  }
+  if (pid <= 0) return true;
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   if (!pidfd.valid()) return true;  // exited already (ESRCH), or no way to watch it
   pollfd fds[2] = {{pidfd.get(), POLLIN, 0}, {wake, POLLIN, 0}};
   return ::poll(fds, 2, kExitWaitMs) > 0 && fds[0].revents != 0;
@@ -201,7 +208,7 @@ void Link::Watch() {
     int n = ::poll(fds, 2, -1);
     bool hung_up = n > 0 && fds[0].revents != 0;
     if (hung_up) watched->HungUp();
-    bool gone = hung_up && DaemonExited(watched->socket_fd(), wake_.get());
+    bool gone = hung_up && DaemonExited(*watched, wake_.get());
     bool holds = gone && watched->Holds();
     lk.lock();
     if (stopping_ || !hung_up || now_.load(std::memory_order_relaxed) != watched) continue;
