@@ -97,31 +97,6 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   return conn;
 }
 
-Status Connection::CopyIn(std::span<std::byte> dst, std::span<const std::byte> src,
-                          const Place& place) {
-  if (dst.empty()) return Status::OK();
-  auto pool = PoolOf(place);
-  if (!pool.ok()) return pool.status();
-  if (*pool == 0 || !pools_.IsCuda(*pool)) {
-    std::memcpy(dst.data(), src.data(), dst.size());
-    return Status::OK();
-  }
-  return cuda_.CopyIn(dst, src, *pool);
-}
-
-Status Connection::SyncDevices(const std::vector<Place>& places, void* cuda_stream) {
-  std::vector<uint32_t> gpus;  // the CUDA pools of the frames, each once
-  for (const Place& p : places) {
-    auto pool = PoolOf(p);
-    if (pool.ok() && pools_.IsCuda(*pool) &&
-        std::find(gpus.begin(), gpus.end(), *pool) == gpus.end()) {
-      gpus.push_back(*pool);
-    }
-  }
-  if (gpus.empty()) return Status::OK();
-  return cuda_.Sync(cuda_stream, gpus);
-}
-
 std::optional<Object> Connection::Cached(const Guid& guid) {
   if (forked()) return std::nullopt;  // the caller's request then says why
   std::shared_ptr<Holding> h = cache_.Find(guid);
@@ -451,47 +426,6 @@ void Connection::Supersede(std::weak_ptr<Link> link, std::shared_ptr<Connection>
   // otherwise keep this session, its lease and its references, for as long as the Link lasts:
   // what this process holds is held by `next` now.
   channel_.Shutdown();
-}
-
-Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg,
-                                    std::span<const uint64_t> sizes,
-                                    std::span<const uint32_t> pools, bool checksum) {
-  if (reply.guid() == nullptr) {
-    return channel_.Break(Status::ProtocolError("depotd sent a create reply without a GUID"));
-  }
-  const auto* got = reply.frames();
-  bool same = got != nullptr && got->size() == sizes.size();
-  for (size_t i = 0; same && i < sizes.size(); ++i) {
-    same = got->Get(i)->size() == sizes[i] && got->Get(i)->pool() == (pools.empty() ? 0 : pools[i]);
-  }
-  if (!same) {
-    // The caller writes every byte of the frames it asked for: frames of other sizes, or in
-    // other memory, would have it write outside them.
-    return channel_.Break(Status::ProtocolError(
-        fmt::format("depotd answered a create of {} frames with frames of other sizes or places",
-                    sizes.size())));
-  }
-  SegmentUses uses;
-  std::vector<std::span<std::byte>> unpopulated;
-  auto frames = segments_.MapFrames(reply.frames(), true, msg.dedicated, uses, &unpopulated);
-  // The caller is about to write every frame: fill the page tables first, in one call per
-  // granule, outside the segment lock (a fault per page costs more).
-  for (auto r : unpopulated) ::madvise(r.data(), r.size(), MADV_POPULATE_WRITE);
-  Guid guid = proto::FromWire(*reply.guid());
-  segments_.DropIdle(msg.dedicated);
-  if (!frames.ok()) {
-    flatbuffers::FlatBufferBuilder fbb(64);
-    wire::Guid g = proto::ToWire(guid);
-    fbb.Finish(wire::CreateGuidRequest(fbb, &g));
-    // The caller hears why the frames could not be mapped; an abort that fails finds the
-    // connection gone, and the daemon aborts the object at the disconnect.
-    (void)Call(proto::MsgType::kAbort, fbb);
-    return frames.status();
-  }
-  Draft draft(shared_from_this(), guid, std::move(*frames), {uses.begin(), uses.end()},
-              pools_.Places(reply.frames()));
-  draft.checksum_ = checksum;
-  return draft;
 }
 
 }  // namespace depot::internal
