@@ -143,8 +143,8 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
   report_ = {};
   report_.ran = !kept.empty();
   std::map<uint32_t, KeptNamespace> found;
-  std::optional<KeptFd> census;  // the last daemon's, when it kept one
-  std::set<int32_t> pids;        // the processes its kept rings name
+  std::optional<KeptFd> census;               // the last daemon's, when it kept one
+  std::vector<SessionCensus::Kept> sessions;  // those its kept rings name
   for (KeptFd& k : kept) {
     store_.Passed(k.name);
     if (k.name == SessionCensus::kName) {
@@ -163,12 +163,14 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
                std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 ".%" SCNd32 "%n",
                            &key, &owner, &generation, &pid, &end) == 4 &&
                name[end] == '\0') {
-      pids.insert(pid);
+      sessions.push_back({generation, pid, owner});
+      last_session_ = std::max(last_session_, generation);
       found[key].rings.push_back({owner, pid, std::move(k)});
     } else if (std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 "%n", &key, &owner,
                            &generation, &end) == 3 &&
                name[end] == '\0') {
-      pids.insert(0);
+      sessions.push_back({generation, 0, owner});
+      last_session_ = std::max(last_session_, generation);
       found[key].rings.push_back({owner, 0, std::move(k)});
     } else if (std::sscanf(name, "depot.catalog.%" SCNu32 ".%" SCNu64 "%n", &key, &generation,
                            &end) == 2 &&
@@ -246,15 +248,16 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
     spdlog::info(
         "kept memory: {} objects ({}) served again from {} segments in {:.1f} ms, {} dropped{}; "
         "kept segments take no new objects for {} s, or until the {} processes connected to the "
-        "last depotd have exited",
+        "last depotd have exited or resumed",
         report_.objects, FormatBytes(report_.bytes), report_.segments - report_.released,
         report_.milliseconds, report_.dropped,
         report_.refused > 0 ? fmt::format(", {} catalogs refused", report_.refused) : "",
-        grace_.count() / 1000.0, pids.size());
+        grace_.count() / 1000.0, sessions.size());
     BeginGrace();
+    // Until it ends, a next daemon could not tell who still maps this one's kept memory.
+    CountUnkept();
     if (census && SessionCensus::Complete(census->fd)) {
-      census_.Watch(pids,
-                    [this] { EndGrace("every process connected to the last depotd exited"); });
+      census_.Watch(sessions, [this](const std::string& why) { EndGrace(why); });
     } else {
       spdlog::info("kept memory: the last depotd {}: the grace period runs out",
                    census ? "counted sessions it kept no ring for" : "kept no census of sessions");
@@ -276,6 +279,7 @@ void KeptMemory::EndGrace(const std::string& why) {
   if (!grace_begun_ || grace_ended_) return;
   grace_ended_ = true;
   grace_timer_.cancel();
+  CountUnkept();
   if (report_.ran) OpenAll(why);
   if (on_grace_end_) on_grace_end_();
 }
@@ -370,7 +374,7 @@ void KeptMemory::KeepRing(uint32_t key, uint32_t uid, int32_t pid, SessionId ses
   if (fd < 0 || rings_.size() >= kRings || rings_of_[uid] >= kRingsPerUser ||
       !store_.Keep(name, fd)) {
     unkept_.insert(session);  // the next daemon cannot tell when its process is done
-    census_.Unkept(unkept_.size());
+    CountUnkept();
     return;
   }
   rings_[session] = {std::move(name), uid};
@@ -379,12 +383,21 @@ void KeptMemory::KeepRing(uint32_t key, uint32_t uid, int32_t pid, SessionId ses
 
 void KeptMemory::ForgetRing(SessionId session) {
   // At a stop the sessions close but their processes carry on: the census keeps counting them.
-  if (!stopping_ && unkept_.erase(session) > 0) census_.Unkept(unkept_.size());
+  if (!stopping_ && unkept_.erase(session) > 0) CountUnkept();
   auto it = rings_.find(session);
   if (it == rings_.end()) return;
   if (!stopping_) store_.Forget(it->second.name);
   if (--rings_of_[it->second.uid] == 0) rings_of_.erase(it->second.uid);
   rings_.erase(it);
+}
+
+void KeptMemory::CountUnkept() {
+  bool inherited = report_.ran && grace_begun_ && !grace_ended_;
+  census_.Unkept(unkept_.size() + (inherited ? 1 : 0));
+}
+
+bool KeptMemory::Resumed(uint64_t session, int32_t pid, uint32_t uid) {
+  return !grace_ended_ && census_.Resumed(session, pid, uid);
 }
 
 void KeptMemory::OpenAll(const std::string& why) {

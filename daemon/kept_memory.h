@@ -107,8 +107,8 @@ class KeptMemory {
   void ForgetRing(SessionId session);
 
   // Adopts what a previous daemon kept (see the class comment), making namespaces through `ns`.
-  // Closed segments open after the grace period, or once every process connected to the last
-  // daemon has exited (SessionCensus).
+  // Closed segments open after the grace period, or once every session of the last daemon's has
+  // ended with its process or resumed (SessionCensus).
   AdoptionReport Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns);
   const AdoptionReport& report() const { return report_; }
   // Called when the grace period after a start ends, once the closed segments are open.
@@ -116,6 +116,13 @@ class KeptMemory {
   // Starts the grace period, unless an adoption started it: also when nothing was kept but
   // objects came back from spill_dir whose owner-scoped creators may still reconnect.
   void BeginGrace();
+
+  // Process `pid` of `uid` is done with `session` of the last daemon (SessionCensus::Resumed):
+  // whether the grace period waited for it.
+  bool Resumed(uint64_t session, int32_t pid, uint32_t uid);
+  // The greatest session id a kept ring names: this daemon numbers its own above it, so that no
+  // session of its own is taken for one of the last daemon's.
+  SessionId last_session() const { return last_session_; }
 
   // The daemon is stopping: the pools about to go leave their segments in the store for the next
   // daemon.
@@ -139,6 +146,9 @@ class KeptMemory {
   // segments of `n.creator_uid`); false, taking nothing, when they do not check out.
   bool AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& facts);
   void OpenAll(const std::string& why);
+  // Writes the census word: the sessions without a kept ring, and one more while this daemon's
+  // own grace period runs (who maps the memory it adopted is known to it alone).
+  void CountUnkept();
   // Ends the grace period now, for `why`: closed segments open, on_grace_end_ is called.
   void EndGrace(const std::string& why);
 
@@ -160,6 +170,7 @@ class KeptMemory {
   std::map<SessionId, RingName> rings_;  // the name each session's ring is kept under
   std::map<uint32_t, size_t> rings_of_;  // kept rings by user
   std::set<SessionId> unkept_;           // greeted sessions whose ring is not kept (the census)
+  SessionId last_session_ = 0;           // the greatest a kept ring names
   SessionCensus census_;                 // after grace_timer_: its watches end first
   AdoptionReport report_;
 };

@@ -1,11 +1,13 @@
 #include "daemon/session_census.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
@@ -44,39 +46,69 @@ bool SessionCensus::Complete(const UniqueFd& census) {
          ::pread(census.get(), &word, sizeof(word), 0) == sizeof(word) && word == 0;
 }
 
-void SessionCensus::Watch(const std::set<int32_t>& pids, std::function<void()> all_gone) {
-  all_gone_ = std::move(all_gone);
-  std::vector<UniqueFd> fds;
-  for (int32_t pid : pids) {
-    UniqueFd fd(pid > 0 ? static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)) : -1);
-    if (fd.valid()) {
-      fds.push_back(std::move(fd));
-    } else if (pid <= 0 || errno != ESRCH) {  // alive, or none can tell: the period runs out
-      spdlog::info("kept memory: process {} cannot be watched ({}): the grace period runs out", pid,
-                   pid > 0 ? std::strerror(errno) : "its pid is not known here");
+void SessionCensus::Watch(const std::vector<Kept>& sessions,
+                          std::function<void(const std::string&)> done) {
+  done_ = std::move(done);
+  std::map<int32_t, UniqueFd> fds;
+  for (const Kept& k : sessions) {
+    if (fds.contains(k.pid)) continue;
+    UniqueFd fd(k.pid > 0 ? static_cast<int>(::syscall(SYS_pidfd_open, k.pid, 0)) : -1);
+    if (!fd.valid() && (k.pid <= 0 || errno != ESRCH)) {  // none can tell: the period runs out
+      spdlog::info("kept memory: process {} cannot be watched ({}): the grace period runs out",
+                   k.pid, k.pid > 0 ? std::strerror(errno) : "its pid is not known here");
+      done_ = nullptr;
       return;
     }
+    fds.emplace(k.pid, std::move(fd));
   }
-  alive_ = fds.size();
-  if (alive_ == 0) {
-    boost::asio::post(io_, [this] { all_gone_(); });
-    return;
+  for (const Kept& k : sessions) {
+    if (fds.at(k.pid).valid()) {
+      waiting_[k.session] = k;
+    } else {
+      ++exited_;  // gone already
+    }
   }
-  for (UniqueFd& fd : fds) {
-    auto& d = watched_.emplace_back(
-        std::make_unique<boost::asio::posix::stream_descriptor>(io_, fd.release()));
+  for (auto& [pid, fd] : fds) {
+    if (!fd.valid()) continue;
+    auto& d = pidfds_[pid] =
+        std::make_unique<boost::asio::posix::stream_descriptor>(io_, fd.release());
     d->async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                  [this](const boost::system::error_code& ec) {
-                    if (!ec) Gone();
+                  [this, pid](const boost::system::error_code& ec) {
+                    if (!ec) Exited(pid);
                   });
   }
+  // On the loop, as the other ways it ends, whatever the caller does next.
+  boost::asio::post(io_, [this] { MaybeDone(); });
 }
 
-void SessionCensus::Gone() {
-  if (alive_ > 0 && --alive_ == 0) {
-    watched_.clear();
-    all_gone_();
+bool SessionCensus::Resumed(uint64_t session, int32_t pid, uint32_t uid) {
+  auto it = waiting_.find(session);
+  if (it == waiting_.end() || it->second.pid != pid || it->second.uid != uid) return false;
+  waiting_.erase(it);
+  ++resumed_;
+  if (std::none_of(waiting_.begin(), waiting_.end(),
+                   [pid](const auto& w) { return w.second.pid == pid; })) {
+    pidfds_.erase(pid);  // its wait is cancelled: the handler sees operation_aborted
   }
+  MaybeDone();
+  return true;
+}
+
+void SessionCensus::Exited(int32_t pid) {
+  exited_ += std::erase_if(waiting_, [pid](const auto& w) { return w.second.pid == pid; });
+  pidfds_.erase(pid);
+  MaybeDone();
+}
+
+void SessionCensus::MaybeDone() {
+  if (!waiting_.empty() || !done_) return;
+  auto done = std::move(done_);
+  done_ = nullptr;
+  pidfds_.clear();
+  done(resumed_ == 0 ? std::string("every process connected to the last depotd exited")
+                     : fmt::format("of the sessions connected to the last depotd, {} resumed and "
+                                   "{} ended with their process",
+                                   resumed_, exited_));
 }
 
 }  // namespace depot

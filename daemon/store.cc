@@ -62,6 +62,8 @@ Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreO
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
   if (Status st = store->namespaces_.LoadSpilled(); !st.ok()) return st;
   store->namespaces_.AdoptKept(std::move(kept));
+  // Numbered above the last daemon's, so that a resume names one of its sessions only.
+  store->next_session_ = store->namespaces_.kept().last_session() + 1;
   // What the last daemon stored counts against its users' quotas again; its owner-scoped objects
   // (kept in memory or read back from spill_dir) wait for their processes to come back
   // (OwnerScopes) until the grace period ends.
@@ -190,6 +192,9 @@ Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
       break;
     case MsgType::kIndex:
       OnIndex(s, st, id, *proto::Body<wire::IndexRequest>(body));
+      break;
+    case MsgType::kResume:
+      OnResume(s, id, *proto::Body<wire::ResumeRequest>(body));
       break;
     // No default: a row of proto/messages.h without a case here fails to compile.
     case MsgType::kSegmentsRetired:

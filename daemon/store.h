@@ -174,6 +174,8 @@ class Store {
   // A client that reconnected names the objects it still maps: each sealed one is held for the
   // session (by GUID, as in guid_holds), so that it is not freed under the mapping.
   void OnHold(SessionId s, uint64_t id, const wire::GuidsRequest& req);
+  // A process says it is done with a session of the last daemon (KeptMemory::Resumed).
+  void OnResume(SessionId s, uint64_t id, const wire::ResumeRequest& req);
   void OnList(SessionId s, uint64_t id, const wire::ListRequest& req);
   void OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req);
   void OnStatus(SessionId s, uint64_t id);

@@ -168,7 +168,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
       fbb, proto::kProtocolVersion, version, s, ::getpid(), options_.max_message_size,
       proto::kMaxInlineSize, options_.hugepages, pools, unavailable, sets, arena,
       sets > 0 ? index::kSlotCount : 0, /*leases=*/true, ring_bytes, options_.max_frames,
-      options_.max_metadata, sets > 0 ? st.ns->gets()->generation() : 0));
+      options_.max_metadata, sets > 0 ? st.ns->gets()->generation() : 0, /*resumes=*/true));
   Reply(s, id, MsgType::kHello, fbb, std::move(fds));
   return Status::OK();
 }
@@ -194,6 +194,20 @@ void Store::OnHold(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
   }
   fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
   Reply(s, id, MsgType::kHold, fbb);
+}
+
+void Store::OnResume(SessionId s, uint64_t id, const wire::ResumeRequest& req) {
+  const PeerCredentials& creds = sessions_.at(s).creds;
+  if (!namespaces_.kept().Resumed(req.session_id(), creds.pid, creds.uid)) {
+    return ReplyError(s, id,
+                      Status::NotFound(fmt::format(
+                          "session {} of the last depotd is not one the grace period waits for "
+                          "from process {} of user {}",
+                          req.session_id(), creds.pid, creds.uid)));
+  }
+  spdlog::info("session {}: process {} resumed session {} of the last depotd", s, creds.pid,
+               req.session_id());
+  sessions_.at(s).peer->Send(replies::Empty(MsgType::kResume, id), {});
 }
 
 size_t Store::DropOrphans(int32_t pid, uint32_t uid) {

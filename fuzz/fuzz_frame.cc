@@ -109,6 +109,7 @@ class Sink {
     Add(t->slot_count());
     Add(t->leases());
     Add(t->index_generation());
+    Add(t->resumes());
   }
   void Add(const wire::CreateRequest* t) {
     if (t == nullptr) return;
@@ -259,6 +260,10 @@ class Sink {
     Add(t->slots());
     Add(t->index_generation());
   }
+  void Add(const wire::ResumeRequest* t) {
+    if (t == nullptr) return;
+    Add(t->session_id());
+  }
   void Add(const wire::IndexReply* t) {
     if (t == nullptr) return;
     Add(t->slot_count());
@@ -371,6 +376,8 @@ void ReadBody(Sink& sink, uint16_t type, std::span<const uint8_t> body) {
       return Read<wire::PutRequest>(sink, body);
     case MsgType::kIndex:
       return reply ? Read<wire::IndexReply>(sink, body) : Read<wire::IndexRequest>(sink, body);
+    case MsgType::kResume:
+      return reply ? Read<wire::EmptyReply>(sink, body) : Read<wire::ResumeRequest>(sink, body);
     case MsgType::kEvent:
       return Read<wire::Event>(sink, body);
     case MsgType::kError:

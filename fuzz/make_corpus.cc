@@ -134,6 +134,12 @@ Bytes List(std::optional<uint64_t> after, uint32_t limit) {
   return Encode(T(MsgType::kList), fbb);
 }
 
+Bytes Resume(uint64_t session) {
+  fb::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateResumeRequest(fbb, session));
+  return Encode(T(MsgType::kResume), fbb);
+}
+
 Bytes Lease(uint64_t size, uint64_t at_least = 0) {
   fb::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateLeaseRequest(fbb, size, at_least));
@@ -469,6 +475,7 @@ void WriteFrameCorpus(const std::filesystem::path& dir) {
       {"delete", Guids(MsgType::kDelete, {1, 2})},
       {"contains", Guids(MsgType::kContains, {1})},
       {"hold", Guids(MsgType::kHold, {1, 2})},
+      {"resume", Resume(1)},
       {"list", List(1, 10)},
       {"stat", GuidMessage(MsgType::kStat, 1)},
       {"status", Empty(T(MsgType::kStatus))},
@@ -487,6 +494,7 @@ void WriteFrameCorpus(const std::filesystem::path& dir) {
       {"delete-reply", GuidsReply(MsgType::kDelete)},
       {"contains-reply", GuidsReply(MsgType::kContains)},
       {"hold-reply", GuidsReply(MsgType::kHold)},
+      {"resume-reply", Empty(proto::ReplyType(MsgType::kResume))},
       {"list-reply", ListReply()},
       {"stat-reply", StatReply()},
       {"status-reply", StatusReply()},
@@ -540,7 +548,7 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
             .bytes());
 
   // Holds after a reconnect: objects of another session held by GUID (one missing, one named
-  // twice), deleted while held, held again.
+  // twice), deleted while held, held again; then a resume of a session no grace period waits for.
   Write(dir, "holds",
         Ops()
             .Greet(0)
@@ -550,6 +558,7 @@ void WriteStoreCorpus(const std::filesystem::path& dir) {
             .Msg(1, Guids(MsgType::kHold, {2, 3, 4, 2}))
             .Msg(0, Guids(MsgType::kDelete, {2}))
             .Msg(1, Guids(MsgType::kHold, {2, 3}))
+            .Msg(1, Resume(1))
             .bytes());
 
   // Gets parked before their objects exist, woken by a seal, timed out, or orphaned by a close.

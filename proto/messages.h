@@ -50,6 +50,8 @@
   X(Index, 21, "index", IndexRequest, IndexReply, kClient)                      \
   /* after a reconnect: objects still mapped from the last connection */        \
   X(Hold, 22, "hold", GuidsRequest, GuidsReply, kClient)                        \
+  /* after a reconnect: done with a session of the last daemon */               \
+  X(Resume, 23, "resume", ResumeRequest, EmptyReply, kClient)                   \
   X(SegmentsRetired, 64, "segments-retired", SegmentsRetired, NoReply, kDaemon) \
   X(Event, 65, "event", Event, NoReply, kDaemon)                                \
   /* in answer to any request */                                                \

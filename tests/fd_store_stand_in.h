@@ -75,6 +75,15 @@ class FdStoreStandIn {
     return std::count_if(kept_.begin(), kept_.end(),
                          [&](const auto& k) { return k.first.starts_with(prefix); });
   }
+  // The names of the descriptors kept under names starting with `prefix`.
+  std::vector<std::string> Names(const std::string& prefix) const {
+    std::lock_guard<std::mutex> hold(mutex_);
+    std::vector<std::string> names;
+    for (const auto& k : kept_) {
+      if (k.first.starts_with(prefix)) names.push_back(k.first);
+    }
+    return names;
+  }
   // A copy of the descriptor of the one entry named `prefix`... (invalid when none): the
   // caller's own, which a removal the reader handles later does not close under it.
   UniqueFd Dup(const std::string& prefix) const {

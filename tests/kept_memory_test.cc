@@ -137,7 +137,7 @@ TEST_CASE("A mapping held across a crash never changes while the kept segments a
   std::string dir = TempDir();
   FdStoreStandIn store(dir + "/notify");
   std::optional<Service> first(std::in_place, dir, store);
-  Client old_client = first->Connect();
+  Client old_client = first->Connect(0ms);  // never connects again: it keeps the period going
   Put held = PutFrames(old_client, {1 << 20}, 9);
   Put other = PutFrames(old_client, {1 << 20}, 10);  // keeps the segment in use
   auto view = old_client.Get(held.guid);
@@ -263,6 +263,8 @@ TEST_CASE("An owner-scoped object whose process did not come back goes when the 
   auto view = c.Get(guid);
   REQUIRE(view.ok());
   std::vector<std::byte> before(view->frame(0).begin(), view->frame(0).end());
+  // A process that lives on and never reconnects: the grace period runs its course.
+  pid_t idle = SpawnConnected(first->socket, 1);
   Crash(*first, c, store);
   first.reset();
   ::kill(maker, SIGKILL);  // its process is gone before the next daemon starts
@@ -279,6 +281,8 @@ TEST_CASE("An owner-scoped object whose process did not come back goes when the 
   CHECK(StatusOf(d).objects_deleted == 1);
   view = Status::NotFound("let go");
   CHECK(WaitFor([&] { return StatusOf(d).objects_deleted == 0; }, 10s));
+  ::kill(idle, SIGKILL);
+  Wait(idle);
   std::filesystem::remove_all(dir);
 }
 

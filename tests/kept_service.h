@@ -50,10 +50,13 @@ struct Service {
       Wait(pid);
     }
   }
-  Client Connect() {
+  // `reconnect_wait` 0: a client that never connects again after the daemon went.
+  Client Connect(std::chrono::milliseconds reconnect_wait = std::chrono::seconds(10)) {
     std::optional<Client> client;
     bool up = WaitFor([&] {
-      auto c = Client::Connect({socket, "kept_memory_test"});
+      auto c = Client::Connect({.socket_path = socket,
+                                .client_name = "kept_memory_test",
+                                .reconnect_wait = reconnect_wait});
       if (c.ok()) client.emplace(std::move(*c));
       return c.ok();
     });

@@ -65,6 +65,8 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   auto reply = conn->Call(proto::MsgType::kHello, fbb);
   if (!reply.ok()) return reply.status();
   const auto* hello = proto::Body<wire::HelloReply>(reply->body);
+  conn->session_id_ = hello->session_id();
+  conn->resumes_ = hello->resumes();
   conn->daemon_pid_ = hello->daemon_pid();
   conn->segments_.set_hugepages(hello->hugepages());
   conn->lease_.set_offered(hello->leases());
@@ -273,6 +275,11 @@ bool Connection::FromIndexMany(const IndexReader& index, std::span<const Guid> g
   }
   holdings.resize(kept);
   cache_.RememberMany(holdings);
+  if (kept > 0 && Left()) {  // each is forgotten as it goes; the daemon is asked instead
+    missed.insert(missed.end(), positions.begin(),
+                  positions.begin() + static_cast<ptrdiff_t>(kept));
+    return retired;
+  }
   if (kept > 0) NoteHeld();
   for (size_t k = 0; k < kept; ++k) out[positions[k]] = Object(std::move(holdings[k]));
   index_gets_.fetch_add(kept, std::memory_order_relaxed);
@@ -341,6 +348,7 @@ std::optional<Object> Connection::Held(const Guid& guid, std::shared_ptr<Holding
   }
   h->metadata = std::move(metadata);
   cache_.Remember(h);
+  if (Left()) return std::nullopt;  // h's destruction forgets it; the caller asks the daemon
   NoteHeld();
   return Object(std::move(h));
 }
@@ -397,6 +405,7 @@ Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Mes
   h->creator_uid = r.creator_uid();
   h->creator_pid = r.creator_pid();
   cache_.Remember(h);
+  if (Left()) return Status::Disconnected("depotd went away as it answered this get");
   NoteHeld();
   return Object(std::move(h));
 }
@@ -426,6 +435,12 @@ void Connection::Supersede(std::weak_ptr<Link> link, std::shared_ptr<Connection>
   // otherwise keep this session, its lease and its references, for as long as the Link lasts:
   // what this process holds is held by `next` now.
   channel_.Shutdown();
+}
+
+Status Connection::Resume(uint64_t session) {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  fbb.Finish(wire::CreateResumeRequest(fbb, session));
+  return Call(proto::MsgType::kResume, fbb).status();
 }
 
 }  // namespace depot::internal

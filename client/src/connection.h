@@ -96,8 +96,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The pool number of a place: 0 for the host. Unavailable or InvalidArgument when there is no
   // pool on that GPU.
   Result<uint32_t> PoolOf(const Place& place) const { return pools_.PoolOf(place); }
+  // This session's id (from hello), and whether its daemon understands a resume.
+  uint64_t session_id() const { return session_id_; }
+  bool resumes() const { return resumes_; }
   // The daemon's pid, as its hello gave it (in its own pid namespace).
   pid_t daemon_pid() const { return daemon_pid_; }
+  // Tells the daemon that this process is done with `session`, one of the daemon before's
+  // (docs/design.md, "The grace period ends when no one is left"). An error when it was not one
+  // the daemon waits for.
+  Status Resume(uint64_t session);
+  // The daemon went away and a reconnect is about to name what this process maps (Link::Carry):
+  // from now on a get through this connection gives no Object (its holding might not be named)
+  // and a create no Draft; each answers as if the daemon had gone before it.
+  void Leave() { leaving_.store(true, std::memory_order_seq_cst); }
+  // The drafts made through this connection and not sealed or aborted yet: until none is left,
+  // this process may still write where the daemon put them.
+  uint64_t open_drafts() const { return drafts_.load(std::memory_order_seq_cst); }
+  // A Draft of this connection was sealed or aborted; the last one of a superseded connection
+  // tells its Link, whose resume may have waited for it.
+  void DraftEnded();
 
   // Copies host bytes into a frame of this process's draft at `place`.
   Status CopyIn(std::span<std::byte> dst, std::span<const std::byte> src, const Place& place);
@@ -182,6 +199,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   // After a holding was remembered: on_first_hold_, the first time.
+  // Whether Leave was called; after a holding was remembered, with the cache's lock between.
+  bool Left() const { return leaving_.load(std::memory_order_acquire); }
   void NoteHeld() {
     if (!held_once_.load(std::memory_order_relaxed) && !held_once_.exchange(true) &&
         on_first_hold_) {
@@ -234,6 +253,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::weak_ptr<Link> link_;
   std::shared_ptr<Connection> successor_;
   std::atomic<bool> superseded_{false};
+  std::atomic<bool> leaving_{false};
+  std::atomic<uint64_t> drafts_{0};  // open ones
+  uint64_t session_id_ = 0;
+  bool resumes_ = false;
   pid_t daemon_pid_ = 0;
   std::function<void()> on_first_hold_;
   std::atomic<bool> held_once_{false};

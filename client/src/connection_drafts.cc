@@ -1,5 +1,6 @@
 // What a Connection does for drafts (see connection.h): the create reply made into a Draft, the
-// bytes copied into its frames and the devices waited for at its seal.
+// bytes copied into its frames and the devices waited for at its seal, and the count of drafts
+// still open, which a reconnect's resume waits for (Link::TryResume).
 #include <fmt/format.h>
 #include <sys/mman.h>
 
@@ -7,6 +8,7 @@
 #include <cstring>
 
 #include "client/src/connection.h"
+#include "client/src/link.h"
 
 namespace depot::internal {
 
@@ -70,10 +72,25 @@ Result<Draft> Connection::MakeDraft(const wire::CreateReply& reply, Message& msg
     (void)Call(proto::MsgType::kAbort, fbb);
     return frames.status();
   }
+  drafts_.fetch_add(1, std::memory_order_seq_cst);  // DraftEnded takes it back
   Draft draft(shared_from_this(), guid, std::move(*frames), {uses.begin(), uses.end()},
               pools_.Places(reply.frames()));
   draft.checksum_ = checksum;
+  if (leaving_.load(std::memory_order_seq_cst)) {
+    // Made by a daemon that went away, after a reconnect counted the drafts still open.
+    (void)draft.Abort();
+    return Status::Disconnected("depotd went away as it answered this create");
+  }
   return draft;
+}
+
+void Connection::DraftEnded() {
+  // Against Link::Carry, which supersedes this connection and then counts its open drafts: one
+  // of the two sees the other.
+  if (drafts_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+      superseded_.load(std::memory_order_seq_cst)) {
+    if (auto link = link_.lock()) link->TryResume();
+  }
 }
 
 }  // namespace depot::internal

@@ -37,11 +37,14 @@ const HoldingTable::Entry* HoldingTable::Find(const Guid& guid) const {
   return e.raw != nullptr ? &e : nullptr;
 }
 
-void HoldingTable::Put(const Guid& guid, const std::shared_ptr<Holding>& h) {
+std::weak_ptr<Holding> HoldingTable::Put(const Guid& guid, const std::shared_ptr<Holding>& h) {
   Reserve(size_ + 1);
   Entry& e = slots_[Seek(guid)];
   if (e.raw == nullptr) ++size_;
+  std::weak_ptr<Holding> displaced;
+  if (e.raw != nullptr && e.raw != h.get()) displaced = std::move(e.holding);
   e = Entry{guid, h, h.get()};
+  return displaced;
 }
 
 bool HoldingTable::Erase(const Guid& guid, const Holding* only) {

@@ -38,8 +38,8 @@ class HoldingTable {
   void Prefetch(const Guid& guid) const { depot::Prefetch(&slots_[Home(guid)]); }
   // `guid`'s entry, or null.
   const Entry* Find(const Guid& guid) const;
-  // Makes `h` the holding of `guid`, in place of any other.
-  void Put(const Guid& guid, const std::shared_ptr<Holding>& h);
+  // Makes `h` the holding of `guid`, in place of any other: that one, when there was one.
+  std::weak_ptr<Holding> Put(const Guid& guid, const std::shared_ptr<Holding>& h);
   // Forgets `guid`, but only while it names `only` when that is not null. Whether it did.
   bool Erase(const Guid& guid, const Holding* only = nullptr);
   // Makes room for `n` entries in all without growing again (a batch then prefetches lines

@@ -147,6 +147,7 @@ Result<Connection*> Link::Replace(std::unique_lock<std::mutex>& lk, Connection& 
   cv_->notify_all();
   lk.unlock();
   held.clear();  // a Holding that goes now takes mu_
+  TryResume();
   lk.lock();
   if (!next.ok()) return next.status();
   return now_.load(std::memory_order_relaxed);
@@ -155,14 +156,17 @@ Result<Connection*> Link::Replace(std::unique_lock<std::mutex>& lk, Connection& 
 void Link::Carry(Connection& gone, std::shared_ptr<Connection> next,
                  std::vector<std::shared_ptr<Holding>>& held) {
   if (pinned_) (void)next->PinHostMemory();
-  // What this process still maps: the Objects of `gone`, and those carried to it before.
-  held = gone.Holdings();
-  std::vector<Guid> guids;
-  std::unordered_set<Guid> named;  // a GUID both carried before and held by `gone` is held once
-  guids.reserve(carried_.size() + held.size());
-  for (const auto& [guid, count] : carried_) {
-    if (named.insert(guid).second) guids.push_back(guid);
+  // No get through `gone` gives an Object from here on: what is read below is all this process
+  // maps, the Objects of `gone` and of every connection before it.
+  gone.Leave();
+  for (const auto& c : connections_) {
+    auto its = c->Holdings();
+    held.insert(held.end(), std::make_move_iterator(its.begin()),
+                std::make_move_iterator(its.end()));
   }
+  std::vector<Guid> guids;
+  std::unordered_set<Guid> named;  // a GUID held through two connections is held once
+  guids.reserve(held.size());
   for (const auto& h : held) {
     if (named.insert(h->guid).second) guids.push_back(h->guid);
   }
@@ -171,25 +175,56 @@ void Link::Carry(Connection& gone, std::shared_ptr<Connection> next,
   for (size_t i = 0; i < guids.size(); ++i) {
     if (ok[i]) kept.insert(guids[i]);
   }
-  std::erase_if(carried_, [&](const auto& entry) { return !kept.contains(entry.first); });
+  carried_.clear();
+  uncarried_ = 0;
   for (const auto& h : held) {
+    h->named = true;
     h->carried = kept.contains(h->guid);
-    if (h->carried) ++carried_[h->guid];
+    if (h->carried) {
+      ++carried_[h->guid];
+    } else {
+      ++uncarried_;
+    }
   }
+  gone.HungUp();  // no put writes into its lease any more
   gone.Supersede(weak_from_this(), next);
+  resume_.reset();
+  if (next->resumes() && gone.session_id() != 0) resume_ = gone.session_id();
   Adopt(std::move(next));
   reconnects_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Link::DropCarried(const Holding& h) {
-  std::lock_guard lk(mu_);
-  if (!h.carried) return;
-  auto it = carried_.find(h.guid);
-  if (it == carried_.end()) return;
-  if (--it->second == 0) {
-    carried_.erase(it);
-    now_.load(std::memory_order_relaxed)->ReleaseHold(h.guid);
+  bool resume = false;
+  {
+    std::lock_guard lk(mu_);
+    if (!h.named) return;  // never named to a daemon (dropped as it was made: Connection::Leave)
+    if (!h.carried) {
+      resume = --uncarried_ == 0 && resume_;
+    } else if (auto it = carried_.find(h.guid); it != carried_.end() && --it->second == 0) {
+      carried_.erase(it);
+      now_.load(std::memory_order_relaxed)->ReleaseHold(h.guid);
+    }
   }
+  if (resume) TryResume();
+}
+
+void Link::TryResume() {
+  Connection* now = nullptr;
+  uint64_t session = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (!resume_ || stopping_ || made_.forked() || uncarried_ > 0) return;
+    for (const auto& c : connections_) {
+      if (c->open_drafts() > 0) return;
+    }
+    session = *resume_;
+    resume_.reset();
+    now = now_.load(std::memory_order_relaxed);
+  }
+  // Refused when the daemon does not wait for that session (its grace period is over, or it could
+  // not tell who was connected): its grace period then runs its course, as without a resume.
+  (void)now->Resume(session);
 }
 
 Status Link::PinHostMemory() {

@@ -18,6 +18,10 @@
 // than at its next call: the new daemon keeps the freed memory of kept segments unused only for
 // restart_grace_ms.
 //
+// Once everything this process maps is held again and no draft of an old connection is open, the
+// Link tells the new daemon it is done with the old session (TryResume), so that the new
+// daemon's grace period need not wait for this process.
+//
 // Every connection made stays until the Link goes (a thread may still be in a call on an old
 // one); an old one keeps only its socket, its index mapping and its reference slots.
 //
@@ -69,8 +73,13 @@ class Link : public std::enable_shared_from_this<Link> {
   Result<Connection*> Recover(Connection& conn, const Status& st);
 
   // A Holding of a superseded connection goes (Connection::Forget): when a reconnect carried
-  // it, and it was the last of its GUID, the hold is released through the connection now.
+  // it, and it was the last of its GUID, the hold is released through the connection now; when
+  // it was the last the new daemon did not have, a resume may be sent (TryResume).
   void DropCarried(const Holding& h);
+  // Tells the daemon now that this process is done with the session of the daemon before
+  // (Connection::Resume), once it holds again every object it maps and no draft of an old
+  // connection is open; until then, and when the daemon does not understand it, nothing.
+  void TryResume();
 
   // Connection::PinHostMemory, for the connections to come as well.
   Status PinHostMemory();
@@ -83,9 +92,10 @@ class Link : public std::enable_shared_from_this<Link> {
   // Replaces `gone` unless it has been replaced already; waits for a reconnect under way first.
   // Called with `lk` (of mu_) held; lets it go only while connecting.
   Result<Connection*> Replace(std::unique_lock<std::mutex>& lk, Connection& gone);
-  // Names what this process still maps to `next` and makes it the connection now, with mu_
-  // held. `held` keeps the Holdings of `gone` alive meanwhile (the caller lets them go after
-  // unlocking: a Holding that goes takes mu_).
+  // Names what this process still maps (the Objects of every connection so far) to `next` and
+  // makes it the connection now, with mu_ held; a resume is due once nothing holds it back. `held`
+  // keeps the Holdings of `gone` alive meanwhile (the caller lets them go after unlocking: a
+  // Holding that goes takes mu_).
   void Carry(Connection& gone, std::shared_ptr<Connection> next,
              std::vector<std::shared_ptr<Holding>>& held);
   // Makes `conn` the connection now (with mu_ held, or before the Link is shared).
@@ -101,8 +111,13 @@ class Link : public std::enable_shared_from_this<Link> {
   std::mutex mu_;                            // guards what follows
   ParentOwned<std::condition_variable> cv_;  // the connection changed, a reconnect ended, or stop
   std::vector<std::shared_ptr<Connection>> connections_;  // every one made, the one now last
-  // Per GUID, the Holdings of superseded connections that the connection now holds for them.
+  // Per GUID, the Holdings of superseded connections that the connection now holds for them;
+  // and how many others are alive (the new daemon did not have their objects).
   std::unordered_map<Guid, uint32_t> carried_;
+  size_t uncarried_ = 0;
+  // The session of the daemon before, once the last reconnect found a daemon that understands
+  // resumes, until one is sent.
+  std::optional<uint64_t> resume_;
   bool reconnecting_ = false;
   bool pinned_ = false;
   bool stopping_ = false;

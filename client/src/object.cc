@@ -125,7 +125,9 @@ Status Draft::Finish(bool seal, void* cuda_stream) {
   frames_.clear();
   conn_->DropUses(segment_uses_);
   segment_uses_.clear();
-  return conn_->Call(seal ? MsgType::kSeal : MsgType::kAbort, fbb).status();
+  Status told = conn_->Call(seal ? MsgType::kSeal : MsgType::kAbort, fbb).status();
+  conn_->DraftEnded();  // after the seal: a daemon that took it made an object of those bytes
+  return told;
 }
 
 }  // namespace depot

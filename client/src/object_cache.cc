@@ -12,7 +12,7 @@ constexpr size_t kAhead = 16;
 
 void ObjectCache::Remember(const std::shared_ptr<Holding>& h) {
   std::lock_guard lk(mu_);
-  entries_.Put(h->guid, h);
+  if (auto displaced = entries_.Put(h->guid, h); !displaced.expired()) SetAside(displaced);
 }
 
 void ObjectCache::FindMany(std::span<const Guid> guids, std::span<std::shared_ptr<Holding>> found) {
@@ -33,7 +33,9 @@ void ObjectCache::RememberMany(std::span<const std::shared_ptr<Holding>> holding
   }
   for (size_t i = 0; i < holdings.size(); ++i) {
     if (i + kAhead < holdings.size()) entries_.Prefetch(holdings[i + kAhead]->guid);
-    entries_.Put(holdings[i]->guid, holdings[i]);
+    if (auto displaced = entries_.Put(holdings[i]->guid, holdings[i]); !displaced.expired()) {
+      SetAside(displaced);
+    }
   }
 }
 
@@ -44,7 +46,32 @@ std::vector<std::shared_ptr<Holding>> ObjectCache::All() {
   entries_.ForEach([&](const HoldingTable::Entry& e) {
     if (auto h = e.holding.lock()) out.push_back(std::move(h));
   });
+  for (const auto& w : aside_) {
+    if (auto h = w.lock()) out.push_back(std::move(h));
+  }
   return out;
+}
+
+bool ObjectCache::empty() {
+  std::lock_guard lk(mu_);
+  return entries_.size() == 0 &&
+         std::all_of(aside_.begin(), aside_.end(), [](const auto& w) { return w.expired(); });
+}
+
+void ObjectCache::Deleted(const Guid& guid) {
+  std::lock_guard lk(mu_);
+  if (const HoldingTable::Entry* e = entries_.Find(guid); e != nullptr && !e->holding.expired()) {
+    SetAside(e->holding);
+  }
+  entries_.Erase(guid);
+}
+
+void ObjectCache::SetAside(std::weak_ptr<Holding> h) {
+  if (aside_.size() >= 2 * aside_pruned_ + 64) {
+    std::erase_if(aside_, [](const auto& w) { return w.expired(); });
+    aside_pruned_ = aside_.size();
+  }
+  aside_.push_back(std::move(h));
 }
 
 void ObjectCache::Forget(const Holding& h) {

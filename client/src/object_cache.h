@@ -38,8 +38,10 @@ struct Holding {
   std::vector<Place> places;  // empty: every frame on the host
   SegmentUses segment_uses;
   uint64_t size = 0;
-  // The daemon a reconnect found holds it for the connection now (Link::Carry), released by
-  // GUID through that connection when this goes. Guarded by the Link's mutex.
+  // A reconnect named it (Link::Carry), and the daemon it found holds it for the connection now
+  // (`carried`: released by GUID through that connection when this goes) or does not have it.
+  // Guarded by the Link's mutex.
+  bool named = false;
   bool carried = false;
   ~Holding();  // hands the reference back, or clears the slot (Connection::Forget)
 };
@@ -61,22 +63,23 @@ class ObjectCache {
   void RememberMany(std::span<const std::shared_ptr<Holding>> holdings);
   // `h`'s last Object is gone: forgets it, unless a newer holding of its GUID took its place.
   void Forget(const Holding& h);
-  // Every holding still held, each kept alive by the result.
+  // Every holding still held, each kept alive by the result: also those no longer found by GUID
+  // (deleted, or replaced by a newer holding of their GUID), whose Objects still map them.
   std::vector<std::shared_ptr<Holding>> All();
-  bool empty() {
-    std::lock_guard lk(mu_);
-    return entries_.size() == 0;
-  }
+  bool empty();
   // This process deleted `guid`: a get or contains of it must ask the daemon again, and find it
   // gone. The Objects that hold it keep their bytes.
-  void Deleted(const Guid& guid) {
-    std::lock_guard lk(mu_);
-    entries_.Erase(guid);
-  }
+  void Deleted(const Guid& guid);
 
  private:
+  // Keeps `h`, no longer found by GUID, for All (with mu_ held); forgets the expired ones each
+  // time their number doubles.
+  void SetAside(std::weak_ptr<Holding> h);
+
   std::mutex mu_;
   HoldingTable entries_;
+  std::vector<std::weak_ptr<Holding>> aside_;
+  size_t aside_pruned_ = 0;  // aside_'s size after its last pruning
 };
 
 }  // namespace depot::internal
