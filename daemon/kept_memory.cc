@@ -295,6 +295,8 @@ void KeptMemory::Report(StoreStatus& st) const {
   for (const auto& [key, place] : places_) {
     st.kept_closed_bytes += place.ns->host_pool().closed().second;
   }
+  st.grace_waiting = grace_ended_ ? 0 : census_.waiting();
+  st.grace_resumed = census_.resumed();
 }
 
 bool KeptMemory::AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& facts) {

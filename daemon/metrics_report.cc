@@ -186,6 +186,12 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Sample("depot_adoption_dropped", {}, s.adoption_dropped);
   t.Family("depot_adoption_seconds", "gauge", "How long the adoption of kept memory took.");
   t.Sample("depot_adoption_seconds", {}, static_cast<double>(s.adoption_us) / 1e6);
+  t.Family("depot_grace_sessions_waiting", "gauge",
+           "Sessions of the last depotd the grace period still waits for (exit or resume).");
+  t.Sample("depot_grace_sessions_waiting", {}, s.grace_waiting);
+  t.Family("depot_grace_sessions_resumed", "gauge",
+           "Sessions of the last depotd that their processes resumed after the start.");
+  t.Sample("depot_grace_sessions_resumed", {}, s.grace_resumed);
   t.Family("depot_index_growths_total", "counter",
            "Times a shared index moved to one twice as big.");
   t.Sample("depot_index_growths_total", {}, s.index_growths);

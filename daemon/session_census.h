@@ -70,6 +70,9 @@ class SessionCensus {
   // Process `pid` of `uid` says it is done with `session` of the last daemon: whether that was
   // one waited for, and its.
   bool Resumed(uint64_t session, int32_t pid, uint32_t uid);
+  // The sessions still waited for, and those resumed so far.
+  size_t waiting() const { return waiting_.size(); }
+  size_t resumed() const { return resumed_; }
 
  private:
   // `pid` exited: its sessions are done.

@@ -157,6 +157,8 @@ TEST_CASE("A process that holds again all it maps ends the grace period as it re
   INFO(second.Log());
   // `c` makes no call: its watcher reconnected, held `held` again and resumed.
   CHECK(WaitFor([&] { return !Closed(d); }, 10s));
+  CHECK(StatusOf(d).grace_resumed == 1);
+  CHECK(StatusOf(d).grace_waiting == 0);
   CHECK(second.Log().find("1 resumed and 0 ended with their process") != std::string::npos);
   // The next daemon holds it for `c`: deleted, its bytes stay, whatever is put.
   REQUIRE(d.Delete(held.guid).ok());
@@ -182,6 +184,7 @@ TEST_CASE("A draft open across a crash keeps the grace period until it is sealed
   REQUIRE(WaitFor([&] { return d.Stat(held.guid).ok() && d.Stat(held.guid)->refcount == 1; }, 10s));
   std::this_thread::sleep_for(500ms);
   CHECK(Closed(d));  // `c` may still write into the draft: its bytes are free to the next daemon
+  CHECK(StatusOf(d).grace_waiting == 1);
   std::memset(draft->frame(0).data(), 1, draft->frame(0).size());
   draft = Status::NotFound("let go");  // aborted
   CHECK(WaitFor([&] { return !Closed(d); }, 10s));
@@ -242,6 +245,9 @@ TEST_CASE("A process cannot end the grace period with another process's session"
               [&] { return RawResume(second.socket, session).IsNotFound() ? 0 : 1; }) == 0);
   std::this_thread::sleep_for(300ms);
   CHECK(Closed(d));
+  auto waiting = StatusOf(d);
+  CHECK(waiting.grace_waiting == 1);
+  CHECK(waiting.grace_resumed == 0);
   ::kill(other, SIGKILL);
   Wait(other);
   CHECK(WaitFor([&] { return !Closed(d); }, 10s));

@@ -176,14 +176,19 @@ int Status(depot::Client& c, bool json) {
   } else {
     fmt::print(
         "kept memory   {} descriptors in systemd's store; at start {} objects ({}) adopted in "
-        "{:.1f} ms, {} dropped, {} catalogs refused{}\n",
+        "{:.1f} ms, {} dropped, {} catalogs refused{}{}\n",
         s->kept_descriptors, s->adopted_objects, FormatBytes(s->adopted_bytes),
         static_cast<double>(s->adoption_us) / 1000, s->adoption_dropped, s->adoption_refused,
         s->kept_closed_bytes == 0
             ? ""
             : fmt::format("; {} of kept segments closed to new objects until the grace period "
-                          "ends",
-                          FormatBytes(s->kept_closed_bytes)));
+                          "ends ({})",
+                          FormatBytes(s->kept_closed_bytes),
+                          s->grace_waiting == 0
+                              ? std::string("when its time runs out")
+                              : fmt::format("or {} sessions of the last depotd end or resume",
+                                            s->grace_waiting)),
+        s->grace_resumed == 0 ? "" : fmt::format("; {} sessions resumed", s->grace_resumed));
   }
   fmt::print("requests      {} answered, {} errors{}\n", s->requests, errors_total,
              errors_text.empty() ? "" : " (" + errors_text + ")");

@@ -123,7 +123,12 @@
     "kept catalogs refused whole at start (another format version)")                              \
   X(adoption_us, uint64_t, "kept", "adoption_us", "microseconds the adoption at start took")      \
   X(kept_closed_bytes, uint64_t, "kept", "closed_bytes",                                          \
-    "bytes of adopted segments taking no new objects until the grace period ends")
+    "bytes of adopted segments taking no new objects until the grace period ends")                \
+  X(grace_waiting, uint64_t, "kept", "grace_waiting",                                             \
+    "sessions of the last daemon the grace period still waits for (their process's exit or "      \
+    "resume)")                                                                                    \
+  X(grace_resumed, uint64_t, "kept", "grace_resumed",                                             \
+    "sessions of the last daemon that their processes resumed after the start")
 
 namespace depot {
 
