@@ -68,10 +68,11 @@ void SessionCensus::Watch(const std::vector<Kept>& sessions,
       ++exited_;  // gone already
     }
   }
-  for (auto& [pid, fd] : fds) {
-    if (!fd.valid()) continue;
+  for (auto& entry : fds) {
+    int32_t pid = entry.first;  // a plain variable: a lambda cannot capture a structured binding
+    if (!entry.second.valid()) continue;
     auto& d = pidfds_[pid] =
-        std::make_unique<boost::asio::posix::stream_descriptor>(io_, fd.release());
+        std::make_unique<boost::asio::posix::stream_descriptor>(io_, entry.second.release());
     d->async_wait(boost::asio::posix::stream_descriptor::wait_read,
                   [this, pid](const boost::system::error_code& ec) {
                     if (!ec) Exited(pid);
