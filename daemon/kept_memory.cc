@@ -143,12 +143,16 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
   report_ = {};
   report_.ran = !kept.empty();
   std::map<uint32_t, KeptNamespace> found;
-  std::optional<KeptFd> census;               // the last daemon's, when it kept one
+  // The last daemon's census, when it kept one: read and forgotten before any ring is, so that a
+  // crash during this adoption leaves the next daemon no census that the rings taken since would
+  // make wrong (without one it runs its grace period out).
+  std::optional<bool> census;
   std::vector<SessionCensus::Kept> sessions;  // those its kept rings name
   for (KeptFd& k : kept) {
     store_.Passed(k.name);
     if (k.name == SessionCensus::kName) {
-      census = std::move(k);
+      census = SessionCensus::Complete(k.fd);
+      store_.Forget(k.name);
       continue;
     }
     uint32_t key = 0, id = 0, owner = 0, large = 0;
@@ -239,9 +243,8 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
     if (auto it = places_.find(key); it != places_.end()) StoreCatalog(key, it->second);
     if (newest) store_.Forget(newest->name);
   }
-  // The last daemon's census of sessions gives way to this one's (SessionCensus).
-  if (census) store_.Forget(census->name);
-  census_.Start(store_);
+  // This daemon's census, counting from the start the grace period about to begin.
+  census_.Start(store_, report_.ran ? 1 : 0);
   report_.milliseconds =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (report_.ran) {
@@ -254,9 +257,7 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
         report_.refused > 0 ? fmt::format(", {} catalogs refused", report_.refused) : "",
         grace_.count() / 1000.0, sessions.size());
     BeginGrace();
-    // Until it ends, a next daemon could not tell who still maps this one's kept memory.
-    CountUnkept();
-    if (census && SessionCensus::Complete(census->fd)) {
+    if (census.value_or(false)) {
       census_.Watch(sessions, [this](const std::string& why) { EndGrace(why); });
     } else {
       spdlog::info("kept memory: the last depotd {}: the grace period runs out",
@@ -279,6 +280,7 @@ void KeptMemory::EndGrace(const std::string& why) {
   if (!grace_begun_ || grace_ended_) return;
   grace_ended_ = true;
   grace_timer_.cancel();
+  census_.StopWatching();
   CountUnkept();
   if (report_.ran) OpenAll(why);
   if (on_grace_end_) on_grace_end_();
@@ -295,7 +297,7 @@ void KeptMemory::Report(StoreStatus& st) const {
   for (const auto& [key, place] : places_) {
     st.kept_closed_bytes += place.ns->host_pool().closed().second;
   }
-  st.grace_waiting = grace_ended_ ? 0 : census_.waiting();
+  st.grace_waiting = census_.waiting();
   st.grace_resumed = census_.resumed();
 }
 

@@ -18,7 +18,7 @@ SessionCensus::~SessionCensus() {
   if (word_ != nullptr) ::munmap(word_, sizeof(*word_));
 }
 
-void SessionCensus::Start(FdStore& store) {
+void SessionCensus::Start(FdStore& store, uint64_t word) {
   if (!store.on() || fd_.valid()) return;
   UniqueFd fd(::memfd_create("depot-sessions", MFD_CLOEXEC));
   void* p = MAP_FAILED;
@@ -30,7 +30,7 @@ void SessionCensus::Start(FdStore& store) {
     spdlog::warn("kept memory: no census of sessions: {}", std::strerror(errno));
     return;
   }
-  word_ = new (p) std::atomic<uint64_t>(0);
+  word_ = new (p) std::atomic<uint64_t>(word);
   fd_ = std::move(fd);
   store.Keep(kName, fd_.get());
 }
@@ -93,6 +93,12 @@ bool SessionCensus::Resumed(uint64_t session, int32_t pid, uint32_t uid) {
   }
   MaybeDone();
   return true;
+}
+
+void SessionCensus::StopWatching() {
+  done_ = nullptr;
+  waiting_.clear();
+  pidfds_.clear();  // each wait is cancelled: its handler sees operation_aborted
 }
 
 void SessionCensus::Exited(int32_t pid) {

@@ -49,8 +49,9 @@ class SessionCensus {
   SessionCensus(const SessionCensus&) = delete;
   SessionCensus& operator=(const SessionCensus&) = delete;
 
-  // This daemon's census, kept in `store`: call once the last daemon's is read and forgotten.
-  void Start(FdStore& store);
+  // This daemon's census, kept in `store` with `word` in it: call once the last daemon's is read
+  // and forgotten.
+  void Start(FdStore& store, uint64_t word);
   // How many greeted sessions have no kept ring now.
   void Unkept(uint64_t sessions);
 
@@ -70,6 +71,8 @@ class SessionCensus {
   // Process `pid` of `uid` says it is done with `session` of the last daemon: whether that was
   // one waited for, and its.
   bool Resumed(uint64_t session, int32_t pid, uint32_t uid);
+  // The grace period ended otherwise (its time ran out): nothing is waited for any more.
+  void StopWatching();
   // The sessions still waited for, and those resumed so far.
   size_t waiting() const { return waiting_.size(); }
   size_t resumed() const { return resumed_; }
