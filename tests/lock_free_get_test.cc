@@ -195,10 +195,11 @@ TEST_CASE(
   StoreStatus before = StatusOf(c);
   for (const Status& st : c.Delete(ids)) CHECK(st.ok());
   StoreStatus after = StatusOf(c);
-  // One read for the request (and at most one of the timer that reads for held ones), not one
-  // for each of the 200 objects.
+  // One read for the request (and at most two of the timer that reads for held ones, 5 ms and
+  // then 10 ms later, when this machine is slow, as under ThreadSanitizer), not one for each of
+  // the 200 objects.
   CHECK(after.slot_reads - before.slot_reads >= 1);
-  CHECK(after.slot_reads - before.slot_reads <= 2);
+  CHECK(after.slot_reads - before.slot_reads <= 3);
   // The odd ones were freed before the reply; the even ones wait for the reader.
   CHECK(after.objects_deleted == kCount / 2);
   CHECK(after.objects_sealed == before.objects_sealed - kCount);
