@@ -23,7 +23,8 @@ NamespaceSet::NamespaceSet(boost::asio::io_context& io, NamespaceOptions options
                                  const Status& st) { hooks_.restored(ns, guid, st); },
               .allocate = [this](Namespace& ns, std::span<const uint64_t> sizes,
                                  uid_t uid) { return Allocate(ns, sizes, {}, 0, uid); },
-              .idle = [this](Namespace* ns) { MaybeDrop(ns); }}) {
+              .idle = [this](Namespace* ns) { MaybeDrop(ns); },
+              .held_by_clients = [this] { return Stats(0).retired_held; }}) {
   host_budget_.capacity = ShmSource::UsableCapacity(options_.host.capacity);
   host_budget_.warm_limit = std::min(options_.host.keep_warm, host_budget_.capacity);
   if (hooks_.post) maker_ = std::make_unique<SegmentMaker>(hooks_.post);

@@ -64,8 +64,8 @@ SpillStore::SpillStore(boost::asio::io_context& io, SpillOptions options, Hooks 
       threads_(kIoThreads),
       sequence_(static_cast<uint64_t>(WallClockNs())),
       census_timer_(io),
-      parked_(
-          {options_.max_parked, options_.max_parked_bytes, options_.max_parked_bytes_per_user}) {}
+      parked_({options_.max_parked, options_.max_parked_bytes, options_.max_parked_bytes_per_user}),
+      drop_waits_(io) {}
 
 SpillStore::~SpillStore() { threads_.join(); }
 
@@ -121,6 +121,7 @@ Status SpillStore::Attach(Namespace& ns) {
 }
 
 bool SpillStore::Busy(const Namespace& ns) const {
+  if (drop_waits_.Waiting(&ns)) return true;
   auto it = jobs_.lower_bound({&ns, 0});
   return it != jobs_.end() && it->first.first == &ns;
 }
@@ -303,25 +304,31 @@ Result<const StoredObject*> SpillStore::Acquire(Namespace& ns, SessionId session
   return got;
 }
 
-void SpillStore::StartRestore(Namespace& ns, const StoredObject& o) {
+void SpillStore::StartRestore(Namespace& ns, const StoredObject& o, bool may_wait) {
   std::vector<uint64_t> sizes;
   for (const Location& f : o.frames()) sizes.push_back(f.size);
   auto frames = hooks_.allocate(ns, sizes, o.creator_uid);
   if (!frames.ok()) {
     ObjectId id = o.id;
+    auto again = [this, &ns, id](bool may_wait_again) {
+      const StoredObject* o = ns.table().Get(id);
+      if (o != nullptr && o->residence == Residence::kRestoring && !jobs_.contains({&ns, id})) {
+        StartRestore(ns, *o, may_wait_again);
+      }
+    };
     Status room = frames.status();
-    if (room.IsStoreFull()) {
-      room = MakeRoom(ns, o.size(), [this, &ns, id] {
-        const StoredObject* again = ns.table().Get(id);
-        if (again != nullptr && again->residence == Residence::kRestoring &&
-            !jobs_.contains({&ns, id})) {
-          StartRestore(ns, *again);
-        }
-      });
+    if (room.IsStoreFull()) room = MakeRoom(ns, o.size(), [again] { again(true); });
+    uint64_t held = room.ok() ? 0 : hooks_.held_by_clients();
+    if (held > 0 && may_wait) {
+      drop_waits_.Add(&ns, again);
+      return;
     }
     if (!room.ok()) {
-      Status why = Status::StoreFull(fmt::format("object {} is on disk and cannot be restored: {}",
-                                                 o.guid.ToString(), room.message()));
+      Status why = Status::StoreFull(fmt::format(
+          "object {} is on disk and cannot be restored: {}{}", o.guid.ToString(), room.message(),
+          held == 0 ? ""
+                    : fmt::format("; {} are in retired segments that clients have not unmapped",
+                                  FormatBytes(held))));
       ns.table().FinishRestore(id, {}, why);
       hooks_.restored(ns, o.guid, why);
     }

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "daemon/drop_waits.h"
 #include "daemon/namespace.h"
 #include "daemon/parked_creates.h"
 #include "daemon/spill_file.h"
@@ -61,6 +62,9 @@ class SpillStore {
         allocate;
     // A job in `ns` ended: the namespace may be left with nothing.
     std::function<void(Namespace*)> idle;
+    // Bytes of retired host segments that clients still map, over every namespace: they come
+    // back as the clients unmap them (DropWaits).
+    std::function<uint64_t()> held_by_clients;
   };
 
   SpillStore(boost::asio::io_context& io, SpillOptions options, Hooks hooks);
@@ -80,8 +84,11 @@ class SpillStore {
   // there into its table (on disk, restored at their first get).
   Status Attach(Namespace& ns);
   // The namespace goes (it has no objects left).
-  void Detach(const Namespace& ns) { places_.erase(&ns); }
-  // True while a job of `ns` runs.
+  void Detach(const Namespace& ns) {
+    places_.erase(&ns);
+    drop_waits_.Forget(&ns);
+  }
+  // True while a job of `ns` runs, or a restore in it waits for memory (DropWaits).
   bool Busy(const Namespace& ns) const;
 
   // Starts writing out `ns`'s least recently used spill candidates, `bytes` worth, and calls
@@ -123,6 +130,9 @@ class SpillStore {
 
   // The number of sealed objects changed: the census is rewritten within a second.
   void NoteChange();
+  // A retired segment was let go by the last client that mapped it: restores waiting for memory
+  // try again.
+  void SegmentDropped() { drop_waits_.Dropped(); }
 
  private:
   struct Job;
@@ -142,7 +152,10 @@ class SpillStore {
   // Starts writing `o` out; false when spill_capacity leaves no room for it.
   bool StartSpill(Namespace& ns, const StoredObject& o, bool over_capacity);
   void EndSpill(const std::shared_ptr<Job>& job);
-  void StartRestore(Namespace& ns, const StoredObject& o);
+  // Starts reading `o` back. Without memory for it, makes room; with none to be made while
+  // clients still map retired segments, waits for them (`may_wait`: once more since the last
+  // segment they let go); else fails the restore.
+  void StartRestore(Namespace& ns, const StoredObject& o, bool may_wait = true);
   void EndRestore(const std::shared_ptr<Job>& job);
   // Runs `job` on an I/O thread, then `end` on the loop.
   void Run(std::shared_ptr<Job> job, void (SpillStore::*end)(const std::shared_ptr<Job>&));
@@ -172,6 +185,7 @@ class SpillStore {
   std::map<const Namespace*, Place> places_;
   std::map<std::pair<const Namespace*, ObjectId>, std::shared_ptr<Job>> jobs_;
   ParkedCreates parked_;  // creates waiting for room
+  DropWaits drop_waits_;  // restores waiting for memory that clients let go
   // Counters since start, for status.
   uint64_t spills_ = 0, spilled_bytes_ = 0, spill_ns_ = 0;
   uint64_t restores_ = 0, restored_bytes_ = 0, restore_ns_ = 0;

@@ -44,7 +44,10 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
           }),
       quotas_(options_.user_quota, options_.client_quota),
       waits_(io, options_.get_waits, [this](GetWait& w) { AnswerGet(w); }),
-      segments_([](Namespace& ns, uint32_t pool, uint32_t id) { ns.Dropped(pool, id); }),
+      segments_([this](Namespace& ns, uint32_t pool, uint32_t id) {
+        ns.Dropped(pool, id);
+        namespaces_.spill().SegmentDropped();
+      }),
       started_(std::chrono::steady_clock::now()),
       pins_timer_(io),
       rings_(

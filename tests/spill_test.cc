@@ -340,6 +340,67 @@ TEST_CASE("a corrupted and a missing spill file are DataLoss for those objects a
   CHECK(::kill(d.pid(), 0) == 0);
 }
 
+// Two 1 MiB segments of one 768 KiB object each, none kept empty, and X on disk. The getter holds
+// one of the two objects and has mapped the other's segment: to restore X the daemon spills that
+// other object, and its segment, given back, stays counted until each client that mapped it says
+// it unmapped it.
+struct RetiredSegmentSetup {
+  static constexpr size_t kSize = 768 * kKiB;
+  std::string spill = TempDir() + "/spill";
+  Daemon d{
+      {"--capacity", "2MiB", "--segment-size", "1MiB", "--keep-warm", "0", "--spill-dir", spill}};
+  Guid x, other, held;
+
+  RetiredSegmentSetup() {
+    {
+      Client p = d.Connect();
+      x = PutChecked(p, kSize, 1);
+      other = PutChecked(p, kSize, 2);
+    }
+    Client p = d.Connect();
+    held = PutChecked(p, kSize, 3);  // X, the least recently used, goes to disk
+    REQUIRE(p.Stat(x)->residence == ObjectInfo::Residence::kDisk);
+  }
+  // `c` holds `held` in the result and maps the other object's segment.
+  Object MapBoth(Client& c) const {
+    auto h = c.Get(held);
+    REQUIRE(h.ok());
+    REQUIRE(c.Get(other).ok());
+    (void)StatusOf(c);  // the release of `other` reaches the daemon
+    return std::move(*h);
+  }
+};
+
+TEST_CASE("a restore waits for the memory its getter is letting go of", "[spill]") {
+  RetiredSegmentSetup s;
+  Client g = s.d.Connect();
+  Object held = s.MapBoth(g);
+  // The getter says it unmapped the segment while it waits for X: then X fits.
+  auto got = g.Get(s.x, kNoWait);
+  INFO(got.status().ToString());
+  REQUIRE(got.ok());
+  CheckBytes(g, s.x, s.kSize, 1);
+}
+
+TEST_CASE("a client that never unmaps a retired segment costs a restore a bounded wait",
+          "[spill]") {
+  RetiredSegmentSetup s;
+  std::optional<Client> idle(s.d.Connect());
+  std::optional<Object> held(s.MapBoth(*idle));  // and then it reads nothing more
+  Client g = s.d.Connect();
+  auto start = std::chrono::steady_clock::now();
+  auto got = g.Get(s.x, kNoWait);
+  INFO(got.status().ToString());
+  CHECK(got.status().IsStoreFull());
+  CHECK(got.status().message().find("are in retired segments that clients have not unmapped") !=
+        std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start >= 250ms);
+  // Once the idle client goes, its segments come back and X is restored.
+  held.reset();
+  idle.reset();
+  CHECK(WaitFor([&] { return g.Get(s.x, kNoWait).ok(); }));
+}
+
 TEST_CASE("many processes getting one spilled object restore it once", "[spill]") {
   std::string spill = TempDir() + "/spill";
   Daemon d(SpillArgs(spill, "8MiB"));
