@@ -79,6 +79,14 @@ Result<SegmentMemory> SegmentOf(KeptSegment& s) {
   return m;
 }
 
+// The rest of a ring's name after its generation: ".<pid>", or nothing (a daemon before pids
+// were named).
+bool RingPid(const char* rest, int32_t& pid) {
+  int end = 0;
+  if (rest[0] == '\0') return true;
+  return std::sscanf(rest, ".%" SCNd32 "%n", &pid, &end) == 1 && rest[end] == '\0';
+}
+
 }  // namespace
 
 KeptMemory::KeptMemory(boost::asio::io_context& io, bool wanted, std::chrono::milliseconds grace)
@@ -164,18 +172,12 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
         name[end] == '\0') {
       found[key].segments.push_back({id, owner, large != 0, std::move(k)});
     } else if (int32_t pid = 0;
-               std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 ".%" SCNd32 "%n",
-                           &key, &owner, &generation, &pid, &end) == 4 &&
-               name[end] == '\0') {
+               std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 "%n", &key, &owner,
+                           &generation, &end) == 3 &&
+               RingPid(name + end, pid)) {
       sessions.push_back({generation, pid, owner});
       last_session_ = std::max(last_session_, generation);
       found[key].rings.push_back({owner, pid, std::move(k)});
-    } else if (std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 "%n", &key, &owner,
-                           &generation, &end) == 3 &&
-               name[end] == '\0') {
-      sessions.push_back({generation, 0, owner});
-      last_session_ = std::max(last_session_, generation);
-      found[key].rings.push_back({owner, 0, std::move(k)});
     } else if (std::sscanf(name, "depot.catalog.%" SCNu32 ".%" SCNu64 "%n", &key, &generation,
                            &end) == 2 &&
                name[end] == '\0') {
