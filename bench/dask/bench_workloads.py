@@ -327,7 +327,7 @@ def main():
                                   "8 MB", transpose_sum, chart="transpose-sum")
                     bench.measure("bag shuffle: 200k records of 1 KiB in 16 partitions, grouped on "
                                   "a random key, counted", bag_shuffle,
-                                  note="Dask serializes a piece record by record",
+                                  note="a piece goes whole through depot",
                                   chart="bag shuffle")
                     bench.measure("map, reduce on one: 32 arrays of 16 MiB summed on one "
                                   "worker", map_reduce_on_one, chart="map, reduce on one")

@@ -21,6 +21,7 @@ the package declares; importing depot.dask registers it too. A cluster that alre
 
 from distributed.comm import registry
 from distributed.comm.tcp import TCP, TCPBackend, TCPConnector, TCPListener
+from distributed.protocol.serialize import Serialize, Serialized
 
 from depot import connection, dask_device, dask_family
 
@@ -56,6 +57,46 @@ def enabled():
     return _enabled
 
 
+_DEPTH = 4  # how deep in a message _through_depot looks for values marked to be serialized
+
+
+def _through_depot(msg, context, depth):
+    """Prepares a message for a peer of the same daemon: returns it with each large collection of
+    plain records marked to be serialized (a dask.bag's piece, say) replaced by its serialization
+    in one piece through depot (dask_family.dumps_whole; only the containers on the way to one
+    are copied), and whether a large value is left for the families to take, value by value.
+    When none is, the families are not asked at all: each value Dask offers them costs a
+    refusal, 22% more time for a message of 780 small records."""
+    if isinstance(msg, Serialize):
+        try:
+            return Serialized(*dask_family.dumps_whole(msg.data, context)), False
+        except NotImplementedError:
+            size = dask_family.plain_total(msg.data)
+            return msg, size is None or size >= dask_family.threshold()
+    kind = type(msg)
+    if kind not in (dict, list, tuple) or not msg:
+        return msg, False
+    if depth == 0:
+        return msg, True  # not looked into: the families may find something there
+    offer = False
+    if kind is dict:
+        out = None
+        for key, value in msg.items():
+            new, more = _through_depot(value, context, depth - 1)
+            offer = offer or more
+            if new is not value:
+                out = out or dict(msg)
+                out[key] = new
+        return (msg if out is None else out), offer
+    items = []
+    for value in msg:
+        new, more = _through_depot(value, context, depth - 1)
+        offer = offer or more
+        items.append(new)
+    changed = any(new is not old for new, old in zip(items, msg))
+    return (kind(items) if changed else msg), offer
+
+
 class DepotComm(TCP):
     """Dask's TCP comm, with large values sent through depot to peers of the same daemon.
     As thread-safe as Dask's comms (one event loop)."""
@@ -71,8 +112,11 @@ class DepotComm(TCP):
         return info
 
     async def write(self, msg, serializers=None, on_error="message"):
-        if _enabled and dask_family.shares_daemon({"recipient": self.remote_info}):
-            serializers = (*_families_here(), *(serializers or _DEFAULT_SERIALIZERS))
+        context = {"recipient": self.remote_info}
+        if _enabled and dask_family.shares_daemon(context):
+            msg, offer = _through_depot(msg, context, _DEPTH)
+            if offer:
+                serializers = (*_families_here(), *(serializers or _DEFAULT_SERIALIZERS))
         return await super().write(msg, serializers, on_error)
 
     async def read(self, deserializers=None):

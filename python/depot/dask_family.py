@@ -18,8 +18,9 @@ from distributed.utils import ensure_memoryview, nbytes
 import depot
 from depot import connection
 
-__all__ = ["DEFAULT_THRESHOLD", "FAMILY", "HANDSHAKE_KEY", "TRANSFER_NAME", "node_identity",
-           "set_threshold", "shares_daemon", "threshold", "transfer_stats"]
+__all__ = ["DEFAULT_THRESHOLD", "FAMILY", "HANDSHAKE_KEY", "TRANSFER_NAME", "dumps_whole",
+           "node_identity", "plain_total", "set_threshold", "shares_daemon", "threshold",
+           "transfer_stats"]
 
 #: The serialization family's name.
 FAMILY = "depot"
@@ -92,10 +93,12 @@ def _plain_size(x, depth=2):
     return None
 
 
-def _dumps(x, context=None):
-    """Serializes with Dask's own families, then moves the large frames into one depot object,
-    when the recipient uses the same daemon; declines (NotImplementedError) otherwise."""
-    size = _plain_size(x)
+def _dumps(x, context=None, every_frame=False, size=None):
+    """Serializes with Dask's own families, then moves the large frames (``every_frame``: all of
+    them) into one depot object, when the recipient uses the same daemon; declines
+    (NotImplementedError) otherwise. `size`: sizeof(x), when the caller has it."""
+    if size is None:
+        size = _plain_size(x)
     if (size if size is not None else sizeof(x)) < _threshold:
         raise NotImplementedError("too small to be worth a trip through depot")  # most values
     if not shares_daemon(context):
@@ -106,7 +109,8 @@ def _dumps(x, context=None):
         raise NotImplementedError(str(e)) from e
     if any(c is not None for c in header.get("compression") or ()):
         raise NotImplementedError("frames already compressed")
-    moved = [i for i, frame in enumerate(frames) if nbytes(frame) >= _threshold]
+    least = 1 if every_frame else _threshold
+    moved = [i for i, frame in enumerate(frames) if nbytes(frame) >= least]
     if not moved:
         raise NotImplementedError("no frame large enough to be worth a trip through depot")
     try:
@@ -119,6 +123,47 @@ def _dumps(x, context=None):
     _read_only(header)
     kept = [b"" if i in moved_set else frame for i, frame in enumerate(frames)]
     return {"guid": guid, "moved": moved, "inner": header}, kept
+
+
+def _plain_items(x, sample=None):
+    """The total size of the values of a collection (a dict: its values), or of its first
+    `sample`, when each is plain (see _plain_size); None for anything else."""
+    if type(x) is dict:
+        x = x.values()
+    elif type(x) not in (list, tuple, set):
+        return None
+    total = 0
+    for seen, item in enumerate(x):
+        if seen == sample:
+            break
+        size = _plain_size(item)
+        if size is None:
+            return None
+        total += size
+    return total
+
+
+def plain_total(x):
+    """The size of a plain value, or of a collection of nothing but plain values; None for
+    anything else."""
+    size = _plain_size(x)
+    return size if size is not None else _plain_items(x)
+
+
+def dumps_whole(x, context):
+    """A collection of small plain records, large as a whole, serialized in one piece through
+    depot: Dask would offer each record on its own to every family, then serialize and send it
+    as a frame of its own (a piece of 780 records of 1 KiB took 7.8 ms that way, 1.6 ms whole).
+    The header and frames of a ``Serialized``; NotImplementedError when depot cannot take it, or
+    when its records are large (each then goes its own way, as Dask sends them)."""
+    if _plain_items(x, sample=8) is None or not x:  # the records of a bag, lines of text...
+        raise NotImplementedError("not a collection of plain records")
+    size = sizeof(x)
+    if size >= _threshold * len(x):
+        raise NotImplementedError("records large enough to travel on their own")
+    header, frames = _dumps(x, context, every_frame=True, size=size)
+    header["serializer"] = FAMILY
+    return header, frames
 
 
 def _read_only(header):

@@ -81,6 +81,25 @@ def test_scatter_and_results_to_the_client_go_through_depot(depot_cluster):
     assert depot.dask.transfer_stats()["received_bytes"] - mine >= 8 * MIB
 
 
+def records(n, seed):
+    """A dask.bag's kind of piece: n (key, 1 KiB of bytes) records."""
+    rng = np.random.default_rng(seed)
+    return [(int(k), rng.bytes(1024)) for k in rng.integers(0, 1 << 30, n)]
+
+
+def test_a_large_collection_of_small_records_goes_through_depot_whole(depot_cluster):
+    """Dask serializes a list marked for serialization record by record, each a frame of its
+    own on the socket: 1,000 records of 1 KiB never reached depot's threshold. Fails if the
+    piece goes any way but whole through depot, or arrives changed."""
+    client = depot_cluster
+    a, b = sorted(client.scheduler_info()["workers"])
+    before = received(client)
+    piece = client.submit(records, 1000, 6, workers=[a], pure=False)
+    got = client.submit(lambda p: p, piece, workers=[b], pure=False).result(timeout=60)
+    assert got == records(1000, 6)
+    assert received(client) - before >= 1000 * 1024
+
+
 def rechunk_through_depot(client):
     """A P2P rechunk of a 32 MiB array between two workers: every output block takes a piece of
     every input block, so about half of the bytes cross between the workers as P2P shards."""
