@@ -100,6 +100,39 @@ def test_a_large_collection_of_small_records_goes_through_depot_whole(depot_clus
     assert received(client) - before >= 1000 * 1024
 
 
+def test_a_message_is_prepared_for_a_peer_of_the_same_daemon(daemon):
+    """What DepotComm.write does before Dask serializes a message: a large collection of small
+    plain records becomes one depot object (read back equal), and the families are asked only
+    where a value may be large: a small one, alone or in a collection of plain values, is not
+    offered to them; an array, records that are large each, or a message deeper than is looked
+    into are."""
+    from distributed.protocol.serialize import Serialize, Serialized, deserialize
+
+    from depot import dask_comm, dask_family
+    depot.dask.configure(daemon.socket)
+    context = {"recipient": {dask_family.HANDSHAKE_KEY: dask_family.node_identity()}}
+    piece = records(1000, 7)
+
+    def prepare(msg):
+        return dask_comm._through_depot(msg, context, dask_comm._DEPTH)
+
+    msg = {"op": "get_data-reply", "data": {"x": Serialize(piece), "y": Serialize(3)}}
+    out, offer = prepare(msg)
+    assert not offer
+    whole = out["data"]["x"]
+    assert isinstance(whole, Serialized) and whole.header["serializer"] == "depot"
+    assert out["data"]["y"] is msg["data"]["y"] and isinstance(msg["data"]["x"], Serialize)
+    assert deserialize(whole.header, whole.frames) == piece
+
+    small = {"data": {"x": Serialize(records(10, 8)), "y": Serialize("text")}}
+    assert prepare(small) == (small, False)
+    for value in (make(MIB, 9), [(1, bytes(MIB)), (2, bytes(MIB))]):
+        message = [{"data": Serialize(value)}]
+        assert prepare(message) == (message, True)
+    deep = [[[[[Serialize(b"")]]]]]
+    assert prepare(deep) == (deep, True)
+
+
 def rechunk_through_depot(client):
     """A P2P rechunk of a 32 MiB array between two workers: every output block takes a piece of
     every input block, so about half of the bytes cross between the workers as P2P shards."""
