@@ -311,14 +311,14 @@ void SpillStore::StartRestore(Namespace& ns, const StoredObject& o, bool may_wai
   if (!frames.ok()) {
     ObjectId id = o.id;
     auto again = [this, &ns, id](bool may_wait_again) {
-      const StoredObject* o = ns.table().Get(id);
-      if (o != nullptr && o->residence == Residence::kRestoring && !jobs_.contains({&ns, id})) {
-        StartRestore(ns, *o, may_wait_again);
+      const StoredObject* now = ns.table().Get(id);
+      if (now != nullptr && now->residence == Residence::kRestoring && !jobs_.contains({&ns, id})) {
+        StartRestore(ns, *now, may_wait_again);
       }
     };
     Status room = frames.status();
     if (room.IsStoreFull()) room = MakeRoom(ns, o.size(), [again] { again(true); });
-    uint64_t held = room.ok() ? 0 : hooks_.held_by_clients();
+    uint64_t held = room.IsStoreFull() ? hooks_.held_by_clients() : 0;
     if (held > 0 && may_wait) {
       drop_waits_.Add(&ns, again);
       return;
