@@ -6,7 +6,9 @@ owner-scoped depot object, and sends only the header; the receiver maps the fram
 read-only), deletes the object (its views keep the bytes) and deserializes as Dask would have.
 The family declines (``NotImplementedError``, so Dask tries its next family) unless the
 recipient announced, in its comm's handshake, the same daemon as this process's: depot's comms
-(depot.dask_comm) announce it and ask for this family first.
+(depot.dask_comm) announce it and ask for this family first. They also serialize a large
+collection of small plain records whole, every frame in one object (:func:`dumps_whole`), where
+Dask would send each record on its own.
 """
 
 import threading
