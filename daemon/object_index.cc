@@ -49,7 +49,10 @@ bool ObjectIndex::Insert(const StoredObject& o) {
   auto frames = o.frames();
   auto metadata = o.metadata();
   if (frames.empty() || frames.size() > 0xffff) return false;
-  uint64_t bytes = index::RecordBytes(frames.size(), metadata.size());
+  // An object of one frame and no metadata takes no room in the arena (index::kInline).
+  uint64_t bytes = index::Inlined(frames.size(), metadata.size())
+                       ? 0
+                       : index::RecordBytes(frames.size(), metadata.size());
   Use& use = uses_[o.creator_uid];  // (dropped again below when nothing of its is placed)
   uint64_t uids = uses_.size();
   if (use.entries + 1 > EntryShare(uids) || use.bytes + bytes > ByteShare(uids)) {
@@ -63,24 +66,22 @@ bool ObjectIndex::Insert(const StoredObject& o) {
     record.insert(record.end(), {f.offset, f.size, uint64_t{f.pool} << 32 | f.segment});
   }
   for (size_t i = 0; i < metadata.size(); i += 8) {
-    uint64_t word = 0;
-    std::memcpy(&word, metadata.data() + i, std::min<size_t>(8, metadata.size() - i));
-    record.push_back(word);
+    uint64_t packed = 0;
+    std::memcpy(&packed, metadata.data() + i, std::min<size_t>(8, metadata.size() - i));
+    record.push_back(packed);
   }
   std::array<uint64_t, index::kEntryWords> words{};
-  words[index::kGuidHi] = o.guid.hi;
-  words[index::kGuidLo] = o.guid.lo;
   words[index::kId] = o.id;
   words[index::kChecksum] = o.checksum;
   words[index::kCreator] = uint64_t{o.creator_uid} | uint64_t{static_cast<uint32_t>(o.creator_pid)}
                                                          << 32;
   words[index::kShape] =
       index::Shape(frames.size(), o.has_checksum ? index::kHasChecksum : 0, metadata.size());
-  return Place(words, record, o.creator_uid, true);
+  return Place(o.guid, words, record, o.creator_uid, true);
 }
 
-bool ObjectIndex::Place(std::span<const uint64_t> words, std::span<const uint64_t> record,
-                        uint32_t uid, bool take_back) {
+bool ObjectIndex::Place(const Guid& guid, std::span<const uint64_t> words,
+                        std::span<const uint64_t> record, uint32_t uid, bool take_back) {
   // Another object noted under the same key (EntryMap) goes first: withdrawing is always safe.
   if (auto other = placed_.Find(words[index::kId]);
       other && *other < used_.size() && used_[*other]) {
@@ -93,28 +94,42 @@ bool ObjectIndex::Place(std::span<const uint64_t> words, std::span<const uint64_
     ++left_out_;
     return false;
   };
-  Guid guid{words[index::kGuidHi], words[index::kGuidLo]};
   auto way = FreeWay(guid, take_back ? uids : 0);
   if (!way) return leave_out();
   uint64_t n = *way;
-  uint64_t bytes = record.size() * 8;
-  auto at = arena_.Allocate(bytes);
-  if (!at && take_back) {
-    TakeBackBytes(uids);
-    at = arena_.Allocate(bytes);
+  uint64_t shape = words[index::kShape];
+  bool inlined = index::Inlined(index::ShapeFrames(shape), index::ShapeMetadata(shape)) &&
+                 record.size() == index::kFrameWords;
+  std::array<uint64_t, index::kEntryWords> entry_words{};
+  std::copy(words.begin(), words.begin() + index::kRecord, entry_words.begin());
+  uint64_t flags = index::ShapeFlags(shape) & ~index::kInline;
+  entry_words[index::kShape] =
+      index::Shape(index::ShapeFrames(shape), inlined ? flags | index::kInline : flags,
+                   index::ShapeMetadata(shape));
+  uint64_t bytes = 0;
+  if (inlined) {
+    std::copy(record.begin(), record.end(), entry_words.begin() + index::kRecord);
+  } else {
+    bytes = record.size() * 8;
+    auto at = arena_.Allocate(bytes);
+    if (!at && take_back) {
+      TakeBackBytes(uids);
+      at = arena_.Allocate(bytes);
+    }
+    if (!at) return leave_out();
+    // The record first: no entry names it yet, and the entry's release store below publishes it.
+    uint64_t* r = arena() + *at / 8;
+    for (uint64_t w : record) Store(r++, w);
+    entry_words[index::kRecord] = *at;
   }
-  if (!at) return leave_out();
-
-  // The record first: no entry names it yet, and the entry's release store below publishes it.
-  uint64_t* r = arena() + *at / 8;
-  for (uint64_t w : record) Store(r++, w);
-  uint64_t* e = entry(n * index::kEntryWords);
+  uint64_t* e = word(index::EntryWord(n));
+  uint64_t* tag = word(index::TagWord(n));
   uint64_t seq = Load(&e[index::kSeq]);
   Store(&e[index::kSeq], seq + 1);
   std::atomic_thread_fence(std::memory_order_release);
-  for (uint64_t w = index::kGuidHi; w < index::kEntryWords; ++w) {
-    Store(&e[w], w == index::kRecord ? *at : words[w]);
-  }
+  Store(&tag[0], guid.hi);
+  Store(&tag[1], guid.lo);
+  for (uint64_t w = index::kSeq + 1; w < index::kEntryWords; ++w) Store(&e[w], entry_words[w]);
   Store(&e[index::kSeq], seq + 2, std::memory_order_release);
   used_[n] = true;
   placed_.Set(words[index::kId], n);
@@ -140,19 +155,24 @@ uint64_t ObjectIndex::MoveInto(ObjectIndex& bigger, uint64_t from, uint64_t coun
     if (!used_[n]) continue;
     Placed p = PlacedAt(n);
     if (bigger.Contains(p.id)) continue;  // published into both since the move began
-    const uint64_t* e = entry(p.entry);
+    const uint64_t* e = word(index::EntryWord(n));
+    const uint64_t* tag = word(index::TagWord(n));
     for (uint64_t w = 0; w < index::kEntryWords; ++w) words[w] = Load(&e[w]);
-    const uint64_t* r = map_.words() + index::ArenaWord(sets_) + p.record / 8;
-    record.assign(r, r + p.record_bytes / 8);
+    if (p.record_bytes == 0) {  // its frame is in the entry
+      record.assign(e + index::kRecord, e + index::kEntryWords);
+    } else {
+      const uint64_t* r = map_.words() + index::ArenaWord(sets_) + p.record / 8;
+      record.assign(r, r + p.record_bytes / 8);
+    }
     // No uid is over its part here that was not in the smaller index: nothing is taken back.
-    (void)bigger.Place(words, record, p.uid, false);
+    (void)bigger.Place(Guid{Load(&tag[0]), Load(&tag[1])}, words, record, p.uid, false);
   }
   return end;
 }
 
 void ObjectIndex::Retire() {
   placed_.ForEach([&](uint64_t n) {
-    uint64_t* e = entry(n * index::kEntryWords);
+    uint64_t* e = word(index::EntryWord(n));
     uint64_t seq = Load(&e[index::kSeq]);
     Store(&e[index::kSeq], seq + 2);  // what a client read of it no longer holds
     Store(&e[index::kId], 0);
@@ -216,10 +236,11 @@ void ObjectIndex::TakeBackBytes(uint64_t uids) {
 }
 
 ObjectIndex::Placed ObjectIndex::PlacedAt(uint64_t n) const {
-  const uint64_t* e = entry(n * index::kEntryWords);
+  const uint64_t* e = word(index::EntryWord(n));
   uint64_t shape = Load(&e[index::kShape]);
-  return {Load(&e[index::kId]), n * index::kEntryWords, Load(&e[index::kRecord]),
-          index::RecordBytes(index::ShapeFrames(shape), index::ShapeMetadata(shape)),
+  bool inlined = (index::ShapeFlags(shape) & index::kInline) != 0;
+  return {Load(&e[index::kId]), n, inlined ? 0 : Load(&e[index::kRecord]),
+          inlined ? 0 : index::RecordBytes(index::ShapeFrames(shape), index::ShapeMetadata(shape)),
           static_cast<uint32_t>(Load(&e[index::kCreator]))};
 }
 
@@ -235,19 +256,20 @@ void ObjectIndex::Remove(ObjectId id) {
   auto found = Lookup(id);
   if (!found) return;
   const Placed& p = *found;
-  uint64_t* e = entry(p.entry);
+  uint64_t* e = word(index::EntryWord(p.entry));
+  uint64_t* tag = word(index::TagWord(p.entry));
   uint64_t seq = Load(&e[index::kSeq]);
   Store(&e[index::kSeq], seq + 1);
   std::atomic_thread_fence(std::memory_order_release);
   Store(&e[index::kId], 0);
-  Store(&e[index::kGuidHi], 0);
-  Store(&e[index::kGuidLo], 0);
+  Store(&tag[0], 0);
+  Store(&tag[1], 0);
   Store(&e[index::kSeq], seq + 2, std::memory_order_release);
   // Pairs with the client's fence between publishing its slot and re-reading this seq: after
   // it, either the client sees the new seq and lets go, or the daemon's slot scan sees its id.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  arena_.Free(p.record, p.record_bytes);
-  used_[p.entry / index::kEntryWords] = false;
+  if (p.record_bytes > 0) arena_.Free(p.record, p.record_bytes);
+  used_[p.entry] = false;
   auto use = uses_.find(p.uid);
   if (use != uses_.end()) {
     use->second.bytes -= p.record_bytes;

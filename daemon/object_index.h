@@ -40,7 +40,7 @@ namespace depot {
 class ObjectIndex {
  public:
   // An index of at least `entries` entries (rounded up to a power of two of sets), with a record
-  // arena of 64 bytes per entry, in a memfd named `name`. The memfd's error when it cannot be
+  // arena of 32 bytes per entry, in a memfd named `name`. The memfd's error when it cannot be
   // made.
   static Result<std::unique_ptr<ObjectIndex>> Create(uint64_t entries, const std::string& name);
 
@@ -53,7 +53,7 @@ class ObjectIndex {
   // The number of the entry that holds `id`, if it is indexed.
   std::optional<uint64_t> EntryOf(ObjectId id) const {
     auto p = Lookup(id);
-    return p ? std::optional<uint64_t>(p->entry / index::kEntryWords) : std::nullopt;
+    return p ? std::optional<uint64_t>(p->entry) : std::nullopt;
   }
 
   // Whether three quarters of the entries or of the arena are taken, or half of either with more
@@ -91,10 +91,10 @@ class ObjectIndex {
   // An indexed object, as its entry (which only the daemon writes) says.
   struct Placed {
     ObjectId id;
-    uint64_t entry;   // word offset of its entry, from the first entry
-    uint64_t record;  // byte offset of its record in the arena
-    uint64_t record_bytes;
-    uint32_t uid;  // its creator's
+    uint64_t entry;         // its number
+    uint64_t record;        // byte offset of its record in the arena
+    uint64_t record_bytes;  // 0: its frame is in its entry (index::kInline)
+    uint32_t uid;           // its creator's
   };
   // Entry number `n` (in use) as placed.
   Placed PlacedAt(uint64_t n) const;
@@ -107,10 +107,11 @@ class ObjectIndex {
   // A uid's part of the entries and of the arena while `uids` uids have objects indexed.
   uint64_t EntryShare(uint64_t uids) const { return used_.size() / std::max<uint64_t>(uids, 1); }
   uint64_t ByteShare(uint64_t uids) const { return arena_.size() / std::max<uint64_t>(uids, 1); }
-  // Places an entry of `words` (kSeq and kRecord aside) and its record for `uid`, taking entries
-  // and records back from uids over their part when `take_back`. False when it does not fit.
-  bool Place(std::span<const uint64_t> words, std::span<const uint64_t> record, uint32_t uid,
-             bool take_back);
+  // Places an entry for `guid` of `words` (from kId to kShape) and its record for `uid` (in the
+  // entry when it is one frame and no metadata, else in the arena), taking entries and records
+  // back from uids over their part when `take_back`. False when it does not fit.
+  bool Place(const Guid& guid, std::span<const uint64_t> words, std::span<const uint64_t> record,
+             uint32_t uid, bool take_back);
   // A free way of one of `guid`'s two sets (of the one with more), taking back an entry of a uid
   // over its part if none is free (not when `uids` is 0); nullopt when every entry there is
   // within its uid's part.
@@ -119,9 +120,9 @@ class ObjectIndex {
   void TakeBackBytes(uint64_t uids);
 
   ObjectIndex(UniqueFd fd, UniqueFd read_only_fd, SharedMapping map, uint64_t sets);
-  // `word`: a word offset from the first entry.
-  uint64_t* entry(uint64_t word) { return map_.words() + index::kEntriesWord + word; }
-  const uint64_t* entry(uint64_t word) const { return map_.words() + index::kEntriesWord + word; }
+  // Word `w` of the memfd (index::EntryWord, TagWord).
+  uint64_t* word(uint64_t w) { return map_.words() + w; }
+  const uint64_t* word(uint64_t w) const { return map_.words() + w; }
   uint64_t* arena() { return map_.words() + index::ArenaWord(sets_); }
 
   UniqueFd fd_;

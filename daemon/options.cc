@@ -87,8 +87,8 @@ const std::vector<Key>& Keys() {
        [](const O& o) { return OnOff(o.eviction); }},
       {{"index_entries", "65536",
         "entries of each namespace's shared index, through which gets of sealed objects need no "
-        "round trip (64 bytes each, and 32 more for their records; 0: off); the index starts at "
-        "this size"},
+        "round trip (80 bytes each, and 32 more for records of several frames or with metadata; "
+        "0: off); the index starts at this size"},
        [](O& o, const std::string& v, uint64_t) { return SetUint(o.index_entries, v, 0, 1 << 22); },
        [](const O& o) { return std::to_string(o.index_entries); }},
       {{"index_max_entries", "16777216",

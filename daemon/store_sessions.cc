@@ -131,7 +131,16 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   std::vector<UniqueFd> fds;
   uint64_t sets = 0;
   uint64_t arena = 0;
-  if (LockFreeGets* gets = st.ns->gets(); gets != nullptr) {
+  // A library that reads another layout of the index than this daemon writes (one from before a
+  // change of it, still running through an upgrade) is sent none: its gets take round trips.
+  uint16_t reads = req.index_layout() == 0 ? 1 : req.index_layout();
+  LockFreeGets* gets = st.ns->gets();
+  if (gets != nullptr && reads != index::kIndexLayout.version) {
+    spdlog::info("session {}: gets go through the daemon: the client reads index layout {}, not {}",
+                 s, reads, index::kIndexLayout.version);
+    gets = nullptr;
+  }
+  if (gets != nullptr) {
     auto slots = gets->Join(s, st.creds.uid);
     if (slots.ok()) {
       fds.emplace_back(::fcntl(gets->index().read_only_fd(), F_DUPFD_CLOEXEC, 0));

@@ -62,9 +62,9 @@ void ReadIndex(const uint8_t*& data, size_t& size, uint64_t sets) {
   Check(reader.ok());
   std::vector<uint64_t> words(bytes / 8);
   Check(::pread(fd.get(), words.data(), bytes, 0) == static_cast<ssize_t>(bytes));
-  for (uint64_t e = 0; e < sets * index::kWays; ++e) {
-    const uint64_t* entry = words.data() + index::kEntriesWord + e * index::kEntryWords;
-    auto hit = reader->Find(Guid{entry[index::kGuidHi], entry[index::kGuidLo]});
+  for (uint64_t n = 0; n < sets * index::kWays; ++n) {
+    const uint64_t* tag = words.data() + index::TagWord(n);
+    auto hit = reader->Find(Guid{tag[0], tag[1]});
     if (!hit) continue;
     Check(hit->frames.size() >= 1 && hit->frames.size() <= proto::kMaxFrames);
     Check(hit->metadata.size() <= proto::kMaxMetadataSize);

@@ -131,7 +131,7 @@ void IndexAtScale::PatchIndex(uint64_t small_sets, uint64_t arena, std::span<con
   MapIndex();
   const uint64_t sets = gets_->index().sets();
   const uint64_t arena_bytes = gets_->index().arena_bytes();
-  constexpr uint64_t kSetBytes = index::kWays * index::kEntryBytes;
+  constexpr uint64_t kSetBytes = index::kSetWords * 8;
   small_sets = std::min(small_sets, sets);
   const uint64_t first_set = hash % (sets - small_sets + 1);
   uint8_t* entries_at = index_ + index::kEntriesWord * 8 + first_set * kSetBytes;
@@ -139,12 +139,18 @@ void IndexAtScale::PatchIndex(uint64_t small_sets, uint64_t arena, std::span<con
       (hash >> 32) % ((arena_bytes - arena) / index::kRecordAlign + 1) * index::kRecordAlign;
   uint8_t* records_at = index_ + index::ArenaWord(sets) * 8 + record_at;
 
-  // The input's entries, their record offsets moved to where its records go, and its records.
+  // The input's sets (each entry's byte offset and its tag's, from the first set's), the record
+  // offsets of entries whose frame is not inline moved to where its records go, and its records.
   std::vector<uint8_t> entries(small_sets * kSetBytes);
   std::memcpy(entries.data(), bytes.data(), std::min(bytes.size(), entries.size()));
-  for (uint64_t at = 0; at < entries.size(); at += index::kEntryBytes) {
-    uint64_t record = WordAt(&entries[at + index::kRecord * 8]) + record_at;
-    std::memcpy(&entries[at + index::kRecord * 8], &record, sizeof record);
+  auto entry_at = [](uint64_t n) { return (index::EntryWord(n) - index::kEntriesWord) * 8; };
+  auto tag_at = [](uint64_t n) { return (index::TagWord(n) - index::kEntriesWord) * 8; };
+  const uint64_t patched = small_sets * index::kWays;
+  for (uint64_t n = 0; n < patched; ++n) {
+    uint8_t* e = &entries[entry_at(n)];
+    if (index::ShapeFlags(WordAt(e + index::kShape * 8)) & index::kInline) continue;
+    uint64_t record = WordAt(e + index::kRecord * 8) + record_at;
+    std::memcpy(e + index::kRecord * 8, &record, sizeof record);
   }
   std::span<const uint8_t> records = bytes.subspan(std::min(bytes.size(), entries.size()));
   records = records.first(std::min<size_t>(records.size(), arena));
@@ -152,9 +158,8 @@ void IndexAtScale::PatchIndex(uint64_t small_sets, uint64_t arena, std::span<con
   // The GUIDs the patched entries name, before and after, and a sample of the table's.
   std::vector<Guid> named;
   for (const uint8_t* e : {const_cast<const uint8_t*>(entries_at), std::as_const(entries).data()}) {
-    for (uint64_t at = 0; at < entries.size(); at += index::kEntryBytes) {
-      named.push_back(
-          Guid{WordAt(e + at + index::kGuidHi * 8), WordAt(e + at + index::kGuidLo * 8)});
+    for (uint64_t n = 0; n < patched; ++n) {
+      named.push_back(Guid{WordAt(e + tag_at(n)), WordAt(e + tag_at(n) + 8)});
     }
   }
   auto patched_set = [&](uint64_t set) { return set >= first_set && set < first_set + small_sets; };
@@ -172,10 +177,11 @@ void IndexAtScale::PatchIndex(uint64_t small_sets, uint64_t arena, std::span<con
     auto hit = reader_->Find(g);
     if (!hit) continue;  // one of the few left out
     const uint64_t* e = reinterpret_cast<const uint64_t*>(index_) + hit->entry;
-    uint64_t record = e[index::kRecord];
+    bool in_arena = (index::ShapeFlags(e[index::kShape]) & index::kInline) == 0;
     bool untouched =
         !patched_set(index::SetOf(g, sets)) && !patched_set(index::SecondSetOf(g, sets)) &&
-        !patched_record(record, index::RecordBytes(hit->frames.size(), hit->metadata.size()));
+        !(in_arena && patched_record(e[index::kRecord],
+                                     index::RecordBytes(hit->frames.size(), hit->metadata.size())));
     samples.push_back({g, std::move(*hit), untouched});
   }
 

@@ -829,20 +829,28 @@ void WriteClientCorpus(const std::filesystem::path& dir) {
 struct IndexInput {
   explicit IndexInput(uint8_t log2_sets)
       : sets(uint64_t{1} << log2_sets),
-        words(sets * index::kWays * index::kEntryWords + 512 / 8, 0),
+        words(sets * index::kSetWords + 512 / 8, 0),
         head(log2_sets) {}
-  // An entry for object `id` of `frames` frames, its record at `record` in the arena.
-  IndexInput& Entry(uint64_t way, uint64_t id, uint64_t frames, uint64_t metadata,
-                    uint64_t record) {
+  // An entry for object `id` of `frames` frames: its frame in the entry when it is one and there
+  // is no metadata (unless `flags` say otherwise), else its record at `record` in the arena.
+  IndexInput& Entry(uint64_t way, uint64_t id, uint64_t frames, uint64_t metadata, uint64_t record,
+                    std::optional<uint64_t> flags = std::nullopt) {
     Guid g{0x1000 + id, id};
-    uint64_t* e = words.data() + (index::SetOf(g, sets) * index::kWays + way) * index::kEntryWords;
+    uint64_t n = index::SetOf(g, sets) * index::kWays + way;
+    uint64_t* e = words.data() + index::EntryWord(n) - index::kEntriesWord;
+    uint64_t* tag = words.data() + index::TagWord(n) - index::kEntriesWord;
+    bool inlined = index::Inlined(frames, metadata);
     e[index::kSeq] = 2;
-    e[index::kGuidHi] = g.hi;
-    e[index::kGuidLo] = g.lo;
+    tag[0] = g.hi;
+    tag[1] = g.lo;
     e[index::kId] = id;
-    e[index::kRecord] = record;
-    e[index::kShape] = index::Shape(frames, index::kHasChecksum, metadata);
-    uint64_t* r = words.data() + sets * index::kWays * index::kEntryWords + record / 8;
+    e[index::kShape] = index::Shape(
+        frames, flags.value_or(index::kHasChecksum | (inlined ? index::kInline : 0)), metadata);
+    uint64_t* r = e + index::kRecord;
+    if (!inlined) {
+      e[index::kRecord] = record;
+      r = words.data() + sets * index::kSetWords + record / 8;
+    }
     for (uint64_t f = 0; f < frames && r + 3 <= words.data() + words.size(); ++f, r += 3) {
       r[0] = f * 4096;
       r[1] = 100;
@@ -868,6 +876,8 @@ void WriteIndexCorpus(const std::filesystem::path& dir) {
   Write(dir, "two-entries", IndexInput(1).Entry(0, 7, 2, 5, 0).Entry(1, 8, 1, 0, 64).bytes());
   Write(dir, "record-past-the-arena", IndexInput(0).Entry(0, 7, 3, 0, 480).bytes());
   Write(dir, "too-many-frames", IndexInput(2).Entry(3, 9, 65, 0, 0).bytes());
+  Write(dir, "inline-entry-of-two-frames",
+        IndexInput(1).Entry(2, 10, 2, 0, 0, index::kInline).Entry(0, 11, 1, 0, 0).bytes());
   Write(dir, "slots-hold-every-object", IndexInput(0).bytes({1, 2, 3, 4, 5, 6, 7, 8}));
   Write(dir, "slots-hold-some-and-garbage",
         IndexInput(0).bytes({0, 2, ~uint64_t{0}, 6, 0x8000000000000000ull, 2, 2}));

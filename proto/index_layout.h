@@ -7,12 +7,16 @@
 // memfd. The client checks them when it maps either; the daemon checks the slots' (which the
 // client may write) before it reads any slot.
 //
-// The index of a namespace is one memfd: the layout words, then `sets` sets of kWays entries of
-// 64 bytes (from word kEntriesWord), then the record arena (ArenaWord). An entry is eight 64-bit
-// words under a seqlock (kSeq: odd while written); it names one sealed object and points at its
-// record in the arena: each frame as kFrameWords words, then the metadata padded to whole words.
-// Every word is read and written as an atomic (std::atomic_ref, relaxed, with fences), so racing
-// readers and the writer are no data race.
+// The index of a namespace is one memfd: the layout words, then `sets` sets of kWays entries
+// (from word kEntriesWord), then the record arena (ArenaWord). A set is five cache lines: first its
+// tags, the GUIDs of its kWays entries (two words each), then one line per entry, eight 64-bit
+// words under a seqlock (kSeq: odd while written, the entry's tag included). A lookup reads the
+// tags of the GUID's two sets and then the one entry whose tag matched: three lines, where a set
+// of whole entries made it read eight. An entry names one sealed object; an object of one frame
+// and no metadata has that frame in the entry itself (kInline), any other a record in the arena:
+// each frame as kFrameWords words, then the metadata padded to whole words. Every word is read
+// and written as an atomic (std::atomic_ref, relaxed, with fences), so racing readers and the
+// writer are no data race.
 //
 // The reference slots of a session are one memfd: the layout words, then kSlotCount words (from
 // word kSlotsWord), then one high-water word, the touches, and the slots past the first
@@ -35,24 +39,35 @@
 
 namespace depot::index {
 
-inline constexpr layout::Layout kIndexLayout{"object index", layout::Magic("DEPOTIDX"), 1};
+inline constexpr layout::Layout kIndexLayout{"object index", layout::Magic("DEPOTIDX"), 2};
 inline constexpr layout::Layout kSlotsLayout{"reference slots", layout::Magic("DEPOTSLT"), 1};
 
-inline constexpr uint32_t kWays = 4;  // entries per set: one set is four cache lines
-inline constexpr uint64_t kEntryWords = 8;
-inline constexpr uint64_t kEntryBytes = kEntryWords * 8;
+inline constexpr uint32_t kWays = 4;        // entries per set
+inline constexpr uint64_t kEntryWords = 8;  // an entry is one cache line
+inline constexpr uint64_t kSetWords =
+    (1 + kWays) * kEntryWords;              // the tags' line, then the entries
 inline constexpr uint64_t kFrameWords = 3;  // offset, size, pool << 32 | segment
-// A record is placed at a multiple of this in the arena (a one-frame record, 24 bytes, in one
-// cache line).
+// A record is placed at a multiple of this in the arena.
 inline constexpr uint64_t kRecordAlign = 32;
-// The entries' first word, after the layout words; the arena's first word, after the entries of
-// `sets` sets; the bytes of an index of `sets` sets and `arena` bytes of records.
+// The entries' first word, after the layout words; the arena's first word, after `sets` sets;
+// the bytes of an index of `sets` sets and `arena` bytes of records.
 inline constexpr uint64_t kEntriesWord = layout::kHeaderWords;
-inline constexpr uint64_t ArenaWord(uint64_t sets) {
-  return kEntriesWord + sets * kWays * kEntryWords;
-}
+inline constexpr uint64_t ArenaWord(uint64_t sets) { return kEntriesWord + sets * kSetWords; }
 inline constexpr uint64_t IndexBytes(uint64_t sets, uint64_t arena) {
   return ArenaWord(sets) * 8 + arena;
+}
+// Entry `n` is way n % kWays of set n / kWays: the word of its tag (the GUID's hi, then lo) and
+// the first word of the entry.
+inline constexpr uint64_t TagWord(uint64_t n) {
+  return kEntriesWord + n / kWays * kSetWords + n % kWays * 2;
+}
+inline constexpr uint64_t EntryWord(uint64_t n) {
+  return kEntriesWord + n / kWays * kSetWords + (1 + n % kWays) * kEntryWords;
+}
+// The number of the entry whose first word is `word` (an EntryWord).
+inline constexpr uint64_t EntryNumber(uint64_t word) {
+  uint64_t in_set = (word - kEntriesWord) % kSetWords;
+  return (word - kEntriesWord) / kSetWords * kWays + in_set / kEntryWords - 1;
 }
 
 inline constexpr uint32_t kSlotCount = 1024;
@@ -80,19 +95,22 @@ inline constexpr uint64_t SlotFileBytes(uint64_t slots) {
   return slots <= kSlotCount ? kSlotBytes : SlotWord(slots) * 8;
 }
 
-// The words of an entry.
+// The words of an entry (its GUID is its tag).
 enum Word : uint64_t {
   kSeq = 0,  // even: stable; odd: being written
-  kGuidHi = 1,
-  kGuidLo = 2,
-  kId = 3,      // the ObjectId (monotonic, never reused: the object's generation); 0: empty
-  kRecord = 4,  // byte offset of the record in the arena
-  kChecksum = 5,
-  kCreator = 6,  // uid | pid << 32
-  kShape = 7,    // frame count | flags << 16 | metadata bytes << 32
+  kId = 1,   // the ObjectId (monotonic, never reused: the object's generation); 0: empty
+  kChecksum = 2,
+  kCreator = 3,  // uid | pid << 32
+  kShape = 4,    // frame count | flags << 16 | metadata bytes << 32
+  // kInline: the frame's kFrameWords words from here; otherwise the record's byte offset in the
+  // arena.
+  kRecord = 5,
 };
 
+static_assert(kRecord + kFrameWords == kEntryWords);
+
 inline constexpr uint64_t kHasChecksum = 1;  // a flag of kShape
+inline constexpr uint64_t kInline = 2;       // a flag of kShape: the one frame is in the entry
 
 inline uint64_t Shape(uint64_t frames, uint64_t flags, uint64_t metadata) {
   return frames | flags << 16 | metadata << 32;
@@ -100,6 +118,8 @@ inline uint64_t Shape(uint64_t frames, uint64_t flags, uint64_t metadata) {
 inline uint64_t ShapeFrames(uint64_t shape) { return shape & 0xffff; }
 inline uint64_t ShapeFlags(uint64_t shape) { return (shape >> 16) & 0xffff; }
 inline uint64_t ShapeMetadata(uint64_t shape) { return shape >> 32; }
+// Whether an object of this shape has its frame in its entry.
+inline bool Inlined(uint64_t frames, uint64_t metadata) { return frames == 1 && metadata == 0; }
 
 // The bytes of a record of `frames` frames and `metadata` bytes of metadata.
 inline uint64_t RecordBytes(uint64_t frames, uint64_t metadata) {

@@ -19,6 +19,7 @@
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
 #include "proto/fd_passing.h"
+#include "proto/index_layout.h"
 #include "proto/wire.h"
 #include "tests/other_users.h"
 
@@ -61,7 +62,8 @@ std::vector<uint8_t> ReadMessage(int fd) {
 
 std::vector<uint8_t> Hello(uint64_t id) {
   fb::FlatBufferBuilder fbb(128);
-  fbb.Finish(wire::CreateHelloRequest(fbb, proto::kProtocolVersion, fbb.CreateString("hostile")));
+  fbb.Finish(wire::CreateHelloRequest(fbb, proto::kProtocolVersion, fbb.CreateString("hostile"),
+                                      index::kIndexLayout.version));
   return proto::Encode(static_cast<uint16_t>(proto::MsgType::kHello), id, fbb);
 }
 

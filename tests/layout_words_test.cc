@@ -107,7 +107,7 @@ TEST_CASE("the client refuses memory whose layout words are not its own, saying 
         "the reference slots of depotd speaks layout version 7; this library reads 1");
   index_words.Word(layout::kVersion).store(0);
   CHECK(map_index().status().message() ==
-        "the object index of depotd speaks layout version 0; this library reads 1");
+        "the object index of depotd speaks layout version 0; this library reads 2");
   // Not the layout at all (an older daemon's, or anything else): the magic word says so.
   ring_words.Word(layout::kMagic).store(0);
   st = map_ring().status();
@@ -207,6 +207,35 @@ TEST_CASE("a client that overwrites its layout words is disconnected, and the da
     REQUIRE(root.Delete(*id).ok());
   }
   CHECK(WaitFor([&] { return StatusOf(root).clients == 1; }));
+}
+
+TEST_CASE("a library that reads another index layout is sent none, and the daemon serves on",
+          "[layout]") {
+  Daemon d;
+  Client c = d.Connect();
+  auto id = c.Put(Pattern(100, 3));
+  REQUIRE(id.ok());
+  // A library from before the index's layout changed says nothing of it (0: it reads version 1),
+  // a later one a higher version: neither is sent this daemon's index, only the put ring.
+  for (uint16_t reads : {uint16_t{0}, uint16_t{1}, uint16_t(index::kIndexLayout.version + 1)}) {
+    INFO("reads layout " << reads);
+    Raw r(d.socket());
+    std::vector<uint8_t> reply;
+    std::vector<UniqueFd> fds = r.HelloWithFds(reply, reads);
+    CHECK(fds.size() == 1);
+    CHECK(proto::Body<wire::HelloReply>(reply)->index_sets() == 0);
+    CHECK(proto::Body<wire::HelloReply>(reply)->put_ring_bytes() == put_ring::kRingFileBytes);
+  }
+  Raw current(d.socket());
+  std::vector<uint8_t> reply;
+  CHECK(current.HelloWithFds(reply).size() == 3);  // the index's, the slots', the ring's
+  CHECK(proto::Body<wire::HelloReply>(reply)->index_sets() > 0);
+  CHECK_THAT(d.Log(), Contains("the client reads index layout 1, not " +
+                               std::to_string(index::kIndexLayout.version)));
+  // And the daemon serves everyone as before.
+  auto got = c.Get(*id, std::chrono::milliseconds(0));
+  REQUIRE(got.ok());
+  CHECK(Holds(*got, Pattern(100, 3)));
 }
 
 // A fake daemon that answers a hello with a put ring whose version word it set.

@@ -128,12 +128,13 @@ TEST_CASE("a corrupt index makes the reader miss, never crash or read outside it
     // Entries that name the GUID looked up, with garbage everywhere else in them.
     Guid g{rng(), rng()};
     uint64_t set = index::SetOf(g, sets);
-    for (uint64_t way = 0; way < index::kWays; ++way) {
-      uint64_t* e = words + index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
+    for (uint64_t n = set * index::kWays; n < (set + 1) * index::kWays; ++n) {
+      uint64_t* e = words + index::EntryWord(n);
       e[index::kSeq] &= ~uint64_t{1};
-      e[index::kGuidHi] = g.hi;
-      e[index::kGuidLo] = g.lo;
-      if (round % 2 == 0) e[index::kShape] = index::Shape(rng() % 4, 0, rng() % 64);
+      words[index::TagWord(n)] = g.hi;
+      words[index::TagWord(n) + 1] = g.lo;
+      // Shapes near the real ones, with or without the frame in the entry.
+      if (round % 2 == 0) e[index::kShape] = index::Shape(rng() % 4, rng() % 4, rng() % 64);
       if (round % 4 == 0) e[index::kRecord] = (rng() % 8) * 64;
     }
     auto hit = reader->Find(g);

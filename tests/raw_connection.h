@@ -15,6 +15,7 @@
 #include "common/unique_fd.h"
 #include "common/unix_socket.h"
 #include "proto/fd_passing.h"
+#include "proto/index_layout.h"
 #include "proto/wire.h"
 
 namespace depot::test {
@@ -39,15 +40,19 @@ class Raw {
   void Write(const std::string& s) {
     Write({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
   }
-  void Hello(uint16_t version = proto::kProtocolVersion) {
+  // `index_layout`: the index layout the client says it reads (0: said nothing, as libraries
+  // before the field).
+  void Hello(uint16_t version = proto::kProtocolVersion,
+             uint16_t index_layout = index::kIndexLayout.version) {
     flatbuffers::FlatBufferBuilder fbb;
-    fbb.Finish(wire::CreateHelloRequest(fbb, version, fbb.CreateString("raw")));
+    fbb.Finish(wire::CreateHelloRequest(fbb, version, fbb.CreateString("raw"), index_layout));
     Write(proto::Encode(static_cast<uint16_t>(proto::MsgType::kHello), 1, fbb));
   }
   // Says hello and reads the reply with the fds that ride with it (the index's and the slots'
   // when there is an index, then the put ring's); `reply` gets the reply's body.
-  std::vector<UniqueFd> HelloWithFds(std::vector<uint8_t>& reply) {
-    Hello();
+  std::vector<UniqueFd> HelloWithFds(std::vector<uint8_t>& reply,
+                                     uint16_t index_layout = index::kIndexLayout.version) {
+    Hello(proto::kProtocolVersion, index_layout);
     proto::Header h;
     std::vector<UniqueFd> fds;
     auto* b = reinterpret_cast<uint8_t*>(&h);

@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "proto/index_layout.h"
+
 namespace depot::test {
 namespace {
 
@@ -106,7 +108,8 @@ FakeClient& StoreHarness::Hello(uid_t uid, gid_t gid, std::vector<gid_t> groups)
 
 Status StoreHarness::SayHello(FakeClient& c, uint16_t version, const std::string& name) {
   fb::FlatBufferBuilder fbb;
-  fbb.Finish(wire::CreateHelloRequestDirect(fbb, version, name.c_str()));
+  fbb.Finish(
+      wire::CreateHelloRequestDirect(fbb, version, name.c_str(), index::kIndexLayout.version));
   uint64_t id = 0;
   Status st = Send(c, MsgType::kHello, fbb, &id);
   if (!st.ok()) return st;

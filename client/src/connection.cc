@@ -14,6 +14,7 @@
 #include "client/src/link.h"
 #include "common/unix_socket.h"
 #include "common/users.h"
+#include "proto/index_layout.h"
 
 namespace depot::internal {
 
@@ -61,7 +62,8 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path,
   conn->trusted_daemon_uid_ = trusted_daemon_uid;
   flatbuffers::FlatBufferBuilder fbb(128);
   auto client_name = fbb.CreateString(name);
-  fbb.Finish(wire::CreateHelloRequest(fbb, proto::kProtocolVersion, client_name));
+  fbb.Finish(wire::CreateHelloRequest(fbb, proto::kProtocolVersion, client_name,
+                                      index::kIndexLayout.version));
   auto reply = conn->Call(proto::MsgType::kHello, fbb);
   if (!reply.ok()) return reply.status();
   const auto* hello = proto::Body<wire::HelloReply>(reply->body);

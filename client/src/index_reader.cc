@@ -53,11 +53,15 @@ std::optional<IndexHit> IndexReader::Find(const Guid& guid) const {
 bool IndexReader::FindInto(const Guid& guid, IndexHit& hit, uint64_t entry) const {
   if (entry != 0 && ReadSteady(entry, guid, hit)) return true;
   uint64_t second = index::SecondSetOf(guid, sets_);
-  // A lone get reads the first set while the second's lines load.
-  for (uint64_t way = 0; way < index::kWays; ++way) depot::Prefetch(Entry(second, way));
+  // A lone get reads the first set's tags while the second's load.
+  depot::Prefetch(map_.words() + index::TagWord(First(second)));
   for (uint64_t set : {index::SetOf(guid, sets_), second}) {
-    for (uint64_t way = 0; way < index::kWays; ++way) {
-      if (ReadSteady(EntryWord(set, way), guid, hit)) return true;
+    for (uint64_t n = First(set); n < First(set + 1); ++n) {
+      const uint64_t* tag = map_.words() + index::TagWord(n);
+      // Only an entry whose tag names `guid` can hold it: the others' lines are not read. (The
+      // tag is checked again under the entry's seqlock.)
+      if (Load(&tag[0]) != guid.hi || Load(&tag[1]) != guid.lo) continue;
+      if (ReadSteady(index::EntryWord(n), guid, hit)) return true;
     }
   }
   return false;
@@ -73,14 +77,11 @@ bool IndexReader::ReadSteady(uint64_t entry, const Guid& guid, IndexHit& hit) co
 
 uint64_t IndexReader::Locate(const Guid& guid) const {
   for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
-    for (uint64_t way = 0; way < index::kWays; ++way) {
-      const uint64_t* e = Entry(set, way);
-      if (Load(&e[index::kGuidHi]) != guid.hi || Load(&e[index::kGuidLo]) != guid.lo) continue;
-      uint64_t record = Load(&e[index::kRecord]);
-      if (record < arena_bytes_) {
-        depot::Prefetch(map_.words() + index::ArenaWord(sets_) + record / 8);
-      }
-      return EntryWord(set, way);
+    for (uint64_t n = First(set); n < First(set + 1); ++n) {
+      const uint64_t* tag = map_.words() + index::TagWord(n);
+      if (Load(&tag[0]) != guid.hi || Load(&tag[1]) != guid.lo) continue;
+      depot::Prefetch(map_.words() + index::EntryWord(n));
+      return index::EntryWord(n);
     }
   }
   return 0;
@@ -88,29 +89,37 @@ uint64_t IndexReader::Locate(const Guid& guid) const {
 
 bool IndexReader::Read(uint64_t entry, const Guid& guid, IndexHit& hit, bool& found) const {
   const uint64_t* e = map_.words() + entry;
+  const uint64_t* tag = map_.words() + index::TagWord(index::EntryNumber(entry));
   found = false;
   uint64_t seq = Load(&e[index::kSeq], std::memory_order_acquire);
   if (seq & 1) return false;
-  if (Load(&e[index::kGuidHi]) != guid.hi || Load(&e[index::kGuidLo]) != guid.lo) {
+  if (Load(&tag[0]) != guid.hi || Load(&tag[1]) != guid.lo) {
     std::atomic_thread_fence(std::memory_order_acquire);
     return Load(&e[index::kSeq]) == seq;  // another object's (or none): a miss, if stable
   }
   hit.entry = entry;
   hit.seq = seq;
   hit.id = Load(&e[index::kId]);
-  uint64_t record = Load(&e[index::kRecord]);
   uint64_t shape = Load(&e[index::kShape]);
   uint64_t creator = Load(&e[index::kCreator]);
   uint64_t checksum = Load(&e[index::kChecksum]);
   uint64_t frames = index::ShapeFrames(shape);
   uint64_t metadata = index::ShapeMetadata(shape);
+  bool inlined = (index::ShapeFlags(shape) & index::kInline) != 0;
   // Bounded before anything is read or allocated: a torn or corrupt entry names no memory
   // outside the arena and no more than an object may have.
+  const uint64_t* r = e + index::kRecord;
   bool sane = hit.id != 0 && frames >= 1 && frames <= proto::kMaxFrames &&
-              metadata <= proto::kMaxMetadataSize && record % 8 == 0 && record <= arena_bytes_ &&
-              index::RecordBytes(frames, metadata) <= arena_bytes_ - record;
+              metadata <= proto::kMaxMetadataSize;
+  if (inlined) {
+    sane = sane && index::Inlined(frames, metadata);
+  } else {
+    uint64_t record = Load(r);
+    sane = sane && record % 8 == 0 && record <= arena_bytes_ &&
+           index::RecordBytes(frames, metadata) <= arena_bytes_ - record;
+    r = map_.words() + index::ArenaWord(sets_) + record / 8;
+  }
   if (sane) {
-    const uint64_t* r = map_.words() + index::ArenaWord(sets_) + record / 8;
     hit.frames.clear();
     for (uint64_t i = 0; i < frames; ++i, r += index::kFrameWords) {
       uint64_t place = Load(&r[2]);
@@ -136,10 +145,8 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, IndexHit& hit, bool& fo
 
 bool IndexReader::HasRoomFor(const Guid& guid) const {
   for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
-    for (uint64_t way = 0; way < index::kWays; ++way) {
-      const uint64_t* e =
-          map_.words() + index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
-      if (Load(&e[index::kId]) == 0) return true;
+    for (uint64_t n = First(set); n < First(set + 1); ++n) {
+      if (Load(map_.words() + index::EntryWord(n) + index::kId) == 0) return true;
     }
   }
   return false;

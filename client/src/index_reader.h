@@ -58,19 +58,15 @@ class IndexReader {
 
   // A batch reads many entries at random in a table that may be far bigger than the cache (and
   // than the TLB's reach): it walks each GUID through three steps, several GUIDs apart, so that
-  // the misses of one step overlap those of the GUIDs around it. First Prefetch (both sets'
-  // lines), then Locate (the entry, from the lines loaded, and its record's line), then FindInto
-  // with Locate's entry (the checked read).
+  // the misses of one step overlap those of the GUIDs around it. First Prefetch (the tags'
+  // line of both sets), then Locate (the entry whose tag matches, from the lines loaded, and its
+  // line), then FindInto with Locate's entry (the checked read).
   void Prefetch(const Guid& guid) const {
-    for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
-      const uint64_t* first = Entry(set, 0);
-      for (uint64_t way = 0; way < index::kWays; ++way) {
-        depot::Prefetch(first + way * index::kEntryWords);
-      }
-    }
+    depot::Prefetch(map_.words() + index::TagWord(index::SetOf(guid, sets_) * index::kWays));
+    depot::Prefetch(map_.words() + index::TagWord(index::SecondSetOf(guid, sets_) * index::kWays));
   }
-  // The entry that seems to hold `guid` (read without the seqlock: a hint), its record's line
-  // loading; 0 when none seems to.
+  // The entry whose tag is `guid` (read without the seqlock: a hint), its line loading; 0 when
+  // none seems to.
   uint64_t Locate(const Guid& guid) const;
 
   // Whether `hit`'s entry is still as it was read. Called after the caller published the id and
@@ -90,18 +86,13 @@ class IndexReader {
  private:
   IndexReader(SharedMapping map, uint64_t sets, uint64_t arena_bytes)
       : map_(std::move(map)), sets_(sets), arena_bytes_(arena_bytes) {}
-  // Reads the entry at word `entry` into `out` if it names `guid` (`found` then true); false when
-  // it changed meanwhile.
+  // Reads the entry at word `entry` (an index::EntryWord) into `out` if its tag is `guid` (`found`
+  // then true); false when it changed meanwhile.
   bool Read(uint64_t entry, const Guid& guid, IndexHit& out, bool& found) const;
   // Read, again while the entry changes under it (at most kTries times). Whether it holds `guid`.
   bool ReadSteady(uint64_t entry, const Guid& guid, IndexHit& out) const;
-  // The word offset of way `way` of set `set`, and that entry's words.
-  static uint64_t EntryWord(uint64_t set, uint64_t way) {
-    return index::kEntriesWord + (set * index::kWays + way) * index::kEntryWords;
-  }
-  const uint64_t* Entry(uint64_t set, uint64_t way) const {
-    return map_.words() + EntryWord(set, way);
-  }
+  // The first entry number of set `set`.
+  static uint64_t First(uint64_t set) { return set * index::kWays; }
 
   SharedMapping map_;
   uint64_t sets_;
