@@ -10,7 +10,9 @@
 // trip: the column "through the index" counts how many did not (Client::index_gets).
 #include <fmt/format.h>
 
+#include <chrono>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "bench/sections.h"
@@ -61,6 +63,12 @@ class Store {
     StoreStatus st = Check(putter_.GetStatus(), "status");  // every put taken
     if (st.objects_sealed < count) {
       throw BenchError(fmt::format("depotd holds {} objects, not {}", st.objects_sealed, count));
+    }
+    // An index that grew during the puts may still be moving: the reader would meet the new
+    // one during the timed gets (one refresh, then the first touches of its pages).
+    while (st.index_moving > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      st = Check(putter_.GetStatus(), "status");
     }
   }
   // Gets objects not held yet until the reader holds `count`.

@@ -306,6 +306,7 @@ void NamespaceSet::Report(StoreStatus& st) const {
     st.index_taken_back += index.taken_back();
     st.index_left_out += index.left_out();
     st.index_growths += ns->gets()->generation() - 1;
+    st.index_moving += ns->gets()->moving() ? 1 : 0;
     st.slots_granted += ns->gets()->slots_granted();
     st.slot_grants_refused += ns->gets()->grants_refused();
     st.slot_reads += ns->gets()->slot_reads();

@@ -63,6 +63,7 @@ StoreOptions MakeOptions(const StoreSetup& setup) {
   o.namespaces.host.name_prefix = fmt::format("depot-storetest-{}-{}-", ::getpid(), stores++);
   o.namespaces.eviction = setup.eviction;
   o.namespaces.per_user = setup.per_user_namespaces;
+  o.namespaces.index_entries = setup.index_entries;
   o.version = "store_test";
   o.max_frames = setup.max_frames;
   o.max_metadata = setup.max_metadata;
@@ -302,6 +303,9 @@ StatusSummary StoreHarness::StatusOf(FakeClient& c) {
   s.clients = r->clients();
   s.reserved = r->reserved();
   s.retired_held = r->retired_held();
+  s.index_entries = r->index_entries();
+  s.index_growths = r->index_growths();
+  s.index_moving = r->index_moving();
   if (r->errors()) s.errors.assign(r->errors()->begin(), r->errors()->end());
   if (r->users()) {
     for (const wire::UserUsage* u : *r->users()) s.users[u->uid()] = {u->objects(), u->bytes()};

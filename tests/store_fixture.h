@@ -77,6 +77,7 @@ struct StoreSetup {
   uint32_t max_frames = 8;
   uint32_t max_metadata = 1024;
   uint32_t max_message_size = proto::kMaxMessageSize;
+  uint64_t index_entries = 65536;  // the shared index's first size
   std::vector<uid_t> allow_users{};
   std::vector<gid_t> allow_groups{};
 };
@@ -122,6 +123,9 @@ struct StatusSummary {
   uint32_t clients = 0;
   uint64_t reserved = 0;
   uint64_t retired_held = 0;
+  uint64_t index_entries = 0;
+  uint64_t index_growths = 0;
+  uint32_t index_moving = 0;
   std::vector<uint64_t> errors;                             // by code
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> users;  // uid -> objects, bytes
   uint64_t errors_of(Status::Code c) const { return errors.at(static_cast<size_t>(c)); }

@@ -124,6 +124,26 @@ TEST_CASE("store: who may connect", "[store]") {
   }
 }
 
+TEST_CASE("store: status says while an index moves to a bigger one", "[store][index]") {
+  StoreHarness h({.capacity = 16 * kMiB, .segment_size = 4 * kMiB, .index_entries = 4096});
+  FakeClient& c = h.Hello();
+  CHECK(h.StatusOf(c).index_moving == 0);
+  // Puts until the index is crowded: its move takes a step at once and posts the rest to the
+  // loop, which this test has not run yet.
+  uint64_t puts = 0;
+  while (h.StatusOf(c).index_moving == 0) {
+    REQUIRE(puts < 4096);
+    h.Put(c, 64);
+    ++puts;
+  }
+  CHECK(h.StatusOf(c).index_growths == 0);
+  h.RunFor(std::chrono::seconds(5));
+  StatusSummary st = h.StatusOf(c);
+  CHECK(st.index_moving == 0);
+  CHECK(st.index_growths == 1);
+  CHECK(st.index_entries == 8192);
+}
+
 TEST_CASE("store: create, seal, get, release, delete", "[store]") {
   StoreHarness h;
   FakeClient& c = h.Hello();

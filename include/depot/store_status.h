@@ -103,6 +103,8 @@
     "objects left out of an index since start: their set or the records were full")               \
   X(index_growths, uint64_t, "index", "growths",                                                  \
     "times since start an index moved to one twice as big")                                       \
+  X(index_moving, uint32_t, "index", "moving",                                                    \
+    "indexes moving to one twice as big now (gets go on through the old one until it ends)")      \
   X(slots_granted, uint64_t, "index", "slots_granted",                                            \
     "reference slots granted now past the first 1024 of each connection")                         \
   X(slot_grants_refused, uint64_t, "index", "slot_grants_refused",                                \
