@@ -88,7 +88,7 @@ class SpillStore {
     places_.erase(&ns);
     drop_waits_.Forget(&ns);
   }
-  // True while a job of `ns` runs, or a restore in it waits for memory (DropWaits).
+  // True while a job of `ns` runs, or a restore or create in it waits for memory (DropWaits).
   bool Busy(const Namespace& ns) const;
 
   // Starts writing out `ns`'s least recently used spill candidates, `bytes` worth, and calls
@@ -130,9 +130,25 @@ class SpillStore {
 
   // The number of sealed objects changed: the census is rewritten within a second.
   void NoteChange();
-  // A retired segment was let go by the last client that mapped it: restores waiting for memory
-  // try again.
+  // A retired segment was let go by the last client that mapped it: restores and creates
+  // waiting for memory try again.
   void SegmentDropped() { drop_waits_.Dropped(); }
+  // A create of `request_bytes` (its copied request) from `session` of `uid` found the pool full
+  // while clients still map retired segments: parks it (counted as ParkedCreates counts those
+  // that wait for the disk) until a segment is let go or DropWaits::kWait has passed, then calls
+  // `then`. False, with nothing parked, when no retired segment is held (waiting would not help)
+  // or the session or user has parked all it may.
+  bool WaitForDrop(Namespace& ns, SessionId session, uid_t uid, uint64_t request_bytes,
+                   std::function<void()> then) {
+    if (hooks_.held_by_clients() == 0 || !parked_.Admit(session, uid, request_bytes).ok()) {
+      return false;
+    }
+    drop_waits_.Add(&ns, [this, session, uid, request_bytes, then = std::move(then)](bool) {
+      parked_.Release(session, uid, request_bytes);
+      then();
+    });
+    return true;
+  }
 
  private:
   struct Job;
@@ -185,7 +201,7 @@ class SpillStore {
   std::map<const Namespace*, Place> places_;
   std::map<std::pair<const Namespace*, ObjectId>, std::shared_ptr<Job>> jobs_;
   ParkedCreates parked_;  // creates waiting for room
-  DropWaits drop_waits_;  // restores waiting for memory that clients let go
+  DropWaits drop_waits_;  // restores and creates waiting for memory that clients let go
   // Counters since start, for status.
   uint64_t spills_ = 0, spilled_bytes_ = 0, spill_ns_ = 0;
   uint64_t restores_ = 0, restored_bytes_ = 0, restore_ns_ = 0;

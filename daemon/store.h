@@ -144,7 +144,8 @@ class Store {
   Status CheckSlotWords(SessionId s);
   // The greeted sessions of each user (max_sessions_per_user).
   std::map<uid_t, uint32_t> SessionsByUser() const;
-  void OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body);
+  // `waited`: asked again after waiting for retired segments to be let go (it waits once).
+  void OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body, bool waited = false);
   void OnSealOrAbort(SessionId s, uint64_t id, bool seal, const wire::GuidRequest& req);
   void OnGet(SessionId s, uint64_t id, const wire::GetRequest& req);
   // Replies to a get that is complete or out of time.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <tuple>
 
@@ -26,6 +27,7 @@ class LeaseDriver::Peer : public depot::Peer {
     std::memcpy(&h, message.data(), sizeof h);
     type = h.type;
     body.assign(message.begin() + sizeof h, message.end());
+    if (h.type == static_cast<uint16_t>(MsgType::kSegmentsRetired)) retired.push_back(body);
     if (created != nullptr && h.type == static_cast<uint16_t>(MsgType::kEvent)) {
       const auto* e = proto::Body<wire::Event>(body);
       if (e->kind() == wire::EventKind::Created && e->guid() != nullptr) {
@@ -68,6 +70,7 @@ class LeaseDriver::Peer : public depot::Peer {
   SharedMapping ring;
   bool aborted = false;
   std::vector<wire::Guid>* created = nullptr;
+  std::vector<std::vector<uint8_t>> retired;  // notices not answered yet
 };
 
 namespace {
@@ -353,12 +356,37 @@ void LeaseDriver::Pressure() {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<uint64_t> sizes{capacity_ - background_bytes_ - kSegment};
   fbb.Finish(wire::CreateCreateRequest(fbb, fbb.CreateVector(sizes)));
+  Open(kAdmin);
+  peers_[kAdmin]->type = 0;  // no reply yet
   Deliver(kAdmin, static_cast<uint16_t>(MsgType::kCreate), fbb);
+  // A create that finds the pool full while sessions still map retired segments waits for them:
+  // the sessions answer their notices, as the client library does when it next reads.
+  for (int waited = 0; peers_[kAdmin]->type == 0 && sessions_[kAdmin] != 0 && waited < 100;
+       ++waited) {
+    DropRetired();
+    io_.restart();
+    if (io_.poll() == 0) io_.run_for(std::chrono::milliseconds(5));
+  }
   const auto* reply = peers_[kAdmin]->Reply<wire::CreateReply>(MsgType::kCreate);
   if (reply == nullptr || reply->guid() == nullptr) return;
   fbb.Clear();
   fbb.Finish(wire::CreateGuidRequest(fbb, reply->guid()));
   Deliver(kAdmin, static_cast<uint16_t>(MsgType::kAbort), fbb);
+}
+
+void LeaseDriver::DropRetired() {
+  for (int slot = 0; slot <= kAdmin; ++slot) {
+    if (sessions_[slot] == 0) continue;
+    std::vector<std::vector<uint8_t>> notices = std::exchange(peers_[slot]->retired, {});
+    for (const std::vector<uint8_t>& body : notices) {
+      const auto* notice = proto::Body<wire::SegmentsRetired>(body);
+      std::vector<uint32_t> ids(notice->ids()->begin(), notice->ids()->end());
+      flatbuffers::FlatBufferBuilder fbb;
+      fbb.Finish(wire::CreateSegmentsRetired(fbb, fbb.CreateVector(ids), notice->pool()));
+      if (sessions_[slot] != 0)
+        Deliver(slot, static_cast<uint16_t>(MsgType::kSegmentsDropped), fbb);
+    }
+  }
 }
 
 std::string LeaseDriver::Check() {

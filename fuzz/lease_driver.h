@@ -17,7 +17,9 @@
 //                           from the anchor in blocks
 //                        3: the admin deletes the live object picked by the next byte
 //                        4: the admin creates an object as large as most of the pool, and aborts
-//                           it: memory runs short and idle leases are taken back
+//                           it: memory runs short and idle leases are taken back (a create that
+//                           waits for retired segments is answered once every session has
+//                           answered its notices, as client libraries do)
 //                        5: the slot's session closes
 //                        6: timers run (ring polls), then every invariant is checked
 //
@@ -79,6 +81,8 @@ class LeaseDriver {
 
   uint64_t Open(int slot);
   void CloseSlot(int slot);
+  // Every open session answers the SegmentsRetired notices it received with SegmentsDropped.
+  void DropRetired();
   // What Session::Parse does with one message: an error from Handle closes the session.
   void Deliver(int slot, uint16_t type, flatbuffers::FlatBufferBuilder& fbb);
   void CloseAborted();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "tests/daemon_fixture.h"
@@ -451,4 +452,61 @@ TEST_CASE("a client's own spare segment gives way to its large object", "[lifecy
   auto st = StatusOf(c);
   CHECK(st.retired_held == 0);
   CHECK(st.reserved == 6 * kMiB);
+}
+
+// Two 1 MiB segments, none kept warm: object `a` fills most of the first, `b` the second. A
+// reader maps the first (it got `a`, then let go), and `a` is deleted: the first segment is given
+// back, but counted until the reader says it unmapped it, which it does when it next reads its
+// socket. A create of as much then needs that memory.
+struct RetiredHeldByReader {
+  static constexpr size_t kSize = 3 * kMiB / 4;
+  Daemon d{{"--capacity", "2MiB", "--segment-size", "1MiB", "--keep-warm", "0"}};
+  std::optional<Client> reader;
+  Client creator = d.Connect();
+
+  RetiredHeldByReader() {
+    Guid a;
+    {
+      Client p = d.Connect();  // its mappings go with it
+      a = *p.Put(Pattern(kSize, 1));
+      REQUIRE(p.Put(Pattern(kSize, 2)).ok());
+    }
+    reader.emplace(d.Connect());
+    REQUIRE(reader->Get(a).ok());
+    (void)StatusOf(*reader);  // its release reaches the daemon
+    REQUIRE(creator.Delete(a).ok());
+    REQUIRE(StatusOf(creator).retired_held == 1 * kMiB);
+  }
+};
+
+TEST_CASE("a create waits for the memory a reader is letting go of", "[lifecycle]") {
+  RetiredHeldByReader s;
+  // The reader reads its socket again a moment after the create began: it unmaps the segment,
+  // and the create that waited for it succeeds.
+  std::thread wakes([&] {
+    std::this_thread::sleep_for(50ms);
+    (void)s.reader->GetStatus();
+  });
+  auto third = s.creator.Put(Pattern(s.kSize, 3));
+  wakes.join();
+  INFO(third.status().ToString());
+  REQUIRE(third.ok());
+  auto got = s.creator.Get(*third);
+  REQUIRE(got.ok());
+  CHECK(std::memcmp(got->frame(0).data(), Pattern(s.kSize, 3).data(), s.kSize) == 0);
+}
+
+TEST_CASE("a reader that never unmaps a retired segment costs a create a bounded wait",
+          "[lifecycle]") {
+  RetiredHeldByReader s;
+  auto start = std::chrono::steady_clock::now();
+  auto third = s.creator.Put(Pattern(s.kSize, 3));
+  INFO(third.status().ToString());
+  CHECK(third.status().IsStoreFull());
+  CHECK(third.status().message().find("in retired segments that clients have not unmapped") !=
+        std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start >= 250ms);
+  // Once the reader goes, its segment comes back and the create fits.
+  s.reader.reset();
+  CHECK(WaitFor([&] { return s.creator.Put(Pattern(s.kSize, 3)).ok(); }));
 }

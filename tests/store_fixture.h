@@ -158,6 +158,9 @@ class StoreHarness {
   Message Call(FakeClient& c, MsgType type, flatbuffers::FlatBufferBuilder& fbb);
 
   Message Create(FakeClient& c, const CreateArgs& args);
+  // A create that may wait (for memory): returns its request id, REQUIREing that Handle
+  // accepted it.
+  uint64_t SendCreate(FakeClient& c, const CreateArgs& args);
   // Create then seal; REQUIREs both to succeed. Returns the GUID.
   Guid Put(FakeClient& c, uint64_t size, bool evictable = false, std::optional<Guid> guid = {});
   Message Seal(FakeClient& c, const Guid& g, std::optional<uint64_t> checksum = {});
