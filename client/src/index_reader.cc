@@ -117,7 +117,7 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, IndexHit& hit, bool& fo
     uint64_t record = Load(r);
     sane = sane && record % 8 == 0 && record <= arena_bytes_ &&
            index::RecordBytes(frames, metadata) <= arena_bytes_ - record;
-    r = map_.words() + index::ArenaWord(sets_) + record / 8;
+    if (sane) r = map_.words() + index::ArenaWord(sets_) + record / 8;  // only then: in the arena
   }
   if (sane) {
     hit.frames.clear();
