@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -404,8 +405,14 @@ std::string MachineDescription() {
   }
   uint64_t mem = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                  static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  return fmt::format("{}, Linux {}, {} × {}, {} RAM", u.nodename, u.release, Cpus(), model,
-                     Bytes(mem));
+  // Whether the index can lie on huge pages (ObjectIndex::Create): the bracketed policy.
+  std::ifstream huge("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string policy((std::istreambuf_iterator<char>(huge)), std::istreambuf_iterator<char>());
+  auto open = policy.find('['), close = policy.find(']');
+  policy = open < close && close != std::string::npos ? policy.substr(open + 1, close - open - 1)
+                                                      : "unknown";
+  return fmt::format("{}, Linux {}, {} × {}, {} RAM, huge pages for shared memory: {}", u.nodename,
+                     u.release, Cpus(), model, Bytes(mem), policy);
 }
 
 }  // namespace depot::bench

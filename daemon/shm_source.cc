@@ -34,7 +34,8 @@ Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
   }
   // Reserve every page now: memory that runs out later would SIGBUS whoever touches the page.
   // (A caller that reserves less reserves the rest before anyone may touch it.)
-  if (int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(reserve.value_or(size)));
+  uint64_t reserved = reserve.value_or(size);
+  if (int err = reserved == 0 ? 0 : ::posix_fallocate(fd.get(), 0, static_cast<off_t>(reserved));
       err != 0) {
     return Status::StoreFull(fmt::format(
         "cannot reserve {} of memory for segment {}: {} ({}); lower the capacity or give the "
