@@ -21,7 +21,9 @@ finds replicas a previous one left on a worker):
 - P2P rechunk: an n × n float64 array (--rechunk-mib, 512 MiB by default) persisted in column
   blocks of 256, rechunked to row blocks of 256 by Dask's P2P method (every output block takes a
   piece of every input block: 512 KiB shards) and summed; on a release without P2P rechunk
-  (before 2023.2), by the task method, and the row says so.
+  (before 2023.2), by the task method, and the row says so. Where there is P2P, once more with
+  its shards kept in memory rather than on each worker's disk (distributed.p2p.storage.disk
+  off): the shards that come through depot are already in the node's shared memory.
 
 Each row names the release (dask and distributed) it ran on: run the script once per release
 (the venvs of ../shared/python-compat/make-venv for the newer ones).
@@ -125,14 +127,18 @@ def bag_shuffle(client, count=200_000, partitions=16):
 HAS_P2P_RECHUNK = "method" in __import__("inspect").signature(da.Array.rechunk).parameters
 
 
-def p2p_rechunk(mib, block=256):
+def p2p_rechunk(mib, block=256, disk=True):
+    """With disk False, P2P keeps the shards a worker receives in memory instead of writing them
+    to its disk and reading them back (`distributed.p2p.storage.disk`, read where the graph is
+    made)."""
     n = int(math.sqrt(mib * MIB / 8)) // block * block
 
     def run(client):
         x = client.persist(da.random.RandomState(0).random((n, n), chunks=(n, block)))
         distributed.wait(x)
         start = time.perf_counter()
-        y = x.rechunk((block, n), method="p2p") if HAS_P2P_RECHUNK else x.rechunk((block, n))
+        with dask.config.set({"distributed.p2p.storage.disk": disk}):
+            y = x.rechunk((block, n), method="p2p") if HAS_P2P_RECHUNK else x.rechunk((block, n))
         result = client.compute(y.sum()).result()
         return time.perf_counter() - start, result
     return run, n
@@ -332,11 +338,18 @@ def main():
                     bench.measure("map, reduce on one: 32 arrays of 16 MiB summed on one "
                                   "worker", map_reduce_on_one, chart="map, reduce on one")
                     rechunk, side = p2p_rechunk(args.rechunk_mib)
-                    bench.measure(f"P2P rechunk: {side}² float64 ({fmt_bytes(side * side * 8)}),"
-                                  " 256-column blocks to 256-row blocks, sum", rechunk,
-                                  note="method p2p" if HAS_P2P_RECHUNK else
-                                  "no P2P rechunk in this release: method tasks",
-                                  chart="P2P rechunk")
+                    on_disk = bench.measure(
+                        f"P2P rechunk: {side}² float64 ({fmt_bytes(side * side * 8)}), 256-column"
+                        " blocks to 256-row blocks, sum", rechunk,
+                        note="method p2p" if HAS_P2P_RECHUNK else
+                        "no P2P rechunk in this release: method tasks", chart="P2P rechunk")
+                    if HAS_P2P_RECHUNK:
+                        kept, _ = p2p_rechunk(args.rechunk_mib, disk=False)
+                        in_memory = bench.measure("P2P rechunk, the same, its shards kept in "
+                                                  "memory", kept)
+                        bench.rows[-1] = bench.rows[-1][:-1] + (
+                            "distributed.p2p.storage.disk off in both columns; Dask over TCP "
+                            f"with it on / depot with it off: {on_disk[0] / in_memory[1]:.2f}×",)
                     workload_rows += bench.rows
                     bench.rows = []
                 if args.only != "workloads":
