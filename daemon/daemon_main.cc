@@ -29,7 +29,8 @@
 namespace depot {
 namespace {
 
-// Says plainly when the memory this daemon may use cannot give what the configuration asks for.
+// Says plainly when the memory this daemon may use cannot give what the configuration asks for,
+// and when the kernel gives no huge pages to shared memory.
 void WarnAboutMemory(const DaemonOptions& o) {
   uint64_t available = AvailableMemory();
   if (available < o.capacity) {
@@ -39,19 +40,21 @@ void WarnAboutMemory(const DaemonOptions& o) {
         "the daemon more memory (MemoryMax= of its unit)",
         FormatBytes(o.capacity), FormatBytes(available), DescribeAvailableMemory());
   }
-  if (o.hugepages) {
-    // Segments are memfds: the kernel's internal shmem mount, whose huge-page policy is this.
-    std::ifstream policy("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-    std::string text((std::istreambuf_iterator<char>(policy)), std::istreambuf_iterator<char>());
-    bool huge = text.find("[advise]") != std::string::npos ||
-                text.find("[always]") != std::string::npos ||
-                text.find("[within_size]") != std::string::npos ||
-                text.find("[force]") != std::string::npos;
-    if (!huge) {
-      spdlog::warn(
-          "hugepages = on has no effect: shared-memory huge pages are off "
-          "(echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled)");
-    }
+  // Segments and the index are memfds: the kernel's internal shmem mount, whose huge-page
+  // policy is this.
+  std::ifstream policy("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string text((std::istreambuf_iterator<char>(policy)), std::istreambuf_iterator<char>());
+  bool huge =
+      text.find("[advise]") != std::string::npos || text.find("[always]") != std::string::npos ||
+      text.find("[within_size]") != std::string::npos || text.find("[force]") != std::string::npos;
+  if (!huge && o.hugepages) {
+    spdlog::warn(
+        "hugepages = on has no effect: shared-memory huge pages are off "
+        "(echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled)");
+  } else if (!huge && o.index_entries != 0) {
+    spdlog::info(
+        "the object index is on 4 KiB pages: shared-memory huge pages are off, which makes gets "
+        "at a million objects slower (docs/deployment.md, \"Huge pages for the index\")");
   }
 }
 

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "common/unix_socket.h"
 #include "proto/fd_passing.h"
@@ -169,4 +170,19 @@ TEST_CASE("SIGHUP re-reads the log level from the config file", "[config]") {
   ::kill(d.pid(), SIGHUP);
   CHECK(WaitFor(
       [&] { return d.Log().find("SIGHUP: log level info -> error") != std::string::npos; }));
+}
+
+TEST_CASE("the log says when the object index cannot have huge pages, and only then", "[config]") {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string policy((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bool off = policy.find("[never]") != std::string::npos ||
+             policy.find("[deny]") != std::string::npos || policy.empty();
+  INFO("shmem_enabled: " << policy);
+  const std::string line = "the object index is on 4 KiB pages";
+  Daemon d;
+  d.Connect();
+  CHECK((d.Log().find(line) != std::string::npos) == off);
+  Daemon without({"--index-entries", "0"});  // no index: nothing to say of it
+  without.Connect();
+  CHECK(without.Log().find(line) == std::string::npos);
 }
