@@ -103,13 +103,14 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   Namespace* ns = owned.get();
   std::string prefix = options_.host.name_prefix;
   if (key != Namespace::kShared) prefix += fmt::format("u{}-", key);
-  auto host = SegmentedPool::Create(std::make_unique<ShmSource>(prefix, maker_.get()),
-                                    {.budget = &host_budget_,
-                                     .segment_size = options_.host.segment_size,
-                                     .prefault = options_.host.prefault,
-                                     .reuse_large = true,
-                                     .keeper = kept_.KeeperFor(key)},
-                                    [this, ns](uint32_t id) { return hooks_.retired(*ns, 0, id); });
+  auto host = SegmentedPool::Create(
+      std::make_unique<ShmSource>(prefix, maker_.get(), options_.host.hugepages),
+      {.budget = &host_budget_,
+       .segment_size = options_.host.segment_size,
+       .prefault = options_.host.prefault,
+       .reuse_large = true,
+       .keeper = kept_.KeeperFor(key)},
+      [this, ns](uint32_t id) { return hooks_.retired(*ns, 0, id); });
   if (!host.ok()) return host.status();
   ns->pools_.push_back(std::move(*host));
   if (Status st = AddDevicePools(*ns); !st.ok()) return st;

@@ -38,6 +38,7 @@ struct HostMemoryOptions {
   uint64_t capacity = 0;
   uint64_t segment_size = 0;  // larger objects go to segments of large objects
   bool prefault = false;      // reserve the whole capacity at start-up and keep it
+  bool hugepages = false;     // segments on 2 MiB pages where the kernel gives them
   // Bytes of empty segments kept warm for the next objects (at most the capacity).
   uint64_t keep_warm = uint64_t{2} << 30;
   std::string name_prefix;  // segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7"

@@ -1,19 +1,15 @@
 #include "daemon/object_index.h"
 
 #include <fcntl.h>
-#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 
-#include "common/system_memory.h"
 #include "daemon/shm_source.h"
-#include "depot/units.h"
 
 namespace depot {
 
@@ -21,26 +17,6 @@ using index::Load;
 using index::Store;
 
 constexpr uint64_t kArenaBytesPerEntry = 32;
-
-namespace {
-
-// Every page of the index, allocated now: memory short later would SIGBUS a reader, and a move
-// writes entries all over the new index (measured: a step of 8,192 entries 40-50 ms faulting,
-// ~10 ms without). On 2 MiB pages where the node allows them for shared memory
-// (transparent_hugepage/shmem_enabled "advise", "within_size" or "always"): a lookup then costs
-// no TLB miss of its own. Allocated through the mapping, so that "advise" applies.
-Status Reserve(int fd, const SharedMapping& map) {
-  (void)::madvise(map.words(), map.size(), MADV_HUGEPAGE);
-  if (::madvise(map.words(), map.size(), MADV_POPULATE_WRITE) == 0) return Status::OK();
-  int err = errno;
-  if (err == EINVAL) err = ::posix_fallocate(fd, 0, static_cast<off_t>(map.size()));  // < 5.14
-  if (err == 0) return Status::OK();
-  return Status::StoreFull(fmt::format("cannot reserve {} of memory for the object index: {} ({})",
-                                       FormatBytes(map.size()), std::strerror(err),
-                                       DescribeAvailableMemory()));
-}
-
-}  // namespace
 
 Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Create(uint64_t entries,
                                                          const std::string& name) {
@@ -52,7 +28,14 @@ Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Create(uint64_t entries,
   if (!memory.ok()) return memory.status();
   auto map = SharedMapping::Map(memory->fd.get(), memory->size, true, "object index");
   if (!map.ok()) return map.status();
-  if (Status reserved = Reserve(memory->fd.get(), *map); !reserved.ok()) return reserved;
+  // Every page now: memory short later would SIGBUS a reader, and a move writes entries all
+  // over the new index (measured: a step of 8,192 entries 40-50 ms faulting, ~10 ms without). On
+  // 2 MiB pages where the node allows them: a lookup then costs no TLB miss of its own.
+  if (Status reserved =
+          ReservePages(map->words(), map->size(), memory->fd.get(), true, "the object index");
+      !reserved.ok()) {
+    return reserved;
+  }
   layout::Write(map->words(), index::kIndexLayout);
   return std::unique_ptr<ObjectIndex>(new ObjectIndex(
       std::move(memory->fd), std::move(memory->read_only_fd), std::move(*map), sets));

@@ -70,8 +70,8 @@ const std::vector<Key>& Keys() {
        },
        [](const O& o) { return std::to_string(o.segment_size); }},
       {{"hugepages", "off",
-        "ask for transparent huge pages on the segments' mappings (needs shmem_enabled = advise or "
-        "more); the object index asks for them whatever this says"},
+        "make segments of transparent huge pages (needs shmem_enabled = advise or more); the "
+        "object index asks for them whatever this says"},
        [](O& o, const std::string& v, uint64_t) { return SetBool(o.hugepages, v); },
        [](const O& o) { return OnOff(o.hugepages); }},
       {{"prefault", "off", "reserve the whole capacity at start-up and keep it"},

@@ -17,10 +17,10 @@ SegmentMaker::~SegmentMaker() {
   thread_.join();
 }
 
-void SegmentMaker::Make(std::string name, uint64_t size, DoneFn done) {
+void SegmentMaker::Make(std::string name, uint64_t size, DoneFn done, bool huge) {
   {
     std::lock_guard lk(mu_);
-    jobs_.push_back({std::move(name), size, std::move(done)});
+    jobs_.push_back({std::move(name), size, std::move(done), huge});
   }
   wake_.notify_one();
 }
@@ -37,7 +37,8 @@ void SegmentMaker::Run() {
     }
     // A posted function must be copyable; the memory (two descriptors) is not, so it travels
     // in a shared holder.
-    auto made = std::make_shared<Result<SegmentMemory>>(SealedMemfd(job.name, job.size));
+    auto made = std::make_shared<Result<SegmentMemory>>(
+        SealedMemfd(job.name, job.size, std::nullopt, job.huge));
     post_([made, done = std::move(job.done)] { done(std::move(*made)); });
   }
 }

@@ -32,14 +32,16 @@ class SegmentMaker {
   SegmentMaker(const SegmentMaker&) = delete;
   SegmentMaker& operator=(const SegmentMaker&) = delete;
 
-  // Makes a segment named `name` of `size` bytes; `done` gets it, or the error, on the loop.
-  void Make(std::string name, uint64_t size, DoneFn done);
+  // Makes a segment named `name` of `size` bytes (on huge pages where the kernel gives them,
+  // when `huge`); `done` gets it, or the error, on the loop.
+  void Make(std::string name, uint64_t size, DoneFn done, bool huge = false);
 
  private:
   struct Job {
     std::string name;
     uint64_t size;
     DoneFn done;
+    bool huge = false;
   };
   void Run();
 

@@ -9,13 +9,32 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/shared_mapping.h"
 #include "common/system_memory.h"
 #include "depot/units.h"
 
 namespace depot {
 
+namespace {
+
+Status NotReserved(uint64_t size, const std::string& what, int err) {
+  return Status::StoreFull(fmt::format(
+      "cannot reserve {} of memory for {}: {} ({}); lower the capacity or give the daemon more "
+      "memory",
+      FormatBytes(size), what, std::strerror(err), DescribeAvailableMemory()));
+}
+
+}  // namespace
+
+Status ReservePages(void* addr, uint64_t size, int fd, bool huge, const std::string& what) {
+  if (huge) (void)::madvise(addr, size, MADV_HUGEPAGE);
+  int err = ::madvise(addr, size, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+  if (err == EINVAL) err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));  // before 5.14
+  return err == 0 ? Status::OK() : NotReserved(size, what, err);
+}
+
 Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
-                                  std::optional<uint64_t> reserve) {
+                                  std::optional<uint64_t> reserve, bool huge) {
   // Boost.Interprocess makes only named POSIX objects, which cannot carry seals; memfd_create can.
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) {
@@ -33,14 +52,19 @@ Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
                                          FormatBytes(size), std::strerror(errno)));
   }
   // Reserve every page now: memory that runs out later would SIGBUS whoever touches the page.
-  // (A caller that reserves less reserves the rest before anyone may touch it.)
+  // (A caller that reserves less reserves the rest before anyone may touch it.) On huge pages
+  // through a mapping of its own, which goes again: the pages stay with the memfd.
   uint64_t reserved = reserve.value_or(size);
-  if (int err = reserved == 0 ? 0 : ::posix_fallocate(fd.get(), 0, static_cast<off_t>(reserved));
-      err != 0) {
-    return Status::StoreFull(fmt::format(
-        "cannot reserve {} of memory for segment {}: {} ({}); lower the capacity or give the "
-        "daemon more memory",
-        FormatBytes(size), name, std::strerror(err), DescribeAvailableMemory()));
+  if (huge && reserved == size && size > 0) {
+    auto map = SharedMapping::Map(fd.get(), size, true, "segment");
+    if (!map.ok()) return map.status();
+    if (Status st = ReservePages(map->words(), size, fd.get(), true, "segment " + name); !st.ok()) {
+      return st;
+    }
+  } else if (int err =
+                 reserved == 0 ? 0 : ::posix_fallocate(fd.get(), 0, static_cast<off_t>(reserved));
+             err != 0) {
+    return NotReserved(size, "segment " + name, err);
   }
   if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return Status::Unavailable(
@@ -59,13 +83,13 @@ Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
 }
 
 Result<SegmentMemory> ShmSource::Create(uint32_t id, uint64_t size) {
-  return SealedMemfd(name_prefix_ + std::to_string(id), size);
+  return SealedMemfd(name_prefix_ + std::to_string(id), size, std::nullopt, huge_);
 }
 
 bool ShmSource::CreateAhead(uint32_t id, uint64_t size,
                             std::function<void(Result<SegmentMemory>)> done) {
   if (maker_ == nullptr) return false;
-  maker_->Make(name_prefix_ + std::to_string(id), size, std::move(done));
+  maker_->Make(name_prefix_ + std::to_string(id), size, std::move(done), huge_);
   return true;
 }
 

@@ -23,16 +23,26 @@ namespace depot {
 // full (or its first `reserve` bytes: the caller reserves the rest before anyone touches it),
 // sealed with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, and reopened read-only through
 // /proc/self/fd: a mapping of the read-only descriptor cannot be made writable (EACCES), whatever
-// its holder asks. StoreFull, saying how much memory there is, when it cannot be reserved.
+// its holder asks. StoreFull, saying how much memory there is, when it cannot be reserved. With
+// `huge`, reserved in full on 2 MiB pages where the kernel gives them (ReservePages).
 Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
-                                  std::optional<uint64_t> reserve = std::nullopt);
+                                  std::optional<uint64_t> reserve = std::nullopt,
+                                  bool huge = false);
+
+// Allocates every page of the first `size` bytes of `fd` through `addr`, a shared writable
+// mapping of them (MADV_POPULATE_WRITE; posix_fallocate before Linux 5.14), asking for 2 MiB
+// pages first when `huge`: the kernel gives them where transparent_hugepage/shmem_enabled is
+// "advise" or more, to pages allocated through a mapping that asked (pages posix_fallocate
+// allocated are small ones under "advise"). StoreFull naming `what` and the memory there is.
+Status ReservePages(void* addr, uint64_t size, int fd, bool huge, const std::string& what);
 
 class ShmSource : public SegmentSource {
  public:
   // Segment names are name_prefix + id, e.g. "depot-1000-ab12cd-7". With a `maker` (which must
-  // outlive the source), segments can be made ahead on its thread.
-  explicit ShmSource(std::string name_prefix, SegmentMaker* maker = nullptr)
-      : name_prefix_(std::move(name_prefix)), maker_(maker) {}
+  // outlive the source), segments can be made ahead on its thread. With `huge`, segments are made
+  // on 2 MiB pages where the kernel gives them (the `hugepages` key).
+  explicit ShmSource(std::string name_prefix, SegmentMaker* maker = nullptr, bool huge = false)
+      : name_prefix_(std::move(name_prefix)), maker_(maker), huge_(huge) {}
 
   Result<SegmentMemory> Create(uint32_t id, uint64_t size) override;
   bool CreateAhead(uint32_t id, uint64_t size,
@@ -56,6 +66,7 @@ class ShmSource : public SegmentSource {
 
   std::string name_prefix_;
   SegmentMaker* maker_;
+  bool huge_;
 };
 
 }  // namespace depot

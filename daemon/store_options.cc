@@ -12,6 +12,7 @@ StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_
   so.namespaces.host = {.capacity = o.capacity,
                         .segment_size = o.segment_size,
                         .prefault = o.prefault,
+                        .hugepages = o.hugepages,
                         .keep_warm = o.keep_warm,
                         .name_prefix = ShmSource::NamePrefix(socket_path)};
   so.namespaces.per_user = o.per_user_namespaces;

@@ -11,11 +11,8 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <cctype>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <random>
 #include <thread>
@@ -432,85 +429,6 @@ TEST_CASE("readers racing withdrawals and reuse never hold a freed object", "[in
   CHECK(torn == 0);
   CHECK(held > 0);
   INFO("holds " << held << ", objects " << next);
-}
-
-// Reads and sets the kernel's policy for huge pages in shared memory; restores it when done.
-class ShmemHugePolicy {
- public:
-  static constexpr const char* kPath = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
-  // The policy in force: the bracketed word ("advise" in "always within_size [advise] never").
-  static std::string Current() {
-    std::ifstream in(kPath);
-    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto open = all.find('['), close = all.find(']');
-    return open == std::string::npos || close == std::string::npos
-               ? ""
-               : all.substr(open + 1, close - open - 1);
-  }
-  // Sets `policy` when the current one is `from`; false when it could not.
-  bool SetFrom(const std::string& from, const std::string& policy) {
-    if (Current() != from) return false;
-    std::ofstream(kPath) << policy;
-    if (Current() != policy) return false;
-    restore_ = from;
-    return true;
-  }
-  ~ShmemHugePolicy() {
-    if (!restore_.empty()) std::ofstream(kPath) << restore_;
-  }
-
- private:
-  std::string restore_;
-};
-
-// The bytes of this process's mappings of the memfd `name` that are mapped through 2 MiB
-// entries, and the resident bytes of those mappings.
-std::pair<uint64_t, uint64_t> PmdMapped(const std::string& name) {
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool ours = false;
-  uint64_t pmd = 0, rss = 0;
-  while (std::getline(smaps, line)) {
-    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
-        line.find('-') < line.find(' ')) {
-      ours = line.find("/memfd:" + name) != std::string::npos;
-    } else if (ours && line.starts_with("ShmemPmdMapped:")) {
-      pmd += std::stoull(line.substr(15)) * 1024;
-    } else if (ours && line.starts_with("Rss:")) {
-      rss += std::stoull(line.substr(4)) * 1024;
-    }
-  }
-  return {pmd, rss};
-}
-
-TEST_CASE("the index lies on huge pages where the kernel gives them to shared memory that asks",
-          "[index]") {
-  // This machine's kernel may give none ("never", Debian's default); as root the test asks for
-  // "advise" for its duration: only mappings that ask (madvise MADV_HUGEPAGE) get huge pages then.
-  ShmemHugePolicy policy;
-  std::string current = ShmemHugePolicy::Current();
-  if (current != "advise" && current != "always" && current != "within_size" &&
-      !policy.SetFrom("never", "advise")) {
-    std::printf(
-        "SKIPPED: %s says \"%s\" and cannot be set to \"advise\" here (not root?): "
-        "the index's huge pages are NOT tested by this run\n",
-        ShmemHugePolicy::kPath, current.c_str());
-    std::fflush(stdout);
-    std::_Exit(77);  // ctest's SKIP_RETURN_CODE
-  }
-  auto index = ObjectIndex::Create(262144, "index-test-huge");  // 28 MiB
-  REQUIRE(index.ok());
-  auto [pmd, rss] = PmdMapped("index-test-huge");
-  INFO("policy " << ShmemHugePolicy::Current() << ", rss " << rss << ", through 2 MiB " << pmd);
-  CHECK(rss >= 28 * (uint64_t{1} << 20));  // reserved in full
-  // Most of it, where memory is not too fragmented for the kernel to find 2 MiB pages; at least
-  // one anyway (before the index asked, none: its pages were reserved before the mapping asked).
-  CHECK(pmd >= 2 * (uint64_t{1} << 20));
-  // A reader's lookups go through the same huge pages.
-  StoredObject o = Object(9, {{.segment = 1, .offset = 0, .size = 64}});
-  REQUIRE((*index)->Insert(o));
-  IndexReader reader = Reader(**index);
-  CHECK(reader.Find(o.guid));
 }
 
 }  // namespace
