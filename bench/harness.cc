@@ -16,9 +16,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <thread>
+
+#include "common/system_memory.h"
 
 namespace depot::bench {
 
@@ -405,14 +406,10 @@ std::string MachineDescription() {
   }
   uint64_t mem = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                  static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  // Whether the index can lie on huge pages (ObjectIndex::Create): the bracketed policy.
-  std::ifstream huge("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-  std::string policy((std::istreambuf_iterator<char>(huge)), std::istreambuf_iterator<char>());
-  auto open = policy.find('['), close = policy.find(']');
-  policy = open < close && close != std::string::npos ? policy.substr(open + 1, close - open - 1)
-                                                      : "unknown";
+  // Whether the index can lie on huge pages (ObjectIndex::Create).
+  std::string policy = ShmemHugePagePolicy();
   return fmt::format("{}, Linux {}, {} × {}, {} RAM, huge pages for shared memory: {}", u.nodename,
-                     u.release, Cpus(), model, Bytes(mem), policy);
+                     u.release, Cpus(), model, Bytes(mem), policy.empty() ? "unknown" : policy);
 }
 
 }  // namespace depot::bench

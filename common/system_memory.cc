@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "depot/units.h"
@@ -95,6 +96,24 @@ std::string DescribeAvailableMemory() {
   auto limit = CgroupMemoryLimit();
   return FormatBytes(AvailableMemory()) + " available, " +
          (limit ? "cgroup limit " + FormatBytes(*limit) : std::string("no cgroup limit"));
+}
+
+std::string ParseShmemHugePagePolicy(std::string_view text) {
+  auto open = text.find('['), close = text.find(']');
+  return open < close && close != std::string_view::npos
+             ? std::string(text.substr(open + 1, close - open - 1))
+             : "";
+}
+
+std::string ShmemHugePagePolicy() {
+  std::ifstream in(kShmemHugePagesPath);
+  return ParseShmemHugePagePolicy(
+      std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+}
+
+bool ShmemHugePagesAllowed() {
+  std::string policy = ShmemHugePagePolicy();
+  return policy == "advise" || policy == "always" || policy == "within_size" || policy == "force";
 }
 
 }  // namespace depot

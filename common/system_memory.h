@@ -27,6 +27,17 @@ uint64_t AvailableMemory();
 // "1.2 GiB available, cgroup limit 4.0 GiB" (or "no cgroup limit"), for messages.
 std::string DescribeAvailableMemory();
 
+// Where the kernel says whether shared memory (memfds: segments, the index) gets huge pages.
+inline constexpr const char* kShmemHugePagesPath =
+    "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+// That policy: the bracketed word ("advise" in "always within_size [advise] never deny force"),
+// or "" when it cannot be read.
+std::string ShmemHugePagePolicy();
+// The bracketed word of `text`, as the file says it; "" when there is none.
+std::string ParseShmemHugePagePolicy(std::string_view text);
+// Whether that policy gives huge pages to a mapping that asks for them.
+bool ShmemHugePagesAllowed();
+
 }  // namespace depot
 
 #endif  // DEPOT_COMMON_SYSTEM_MEMORY_H_

@@ -14,8 +14,6 @@
 #include <boost/asio/signal_set.hpp>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "common/system_memory.h"
 #include "daemon/journal_sink.h"
@@ -40,13 +38,7 @@ void WarnAboutMemory(const DaemonOptions& o) {
         "the daemon more memory (MemoryMax= of its unit)",
         FormatBytes(o.capacity), FormatBytes(available), DescribeAvailableMemory());
   }
-  // Segments and the index are memfds: the kernel's internal shmem mount, whose huge-page
-  // policy is this.
-  std::ifstream policy("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-  std::string text((std::istreambuf_iterator<char>(policy)), std::istreambuf_iterator<char>());
-  bool huge =
-      text.find("[advise]") != std::string::npos || text.find("[always]") != std::string::npos ||
-      text.find("[within_size]") != std::string::npos || text.find("[force]") != std::string::npos;
+  bool huge = ShmemHugePagesAllowed();
   if (!huge && o.hugepages) {
     spdlog::warn(
         "hugepages = on has no effect: shared-memory huge pages are off "

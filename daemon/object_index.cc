@@ -32,7 +32,7 @@ Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Create(uint64_t entries,
   // over the new index (measured: a step of 8,192 entries 40-50 ms faulting, ~10 ms without). On
   // 2 MiB pages where the node allows them: a lookup then costs no TLB miss of its own.
   if (Status reserved =
-          ReservePages(map->words(), map->size(), memory->fd.get(), true, "the object index");
+          ReservePages(map->words(), map->size(), memory->fd.get(), "the object index");
       !reserved.ok()) {
     return reserved;
   }

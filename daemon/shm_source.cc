@@ -26,8 +26,8 @@ Status NotReserved(uint64_t size, const std::string& what, int err) {
 
 }  // namespace
 
-Status ReservePages(void* addr, uint64_t size, int fd, bool huge, const std::string& what) {
-  if (huge) (void)::madvise(addr, size, MADV_HUGEPAGE);
+Status ReservePages(void* addr, uint64_t size, int fd, const std::string& what) {
+  (void)::madvise(addr, size, MADV_HUGEPAGE);
   int err = ::madvise(addr, size, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
   if (err == EINVAL) err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));  // before 5.14
   return err == 0 ? Status::OK() : NotReserved(size, what, err);
@@ -58,7 +58,7 @@ Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
   if (huge && reserved == size && size > 0) {
     auto map = SharedMapping::Map(fd.get(), size, true, "segment");
     if (!map.ok()) return map.status();
-    if (Status st = ReservePages(map->words(), size, fd.get(), true, "segment " + name); !st.ok()) {
+    if (Status st = ReservePages(map->words(), size, fd.get(), "segment " + name); !st.ok()) {
       return st;
     }
   } else if (int err =

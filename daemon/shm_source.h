@@ -31,10 +31,10 @@ Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
 
 // Allocates every page of the first `size` bytes of `fd` through `addr`, a shared writable
 // mapping of them (MADV_POPULATE_WRITE; posix_fallocate before Linux 5.14), asking for 2 MiB
-// pages first when `huge`: the kernel gives them where transparent_hugepage/shmem_enabled is
-// "advise" or more, to pages allocated through a mapping that asked (pages posix_fallocate
-// allocated are small ones under "advise"). StoreFull naming `what` and the memory there is.
-Status ReservePages(void* addr, uint64_t size, int fd, bool huge, const std::string& what);
+// pages first: the kernel gives them where transparent_hugepage/shmem_enabled is "advise" or
+// more, to pages allocated through a mapping that asked (pages posix_fallocate allocated are
+// small ones under "advise"). StoreFull naming `what` and the memory there is.
+Status ReservePages(void* addr, uint64_t size, int fd, const std::string& what);
 
 class ShmSource : public SegmentSource {
  public:

@@ -10,8 +10,8 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 
+#include "common/system_memory.h"
 #include "common/unix_socket.h"
 #include "proto/fd_passing.h"
 #include "proto/wire.h"
@@ -173,11 +173,8 @@ TEST_CASE("SIGHUP re-reads the log level from the config file", "[config]") {
 }
 
 TEST_CASE("the log says when the object index cannot have huge pages, and only then", "[config]") {
-  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-  std::string policy((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  bool off = policy.find("[never]") != std::string::npos ||
-             policy.find("[deny]") != std::string::npos || policy.empty();
-  INFO("shmem_enabled: " << policy);
+  bool off = !ShmemHugePagesAllowed();
+  INFO("shmem_enabled: " << ShmemHugePagePolicy());
   const std::string line = "the object index is on 4 KiB pages";
   Daemon d;
   d.Connect();

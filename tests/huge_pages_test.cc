@@ -12,13 +12,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "client/src/index_reader.h"
 #include "common/shared_mapping.h"
+#include "common/system_memory.h"
 #include "daemon/object_index.h"
 #include "daemon/shm_source.h"
 
@@ -27,29 +27,19 @@ namespace {
 
 using internal::IndexReader;
 
-// Reads and sets the kernel's policy for huge pages in shared memory; restores it when done.
+// Sets the kernel's policy for huge pages in shared memory; restores it when done.
 class ShmemHugePolicy {
  public:
-  static constexpr const char* kPath = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
-  // The policy in force: the bracketed word ("advise" in "always within_size [advise] never").
-  static std::string Current() {
-    std::ifstream in(kPath);
-    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto open = all.find('['), close = all.find(']');
-    return open == std::string::npos || close == std::string::npos
-               ? ""
-               : all.substr(open + 1, close - open - 1);
-  }
   // Sets `policy` when the current one is `from`; false when it could not.
   bool SetFrom(const std::string& from, const std::string& policy) {
-    if (Current() != from) return false;
-    std::ofstream(kPath) << policy;
-    if (Current() != policy) return false;
+    if (ShmemHugePagePolicy() != from) return false;
+    std::ofstream(kShmemHugePagesPath) << policy;
+    if (ShmemHugePagePolicy() != policy) return false;
     restore_ = from;
     return true;
   }
   ~ShmemHugePolicy() {
-    if (!restore_.empty()) std::ofstream(kPath) << restore_;
+    if (!restore_.empty()) std::ofstream(kShmemHugePagesPath) << restore_;
   }
 
  private:
@@ -79,15 +69,11 @@ std::pair<uint64_t, uint64_t> PmdMapped(const std::string& name) {
 // As root, sets "advise" for the case's run where the policy is "never"; exits 77 (ctest's
 // SKIP_RETURN_CODE), saying why, where the kernel gives shared memory no huge pages even so.
 void AllowHugePages(ShmemHugePolicy& policy) {
-  std::string current = ShmemHugePolicy::Current();
-  if (current == "advise" || current == "always" || current == "within_size" ||
-      policy.SetFrom("never", "advise")) {
-    return;
-  }
+  if (ShmemHugePagesAllowed() || policy.SetFrom("never", "advise")) return;
   std::printf(
       "SKIPPED: %s says \"%s\" and cannot be set to \"advise\" here (not root?): huge "
       "pages are NOT tested by this run\n",
-      ShmemHugePolicy::kPath, current.c_str());
+      kShmemHugePagesPath, ShmemHugePagePolicy().c_str());
   std::fflush(stdout);
   std::_Exit(77);
 }
@@ -99,7 +85,7 @@ TEST_CASE("the index lies on huge pages where the kernel gives them to shared me
   auto index = ObjectIndex::Create(262144, "index-test-huge");  // 28 MiB
   REQUIRE(index.ok());
   auto [pmd, rss] = PmdMapped("index-test-huge");
-  INFO("policy " << ShmemHugePolicy::Current() << ", rss " << rss << ", through 2 MiB " << pmd);
+  INFO("policy " << ShmemHugePagePolicy() << ", rss " << rss << ", through 2 MiB " << pmd);
   CHECK(rss >= 28 * (uint64_t{1} << 20));  // reserved in full
   // Most of it, where memory is not too fragmented for the kernel to find 2 MiB pages; at least
   // one anyway (before the index asked, none: its pages were reserved before the mapping asked).
@@ -130,7 +116,7 @@ TEST_CASE("a segment made with huge pages asked lies on them, and one made witho
     REQUIRE(map.ok());
     REQUIRE(::madvise(map->words(), kSize, MADV_POPULATE_READ) == 0);
     auto [pmd, rss] = PmdMapped(name);
-    INFO("huge " << huge << ", policy " << ShmemHugePolicy::Current() << ", rss " << rss
+    INFO("huge " << huge << ", policy " << ShmemHugePagePolicy() << ", rss " << rss
                  << ", through 2 MiB " << pmd);
     CHECK(rss == kSize);
     if (huge) {

@@ -118,6 +118,16 @@ TEST_CASE("ParseCgroupMemoryMax reads bytes, and max as no limit", "[options]") 
   CHECK(AvailableMemory() <= PhysicalMemory());
 }
 
+TEST_CASE("ParseShmemHugePagePolicy reads the bracketed word, and nothing from anything else",
+          "[options]") {
+  CHECK(ParseShmemHugePagePolicy("always within_size advise [never] deny force\n") == "never");
+  CHECK(ParseShmemHugePagePolicy("[always] within_size advise never deny force\n") == "always");
+  CHECK(ParseShmemHugePagePolicy("always inherit [within_size] advise never\n") == "within_size");
+  CHECK(ParseShmemHugePagePolicy("").empty());
+  CHECK(ParseShmemHugePagePolicy("never").empty());
+  CHECK(ParseShmemHugePagePolicy("] never [").empty());
+}
+
 TEST_CASE("ParseOptions takes values after a space or an equals sign", "[options]") {
   auto spaced = ParseOptions({"--socket", "/run/x/d.sock", "--capacity", "1GiB", "--segment-size",
                               "8MiB", "--log-level", "debug"},
