@@ -88,7 +88,7 @@ void PutRings::NoteHandOff() {
   last_found_ = now;
   if (spinning_) return;
   spinning_ = true;
-  yields_ = yielded_to_ = 0;
+  shared_cpu_.Begin(now);
   PostSpin();
 }
 
@@ -110,14 +110,9 @@ void PutRings::Spin() {
   }
   // The loop looks at the sockets between two spins (a posted handler makes it poll them without
   // waiting), so requests are answered as before.
+  auto before = std::chrono::steady_clock::now();
   ::sched_yield();
-  auto yielded = std::chrono::steady_clock::now() - now;
-  ++yields_;
-  if (yielded > kYieldedTo) ++yielded_to_;
-  // Another process took a time slice meanwhile, or others ran at least as often as not: on a
-  // shared CPU a spinning daemon takes time from the very clients it serves, or from anyone
-  // else's work, and waits behind them for its turn, where a sleeping one is woken at once.
-  if (yielded > kYieldedSlice || (yielded_to_ >= kYieldsToStop && 2 * yielded_to_ >= yields_)) {
+  if (shared_cpu_.Yielded(before, std::chrono::steady_clock::now())) {
     spinning_ = false;
     shared_cpu_until_ = now + kBackOff;
     return;

@@ -15,7 +15,7 @@
 //     (NoteHandOff): a process gets what others put as soon as they return, so the daemon takes
 //     each put before the get comes, and that get finds it in the shared index. The spin stops
 //     when no put comes for kSpinWindow, and does not start again for kBackOff once its yields
-//     show a shared CPU: there it would take time from the clients it serves.
+//     show a shared CPU (SharedCpu): there it would take time from the clients it serves.
 // Polling is per ring: a ring is polled from its doorbell (Poll) or from any take that found a
 // record in it, until kIdlePolls polls in a row find it empty; then its word tells its client to
 // ring again, in a new epoch. So the timer, the spin and a miss's drain look only at rings that
@@ -42,6 +42,7 @@
 
 #include "daemon/peer.h"
 #include "daemon/put_ring.h"
+#include "daemon/shared_cpu.h"
 
 namespace depot {
 
@@ -53,13 +54,8 @@ class PutRings {
   // without a put found before the watch ends.
   static constexpr std::chrono::milliseconds kHandOffWindow{10};
   static constexpr std::chrono::microseconds kSpinWindow{200};
-  // A sched_yield that returns later than kYieldedTo let another process run, one later than
-  // kYieldedSlice let it run a time slice. The CPU is shared, and the spin ends (and starts
-  // again no sooner than kBackOff later), after one such slice, or once kYieldsToStop yields,
-  // and at least half of the spin's, let others run.
-  static constexpr std::chrono::microseconds kYieldedTo{5};
-  static constexpr std::chrono::microseconds kYieldedSlice{100};
-  static constexpr int kYieldsToStop = 8;
+  // Once the spin's yields show the CPU shared (SharedCpu), it ends, and starts again no sooner
+  // than kBackOff later.
   static constexpr std::chrono::milliseconds kBackOff{100};
 
   // Takes one put of a session (a body copied out of its ring, not yet verified; whether the
@@ -132,8 +128,7 @@ class PutRings {
   std::chrono::steady_clock::time_point eager_until_{};       // NoteHandOff's window
   std::chrono::steady_clock::time_point last_found_{};        // the spin's last find
   std::chrono::steady_clock::time_point shared_cpu_until_{};  // no spin before then
-  int yields_ = 0;                                            // of this spin
-  int yielded_to_ = 0;  // those of its yields that let another process run
+  SharedCpu shared_cpu_;                                      // what this spin's yields show
   // Posted spins hold it weakly: one that runs after this object went does nothing.
   std::shared_ptr<PutRings*> self_ = std::make_shared<PutRings*>(this);
 };
