@@ -62,8 +62,9 @@ bool HoldingTable::Erase(const Guid& guid, const Holding* only) {
   }
   slots_[i] = Entry{};
   --size_;
-  // A process that let go of most of what it held gives the table's memory back.
-  if (slots_.size() > kMinSlots && size_ * 8 < slots_.size()) Rehash(slots_.size() / 2);
+  // A process that let go of most of what it held gives the table's memory back, down to
+  // kKeptSlots (see there).
+  if (slots_.size() > kKeptSlots && size_ * 8 < slots_.size()) Rehash(slots_.size() / 2);
   return true;
 }
 
