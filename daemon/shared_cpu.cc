@@ -50,7 +50,7 @@ bool SharedCpu::Yielded(Clock::time_point before, Clock::time_point after) {
   ++yielded_to_;
   others_ += others;
   auto judged = std::max<Clock::duration>(after - begun_, kJudgedOver);
-  return others_ * kShareDivisor > judged ||
+  return others > kLongestTurn || others_ * kShareDivisor > judged ||
          (yielded_to_ >= kYieldsToStop && 2 * yielded_to_ >= yields_);
 }
 

@@ -10,7 +10,9 @@
 // others'. Nor is one turn of another process enough: a server beside the daemon that wakes for a
 // few hundred microseconds every 100 ms (Redis's cron) takes a fraction of a percent of the CPU.
 // So the CPU is shared when others took more than a quarter of the spin's time (counted over at
-// least kJudgedOver: more than 1 ms in its first 4 ms), or ran at least as often as not.
+// least kJudgedOver: more than 1 ms in its first 4 ms), or ran at least as often as not, or took
+// more than kLongestTurn at once: a request that comes meanwhile waits that long for a spinning
+// daemon, where a sleeping one would have been woken at once.
 //
 // Not thread-safe: the spinning thread owns it.
 #ifndef DEPOT_DAEMON_SHARED_CPU_H_
@@ -31,9 +33,10 @@ class SharedCpu {
   using Clock = std::chrono::steady_clock;
   // A yield of which others took longer than kYieldedTo let another process run. The CPU is
   // shared once others took more than a kShareDivisor-th of the spin's time, counted over at
-  // least kJudgedOver, or once kYieldsToStop yields, and at least half of the spin's, let others
-  // run.
+  // least kJudgedOver, or more than kLongestTurn of one yield, or once kYieldsToStop yields, and
+  // at least half of the spin's, let others run.
   static constexpr std::chrono::microseconds kYieldedTo{5};
+  static constexpr std::chrono::microseconds kLongestTurn{500};
   static constexpr std::chrono::milliseconds kJudgedOver{4};
   static constexpr int kShareDivisor = 4;
   static constexpr int kYieldsToStop = 8;

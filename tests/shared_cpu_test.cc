@@ -70,11 +70,19 @@ TEST_CASE("a neighbour's short turn now and then ends no spin, a busy one does")
     }
     CHECK_FALSE(spin.Yield(microseconds(301), microseconds(300)));
   }
+  SECTION("one turn of more than half a millisecond, however long the spin ran") {
+    Spin spin;
+    for (int i = 0; i < 20'000; ++i) REQUIRE_FALSE(spin.Yield(microseconds(1)));
+    CHECK_FALSE(spin.Yield(microseconds(451), microseconds(450)));
+    CHECK(spin.Yield(microseconds(601), microseconds(600)));
+  }
   SECTION("more than a millisecond of the first four") {
     Spin spin;
-    CHECK_FALSE(spin.Yield(microseconds(601), microseconds(600)));
+    CHECK_FALSE(spin.Yield(microseconds(451), microseconds(450)));
     spin.Pass(microseconds(100));
-    CHECK(spin.Yield(microseconds(601), microseconds(600)));
+    CHECK_FALSE(spin.Yield(microseconds(451), microseconds(450)));
+    spin.Pass(microseconds(100));
+    CHECK(spin.Yield(microseconds(451), microseconds(450)));
   }
   SECTION("more than a quarter of a longer spin") {
     Spin spin;
@@ -123,11 +131,13 @@ TEST_CASE("a new spin forgets what the last one saw") {
     CHECK_FALSE(spin.Yield(microseconds(1)));
     CHECK_FALSE(spin.Yield(microseconds(21), microseconds(20)));
   }
-  CHECK_FALSE(spin.Yield(microseconds(801), microseconds(800)));
+  CHECK_FALSE(spin.Yield(microseconds(401), microseconds(400)));
+  CHECK_FALSE(spin.Yield(microseconds(401), microseconds(400)));
   spin.Pass(milliseconds(50), milliseconds(5));  // others ran between the spins
   spin.Begin();
   CHECK_FALSE(spin.Yield(microseconds(21), microseconds(20)));
-  CHECK_FALSE(spin.Yield(microseconds(801), microseconds(800)));
+  CHECK_FALSE(spin.Yield(microseconds(401), microseconds(400)));
+  CHECK_FALSE(spin.Yield(microseconds(401), microseconds(400)));
 }
 
 TEST_CASE("without the scheduler's account, all of a late yield counts as others'") {
