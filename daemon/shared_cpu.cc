@@ -18,9 +18,8 @@ std::optional<uint64_t> ThreadRunDelay() {
   ssize_t n = ::read(fd.get(), text, sizeof text - 1);
   if (n <= 0) return std::nullopt;
   const char* end = text + n;
-  const char* p = text;
   uint64_t runtime = 0, delay = 0;
-  auto [after_runtime, e1] = std::from_chars(p, end, runtime);
+  auto [after_runtime, e1] = std::from_chars(text, end, runtime);
   if (e1 != std::errc() || after_runtime == end || *after_runtime != ' ') return std::nullopt;
   auto [after_delay, e2] = std::from_chars(after_runtime + 1, end, delay);
   if (e2 != std::errc()) return std::nullopt;
