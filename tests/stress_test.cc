@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -535,6 +536,39 @@ std::string WaitChannel(pid_t pid) {
   return where.empty() ? "?" : where;
 }
 
+// What each thread of process `pid` is doing, as the kernel sees it (state, wait channel, system
+// call, kernel stack), and its user stacks where gdb is installed: for a child that hangs, printed
+// before it is killed.
+std::string ThreadsOf(pid_t pid) {
+  std::ostringstream out;
+  std::string dir = "/proc/" + std::to_string(pid) + "/task/";
+  for (const auto& task : std::filesystem::directory_iterator(dir)) {
+    auto read = [&](const char* what) {
+      std::ifstream in(task.path() / what);
+      std::stringstream all;
+      all << in.rdbuf();
+      return all.str();
+    };
+    std::string stat = read("stat");
+    auto state = stat.rfind(") ");
+    out << "thread " << task.path().filename().string() << ": state "
+        << (state == std::string::npos ? "?" : stat.substr(state + 2, 1)) << ", wchan "
+        << read("wchan") << ", syscall " << read("syscall") << read("stack");
+  }
+  if (std::system("command -v gdb >/dev/null 2>&1") == 0) {
+    std::string cmd = "gdb -batch -p " + std::to_string(pid) +
+                      " -ex 'thread apply all bt 30' 2>/dev/null | grep -E '^(Thread|#)'";
+    if (FILE* gdb = ::popen(cmd.c_str(), "r")) {
+      char buf[512];
+      while (std::fgets(buf, sizeof buf, gdb) != nullptr) out << buf;
+      ::pclose(gdb);
+    }
+  } else {
+    out << "(no gdb for the user stacks)\n";
+  }
+  return out.str();
+}
+
 // Whether a new connection to `socket` gets the daemon's status within 5 s (from a child, so
 // that a daemon that does not answer cannot hang the test).
 bool Answers(const std::string& socket) {
@@ -713,6 +747,7 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
                           (Answers(daemon.socket()) ? "answers" : "does not answer") +
                           " a new connection";
       errors.push_back(where);
+      std::fprintf(stderr, "child %d, pid %d:\n%s", id, pid, ThreadsOf(pid).c_str());
       for (; reported < errors.size(); ++reported) progress(errors[reported]);
       ::kill(pid, SIGKILL);
       status = Wait(pid);
