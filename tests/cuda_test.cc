@@ -5,15 +5,19 @@
 // that touches the GPU (the capability check included) is a child.
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
 
 #include "common/cuda_driver.h"
+#include "common/unique_fd.h"
+#include "proto/fd_passing.h"
 #include "tests/daemon_fixture.h"
 
 using namespace depot;
@@ -538,4 +542,112 @@ TEST_CASE("cuda: pinning makes no context on a GPU the process does not use", "[
     return 0;
   });
   CHECK(rc == 0);
+}
+
+// What keeping device memory across a restart of depotd would rest on (docs/design.md, "Memory
+// kept across restarts": device chunks are not kept yet): a chunk's exported descriptor, held by
+// another process as systemd's descriptor store would hold it, keeps the chunk's memory and bytes
+// after the process that made it was killed while still mapping it, a process started later
+// imports it from that descriptor, and the memory goes back to the GPU once the descriptor closes.
+TEST_CASE("cuda: a chunk's exported descriptor keeps its bytes after its maker is killed",
+          "[cuda]") {
+  NeedGpu();
+  constexpr uint32_t kWord = 0x5eed0001;
+  uint64_t free_before = FreeOn(0);
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+  Channel made;
+  pid_t maker = Spawn([&] {
+    const CudaDriver& cu = Cuda();
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t granularity = 0;
+    CUmemGenericAllocationHandle handle;
+    CUdeviceptr ptr = 0;
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    int fd = -1;
+    if (cu.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+        CUDA_SUCCESS) {
+      made.Send("failed: cuMemGetAllocationGranularity");
+      return 1;
+    }
+    uint64_t size = (uint64_t{64} << 20) / granularity * granularity;
+    if (cu.MemCreate(&handle, size, &prop, 0) != CUDA_SUCCESS ||
+        cu.MemAddressReserve(&ptr, size, granularity, 0, 0) != CUDA_SUCCESS ||
+        cu.MemMap(ptr, size, 0, handle, 0) != CUDA_SUCCESS ||
+        cu.MemSetAccess(ptr, size, &access, 1) != CUDA_SUCCESS ||
+        cu.MemsetD32(ptr, kWord, size / 4) != CUDA_SUCCESS || cu.CtxSynchronize() != CUDA_SUCCESS ||
+        cu.MemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) !=
+            CUDA_SUCCESS) {
+      made.Send("failed: making, filling or exporting the chunk");
+      return 2;
+    }
+    const uint8_t byte = 1;
+    if (proto::SendWithFds(theirs.get(), {&byte, 1}, std::span(&fd, 1), 0) != 1) {
+      made.Send("failed: sending its descriptor");
+      return 3;
+    }
+    made.Send(std::to_string(size) + " " + std::to_string(granularity));
+    ::pause();  // killed while it maps the chunk and holds its handle, as a crashed depotd
+    return 0;
+  });
+  std::string said = made.Receive();
+  INFO("the maker said: " << said);
+  REQUIRE(said.find("failed") == std::string::npos);
+  uint64_t size = 0, granularity = 0;
+  REQUIRE(std::sscanf(said.c_str(), "%" SCNu64 " %" SCNu64, &size, &granularity) == 2);
+  std::vector<UniqueFd> fds;
+  uint8_t byte = 0;
+  REQUIRE(proto::RecvWithFds(ours.get(), {&byte, 1}, fds, 0) == 1);
+  REQUIRE(fds.size() == 1);
+  ::kill(maker, SIGKILL);
+  Wait(maker);
+  // Started after the maker died: it has only the descriptor this process kept.
+  Channel read;
+  int reader = RunChild([&] {
+    const CudaDriver& cu = Cuda();
+    CUmemGenericAllocationHandle handle;
+    CUdeviceptr ptr = 0;
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUresult r = cu.MemImportFromShareableHandle(
+        &handle, reinterpret_cast<void*>(static_cast<intptr_t>(fds[0].get())),
+        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r != CUDA_SUCCESS) {
+      read.Send(cu.Error(r, "cuMemImportFromShareableHandle"));
+      return 1;
+    }
+    if (cu.MemAddressReserve(&ptr, size, granularity, 0, 0) != CUDA_SUCCESS ||
+        cu.MemMap(ptr, size, 0, handle, 0) != CUDA_SUCCESS ||
+        cu.MemSetAccess(ptr, size, &access, 1) != CUDA_SUCCESS) {
+      read.Send("imported, but it could not be mapped");
+      return 2;
+    }
+    bool same = AllWords(
+        cu, std::span(reinterpret_cast<const std::byte*>(static_cast<uintptr_t>(ptr)), size),
+        kWord);
+    read.Send(same ? "the same words" : "other words");
+    cu.MemUnmap(ptr, size);
+    cu.MemAddressFree(ptr, size);
+    cu.MemRelease(handle);
+    return same ? 0 : 3;
+  });
+  std::string outcome = read.Receive();
+  INFO("the reader found: " << outcome);
+  CHECK(reader == 0);
+  uint64_t free_held = FreeOn(0);
+  std::printf("free before %llu, with the kept descriptor %llu (chunk %llu)\n",
+              static_cast<unsigned long long>(free_before),
+              static_cast<unsigned long long>(free_held), static_cast<unsigned long long>(size));
+  CHECK(free_held + size / 2 <= free_before);  // the chunk still takes its memory
+  fds.clear();
+  CHECK(WaitFor([&] { return FreeOn(0) + (size / 2) >= free_before; }));
 }
