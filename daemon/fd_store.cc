@@ -19,7 +19,8 @@ FdStore::FdStore(bool wanted) {
 
 bool FdStore::Keep(const std::string& name, int fd) {
   if (!on_) return false;
-  if (stored_.size() >= limit_ && !stored_.contains(name)) {
+  if ((stored_.size() >= limit_ || name_bytes_ + name.size() + 1 > kMaxNameBytes) &&
+      !stored_.contains(name)) {
     if (!warned_) {
       warned_ = true;
       spdlog::warn(
@@ -36,12 +37,13 @@ bool FdStore::Keep(const std::string& name, int fd) {
                  r < 0 ? std::strerror(-r) : "no service manager listens");
     return false;
   }
-  stored_.insert(name);
+  if (stored_.insert(name).second) name_bytes_ += name.size() + 1;
   return true;
 }
 
 void FdStore::Forget(const std::string& name) {
   if (!on_ || stored_.erase(name) == 0) return;
+  name_bytes_ -= name.size() + 1;
   std::string message = "FDSTOREREMOVE=1\nFDNAME=" + name;
   ::sd_pid_notify(0, 0, message.c_str());
 }
