@@ -148,9 +148,6 @@ uint64_t Catalog::Hash(const Entry& e) const {
 bool Catalog::Record(uint32_t slot, const StoredObject& o) {
   if (slot >= kMaxEntries) return false;
   auto frames = o.frames();
-  for (const Location& f : frames) {
-    if (f.pool != 0) return false;  // device memory is not kept
-  }
   Erase(slot);
   auto* header = reinterpret_cast<Header*>(base_);
   if (slot >= header->high) {

@@ -1,4 +1,5 @@
-// Catalog is a namespace's list of sealed objects in host memory, kept in a memfd of its own so
+// Catalog is a namespace's list of sealed objects in memory (host segments and device chunks, a
+// device frame under its pool's number in the daemon that wrote it), kept in a memfd of its own so
 // that it outlives the daemon with the segments it describes (see KeptMemory): a new depotd reads
 // it and serves the same objects from the same pages. Only the daemon ever holds its descriptor.
 //
@@ -50,9 +51,8 @@ class Catalog {
   Catalog(const Catalog&) = delete;
   Catalog& operator=(const Catalog&) = delete;
 
-  // Records `o` (sealed, every frame on the host) at entry `slot`, replacing what was there.
-  // False, recording nothing, when it cannot be kept: a device frame, a slot past kMaxEntries,
-  // or no room left for its extra bytes.
+  // Records `o` (sealed, in memory) at entry `slot`, replacing what was there. False, recording
+  // nothing, when it cannot be kept: a slot past kMaxEntries, or no room left for its extra bytes.
   bool Record(uint32_t slot, const StoredObject& o);
   // The object at entry `slot` is gone (nothing when there is none).
   void Erase(uint32_t slot);

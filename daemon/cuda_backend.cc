@@ -62,8 +62,15 @@ class CudaBackend : public DeviceBackend {
     return DeviceChunk{UniqueFd(fd), handle, size, UniqueFd()};
   }
 
+  Result<DeviceChunk> AdoptChunk(size_t, UniqueFd fd, uint64_t size) override {
+    // Nothing to ask the driver: the descriptor is the reference (CUDA frees an allocation once
+    // no handle and no shareable handle to it is left).
+    if (!fd.valid()) return Status::InvalidArgument("no descriptor");
+    return DeviceChunk{std::move(fd), 0, size, UniqueFd()};
+  }
+
   void ReleaseChunk(size_t, DeviceChunk& chunk) override {
-    cu_->MemRelease(static_cast<CUmemGenericAllocationHandle>(chunk.handle));
+    if (chunk.handle != 0) cu_->MemRelease(static_cast<CUmemGenericAllocationHandle>(chunk.handle));
     chunk.fd = UniqueFd();
   }
 

@@ -51,7 +51,13 @@ class DeviceBackend {
   // Devices(). StoreFull when the device has no room.
   virtual Result<DeviceChunk> CreateChunk(size_t index, uint64_t size) = 0;
 
-  // Gives a chunk back. Clients that imported it keep their mappings until they unmap.
+  // A chunk of `size` bytes on device `index` that a previous daemon made and kept, from its
+  // exported descriptor alone (KeptMemory): the daemon holds no allocation handle for it (`handle`
+  // 0), and the memory stays while that descriptor or a client's import does.
+  virtual Result<DeviceChunk> AdoptChunk(size_t index, UniqueFd fd, uint64_t size) = 0;
+
+  // Gives a chunk back (an adopted one: closes its descriptor). Clients that imported it keep
+  // their mappings until they unmap.
   virtual void ReleaseChunk(size_t index, DeviceChunk& chunk) = 0;
 };
 

@@ -25,6 +25,7 @@ class DeviceSource : public SegmentSource {
       : backend_(backend), index_(index), uuid_(info.uuid), granularity_(info.granularity) {}
 
   Result<SegmentMemory> Create(uint32_t id, uint64_t size) override;
+  Result<SegmentMemory> Adopt(UniqueFd fd, uint64_t size, std::string name) override;
   void Release(SegmentMemory& memory) override;
   uint64_t granularity() const override { return granularity_; }
   std::string_view describe() const override { return "on the GPU"; }

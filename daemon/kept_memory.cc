@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
+#include <sys/mman.h>
 
 #include <cinttypes>
 #include <cstdio>
@@ -17,14 +17,30 @@
 
 namespace depot {
 
-// The keeper of one namespace's host pool: stores each segment under its name, and forgets it.
+namespace {
+
+std::string SegmentName(uint32_t key, uint32_t pool, uint32_t id, uint32_t owner, bool large,
+                        uint64_t size) {
+  if (pool == 0) return fmt::format("depot.seg.{}.{}.{}.{}", key, id, owner, large ? 1 : 0);
+  return fmt::format("depot.dev.{}.{}.{}.{}.{}.{}", key, pool, id, owner, large ? 1 : 0, size);
+}
+
+// The entry that says which GPU device pool `pool` is on (its descriptor, an empty memfd, holds
+// nothing: the store keeps descriptors only).
+std::string GpuName(uint32_t pool, const std::string& uuid) {
+  return fmt::format("depot.gpu.{}.{}", pool, uuid);
+}
+
+}  // namespace
+
+// The keeper of one pool of one namespace: stores each segment under its name, and forgets it.
 class KeptMemory::Keeper : public SegmentKeeper {
  public:
-  Keeper(KeptMemory* kept, uint32_t key) : kept_(kept), key_(key) {}
-  void Keep(uint32_t id, int fd, uint32_t owner, bool large) override {
-    std::string name = fmt::format("depot.seg.{}.{}.{}.{}", key_, id, owner, large ? 1 : 0);
+  Keeper(KeptMemory* kept, uint32_t key, uint32_t pool) : kept_(kept), key_(key), pool_(pool) {}
+  void Keep(uint32_t id, int fd, uint32_t owner, bool large, uint64_t size) override {
+    std::string name = SegmentName(key_, pool_, id, owner, large, size);
     // A segment being adopted is in the store already.
-    if (!kept_->adopting_.contains(key_)) kept_->store_.Keep(name, fd);
+    if (!kept_->store_.Has(name)) kept_->store_.Keep(name, fd);
     names_[id] = std::move(name);
   }
   void Forget(uint32_t id) override {
@@ -37,6 +53,7 @@ class KeptMemory::Keeper : public SegmentKeeper {
  private:
   KeptMemory* kept_;
   uint32_t key_;
+  uint32_t pool_;
   std::map<uint32_t, std::string> names_;
 };
 
@@ -47,9 +64,11 @@ std::string CatalogName(uint32_t key, uint64_t generation) {
 }
 
 struct KeptSegment {
+  uint32_t pool = 0;  // the last daemon's number
   uint32_t id = 0;
   uint32_t owner = 0;
   bool large = false;
+  uint64_t size = 0;  // a device chunk's, from its name
   KeptFd kept;
 };
 
@@ -58,26 +77,6 @@ struct KeptNamespace {
   std::vector<KeptRing> rings;
   std::map<uint64_t, KeptFd> catalogs;  // by generation
 };
-
-// A passed descriptor as a segment: a memfd that nobody can shrink or grow, reopened read-only
-// for readers as SealedMemfd does.
-Result<SegmentMemory> SegmentOf(KeptSegment& s) {
-  int fd = s.kept.fd.get();
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
-    return Status::InvalidArgument("not a segment");
-  }
-  int seals = ::fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
-    return Status::InvalidArgument("not sealed against resizing");
-  }
-  UniqueFd read_only(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_RDONLY | O_CLOEXEC));
-  if (!read_only.valid()) return Status::Unavailable("cannot reopen it read-only");
-  SegmentMemory m{std::move(s.kept.fd), static_cast<uint64_t>(st.st_size), s.kept.name, 0,
-                  UniqueFd()};
-  m.read_only_fd = std::move(read_only);
-  return m;
-}
 
 // The rest of a ring's name after its generation: ".<pid>", or nothing (a daemon before pids
 // were named).
@@ -94,10 +93,14 @@ KeptMemory::KeptMemory(boost::asio::io_context& io, bool wanted, std::chrono::mi
 
 KeptMemory::~KeptMemory() = default;
 
-SegmentKeeper* KeptMemory::KeeperFor(uint32_t key) {
+SegmentKeeper* KeptMemory::KeeperFor(uint32_t key, uint32_t pool, const std::string& uuid) {
   if (!on()) return nullptr;
-  auto& keeper = keepers_[key];
-  if (!keeper) keeper = std::make_unique<Keeper>(this, key);
+  if (pool != 0 && !store_.Has(GpuName(pool, uuid))) {
+    UniqueFd says(::memfd_create("depot-gpu", MFD_CLOEXEC));
+    if (says.valid()) store_.Keep(GpuName(pool, uuid), says.get());
+  }
+  auto& keeper = keepers_[{key, pool}];
+  if (!keeper) keeper = std::make_unique<Keeper>(this, key, pool);
   return keeper.get();
 }
 
@@ -146,7 +149,8 @@ void KeptMemory::Note(const Namespace& ns, TableEvent e, const StoredObject& o) 
   }
 }
 
-AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns_for) {
+AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns_for,
+                                 const PoolOfGpu& pool_of_gpu) {
   auto start = std::chrono::steady_clock::now();
   report_ = {};
   report_.ran = !kept.empty();
@@ -156,6 +160,7 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
   // make wrong (without one it runs its grace period out).
   std::optional<bool> census;
   std::vector<SessionCensus::Kept> sessions;  // those its kept rings name
+  std::map<uint32_t, std::string> gpus;       // the UUID of each of its device pools
   for (KeptFd& k : kept) {
     store_.Passed(k.name);
     if (k.name == SessionCensus::kName) {
@@ -163,14 +168,23 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
       store_.Forget(k.name);
       continue;
     }
-    uint32_t key = 0, id = 0, owner = 0, large = 0;
-    uint64_t generation = 0;
+    uint32_t key = 0, pool = 0, id = 0, owner = 0, large = 0;
+    uint64_t generation = 0, size = 0;
     int end = 0;
     const char* name = k.name.c_str();
     if (std::sscanf(name, "depot.seg.%" SCNu32 ".%" SCNu32 ".%" SCNu32 ".%" SCNu32 "%n", &key, &id,
                     &owner, &large, &end) == 4 &&
         name[end] == '\0') {
-      found[key].segments.push_back({id, owner, large != 0, std::move(k)});
+      found[key].segments.push_back({0, id, owner, large != 0, 0, std::move(k)});
+    } else if (std::sscanf(name,
+                           "depot.dev.%" SCNu32 ".%" SCNu32 ".%" SCNu32 ".%" SCNu32 ".%" SCNu32
+                           ".%" SCNu64 "%n",
+                           &key, &pool, &id, &owner, &large, &size, &end) == 6 &&
+               name[end] == '\0' && pool != 0) {
+      found[key].segments.push_back({pool, id, owner, large != 0, size, std::move(k)});
+    } else if (std::sscanf(name, "depot.gpu.%" SCNu32 ".%n", &pool, &end) == 1 && end > 0 &&
+               pool != 0 && name[end] != '\0') {
+      gpus[pool] = name + end;  // stays in the store while this daemon has that pool there
     } else if (int32_t pid = 0;
                std::sscanf(name, "depot.ring.%" SCNu32 ".%" SCNu32 ".%" SCNu64 "%n", &key, &owner,
                            &generation, &end) == 3 &&
@@ -186,6 +200,14 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
       spdlog::warn("kept memory: {} is no descriptor of depotd's; dropped", k.name);
       store_.Forget(k.name);
     }
+  }
+  // The last daemon's device pools by this one's numbers: the same GPU may have another (a GPU
+  // gone, or configured out), or none.
+  std::map<uint32_t, uint32_t> renumbered;
+  for (const auto& [pool, uuid] : gpus) {
+    std::optional<uint32_t> now = pool_of_gpu(uuid);
+    if (now) renumbered[pool] = *now;
+    if (now != pool) store_.Forget(GpuName(pool, uuid));
   }
   for (auto& [key, kn] : found) {
     // The newest catalog is the complete one (see the class comment); older ones are done with.
@@ -217,15 +239,18 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
       adopting_.erase(key);
       continue;
     }
-    SegmentedPool& pool = ns->host_pool();
     for (KeptSegment& s : kn.segments) {
       std::string name = s.kept.name;
-      auto memory = SegmentOf(s);
-      Status st = memory.ok() ? pool.AdoptKept(s.id, s.owner, s.large, std::move(*memory))
-                              : memory.status();
+      auto it = renumbered.find(s.pool);
+      uint32_t pool = s.pool == 0 ? 0 : it == renumbered.end() ? 0 : it->second;
+      Status st = s.pool != 0 && (pool == 0 || pool >= ns->pools())
+                      ? Status::NotFound("this depotd has no device pool on its GPU")
+                      : ns->pool(pool).AdoptKept(s.id, s.owner, s.large, std::move(s.kept.fd),
+                                                 s.size, name);
+      // Adopted under another pool's number, it is stored again under its name here (AdoptKept).
+      if (!st.ok() || pool != s.pool) store_.Forget(name);
       if (!st.ok()) {
         spdlog::warn("kept memory: {}: {}; dropped", name, st.message());
-        store_.Forget(name);
         continue;
       }
       ++report_.segments;
@@ -234,13 +259,15 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
     std::vector<CatalogObject> objects = last ? last->Read(&torn) : std::vector<CatalogObject>();
     report_.dropped += torn;
     for (CatalogObject& c : objects) {
-      if (!AdoptObject(*ns, std::move(c.object), c.facts)) ++report_.dropped;
+      if (!AdoptObject(*ns, std::move(c.object), c.facts, renumbered)) ++report_.dropped;
     }
     // Then the puts the last daemon had not taken: their bytes are in blocks it had leased.
     for (KeptRing& ring : kn.rings) AdoptRing(*ns, ring);
-    auto before = pool.closed().first;
-    pool.ReleaseEmptyKept();
-    report_.released += before - pool.closed().first;
+    for (uint32_t n = 0; n < ns->pools(); ++n) {
+      auto before = ns->pool(n).closed().first;
+      ns->pool(n).ReleaseEmptyKept();
+      report_.released += before - ns->pool(n).closed().first;
+    }
     adopting_.erase(key);
     if (auto it = places_.find(key); it != places_.end()) StoreCatalog(key, it->second);
     if (newest) store_.Forget(newest->name);
@@ -297,29 +324,34 @@ void KeptMemory::Report(StoreStatus& st) const {
   st.adoption_refused = report_.refused;
   st.adoption_us = static_cast<uint64_t>(report_.milliseconds * 1000);
   for (const auto& [key, place] : places_) {
-    st.kept_closed_bytes += place.ns->host_pool().closed().second;
+    for (uint32_t n = 0; n < place.ns->pools(); ++n) {
+      st.kept_closed_bytes += place.ns->pool(n).closed().second;
+    }
   }
   st.grace_waiting = census_.waiting();
   st.grace_resumed = census_.resumed();
 }
 
-bool KeptMemory::AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& facts) {
-  SegmentedPool& pool = ns.host_pool();
+bool KeptMemory::AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& facts,
+                             const std::map<uint32_t, uint32_t>& pools) {
   std::vector<Location> taken;
+  auto give_back = [&] {
+    for (const Location& t : taken) ns.pool(t.pool).Free(t);
+    return false;
+  };
   uint64_t size = 0;
-  for (const Location& f : n.frames) {
-    if (f.size == 0) continue;
-    if (f.pool != 0 || !pool.ReserveKept(f, n.creator_uid)) {
-      for (const Location& t : taken) pool.Free(t);
-      return false;
+  for (Location& f : n.frames) {
+    if (f.pool != 0) {
+      auto it = pools.find(f.pool);
+      if (it == pools.end() || it->second == 0 || it->second >= ns.pools()) return give_back();
+      f.pool = it->second;
     }
+    if (f.size == 0) continue;
+    if (!ns.pool(f.pool).ReserveKept(f, n.creator_uid)) return give_back();
     taken.push_back(f);
     size += f.size;
   }
-  if (!ns.table().Adopt(std::move(n), facts, true).ok()) {
-    for (const Location& t : taken) pool.Free(t);
-    return false;
-  }
+  if (!ns.table().Adopt(std::move(n), facts, true).ok()) return give_back();
   ++report_.objects;
   report_.bytes += size;
   return true;
@@ -409,8 +441,10 @@ bool KeptMemory::Resumed(uint64_t session, int32_t pid, uint32_t uid) {
 void KeptMemory::OpenAll(const std::string& why) {
   uint64_t bytes = 0;
   for (auto& [key, place] : places_) {
-    bytes += place.ns->host_pool().closed().second;
-    place.ns->host_pool().OpenKept();
+    for (uint32_t n = 0; n < place.ns->pools(); ++n) {
+      bytes += place.ns->pool(n).closed().second;
+      place.ns->pool(n).OpenKept();
+    }
   }
   spdlog::info("kept memory: the grace period ended ({}); {} of kept segments take new objects",
                why, FormatBytes(bytes));

@@ -1,10 +1,13 @@
-// KeptMemory keeps the host memory of every namespace across a restart or a crash of depotd:
-// each host segment and each namespace's Catalog (the sealed objects in them) is handed to
-// systemd's descriptor store (FdStore) as it is made, and taken out when it is given back. A new
-// depotd is passed them again and, before it serves anyone, adopts them: every catalog entry is
-// checked (its own hash, then its frames against the segments passed: pool, bounds, no overlap,
-// GUID not taken) and becomes a sealed object again at the same bytes, published in the index;
-// what does not check out is dropped and counted, never served. It takes no disk I/O and no copy.
+// KeptMemory keeps the memory of every namespace across a restart or a crash of depotd: each
+// host segment and device chunk and each namespace's Catalog (the sealed objects in them) is
+// handed to systemd's descriptor store (FdStore) as it is made, and taken out when it is given
+// back. A new depotd is passed them again and, before it serves anyone, adopts them: every
+// catalog entry is checked (its own hash, then its frames against the segments passed: pool,
+// bounds, no overlap, GUID not taken) and becomes a sealed object again at the same bytes,
+// published in the index; what does not check out is dropped and counted, never served. It takes
+// no disk I/O and no copy. A device chunk is adopted from its exported descriptor alone, on the
+// GPU of the same UUID (pool numbers follow the GPUs found, which may change); a chunk of a GPU
+// the new daemon has no pool for is given back, and the objects in it are dropped.
 //
 // Clients of the last daemon may still map those segments, and one may still write where that
 // daemon had a lease or a create under way, which no catalog records. So an adopted segment is
@@ -16,8 +19,10 @@
 // next daemon takes what the last one had not (the records checked like messages, their frames
 // against the ring's user's closed segments).
 //
-// Names in the store: "depot.seg.KEY.ID.OWNER.LARGE" for a segment (namespace key, segment id,
-// owner uid, 1 for a segment of large objects), "depot.ring.KEY.UID.SESSION" for a put ring, and
+// Names in the store: "depot.seg.KEY.ID.OWNER.LARGE" for a host segment (namespace key, segment
+// id, owner uid, 1 for a segment of large objects), "depot.dev.KEY.POOL.UUID.ID.OWNER.LARGE.SIZE"
+// for a device chunk (its pool's number, its GPU's UUID, and its size, which a CUDA descriptor
+// does not tell), "depot.ring.KEY.UID.SESSION" for a put ring, and
 // "depot.catalog.KEY.GEN" for a catalog (a new daemon stores its own, GEN + 1, once it has adopted
 // the last one, and then forgets that one: a crash in between leaves both, and the newer,
 // complete one is read).
@@ -33,8 +38,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/unique_fd.h"
@@ -76,6 +83,8 @@ class KeptMemory {
   // The namespace of key `key` (Namespace::kShared, or a uid), made if needed; null when it
   // cannot be (then what was kept for it is given back).
   using NamespaceFor = std::function<Namespace*(uint32_t key)>;
+  // The number of the device pool on the GPU of UUID `uuid` in every namespace, if there is one.
+  using PoolOfGpu = std::function<std::optional<uint32_t>(const std::string& uuid)>;
 
   KeptMemory(boost::asio::io_context& io, bool wanted, std::chrono::milliseconds grace);
   ~KeptMemory();
@@ -84,8 +93,9 @@ class KeptMemory {
 
   bool on() const { return store_.on(); }
 
-  // The keeper of namespace `key`'s host pool (null when off): it outlives the pool.
-  SegmentKeeper* KeeperFor(uint32_t key);
+  // The keeper of pool `pool` of namespace `key` (0: the host's; n: device pool n, on the GPU of
+  // UUID `uuid`), or null when off: it outlives the pool.
+  SegmentKeeper* KeeperFor(uint32_t key, uint32_t pool = 0, const std::string& uuid = "");
   // A namespace was made (its table exists): from now on its sealed objects are recorded. Its
   // catalog is stored at once unless an adoption for it is under way.
   Status Attach(Namespace& ns);
@@ -109,7 +119,8 @@ class KeptMemory {
   // Adopts what a previous daemon kept (see the class comment), making namespaces through `ns`.
   // Closed segments open after the grace period, or once every session of the last daemon's has
   // ended with its process or resumed (SessionCensus).
-  AdoptionReport Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns);
+  AdoptionReport Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns,
+                       const PoolOfGpu& pool_of_gpu);
   const AdoptionReport& report() const { return report_; }
   // Called when the grace period after a start ends, once the closed segments are open.
   void set_on_grace_end(std::function<void()> fn) { on_grace_end_ = std::move(fn); }
@@ -143,8 +154,10 @@ class KeptMemory {
   // The puts of a ring of the last daemon that it had not taken, as objects of `ns`.
   void AdoptRing(Namespace& ns, KeptRing& ring);
   // Makes `n` an object of `ns` at the memory the last daemon left (its frames in closed
-  // segments of `n.creator_uid`); false, taking nothing, when they do not check out.
-  bool AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& facts);
+  // segments of `n.creator_uid`; a device frame's pool, the last daemon's number, renumbered
+  // through `pools`); false, taking nothing, when they do not check out.
+  bool AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& facts,
+                   const std::map<uint32_t, uint32_t>& pools = {});
   void OpenAll(const std::string& why);
   // Writes the census word: the sessions without a kept ring, and one more while this daemon's
   // own grace period runs (who maps the memory it adopted is known to it alone).
@@ -161,7 +174,7 @@ class KeptMemory {
   std::function<void()> on_grace_end_;
   bool stopping_ = false;
   std::map<uint32_t, Place> places_;
-  std::map<uint32_t, std::unique_ptr<Keeper>> keepers_;
+  std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Keeper>> keepers_;  // by key, pool
   std::map<uint32_t, uint64_t> adopting_;  // key -> generation of the catalog being adopted
   struct RingName {
     std::string name;

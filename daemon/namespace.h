@@ -43,7 +43,9 @@ class Namespace {
   const ObjectTable& table() const { return *table_; }
   // Pool 0 is the host's; pool n is device pool n.
   const SegmentedPool& pool(uint32_t n) const { return *pools_[n]; }
+  SegmentedPool& pool(uint32_t n) { return *pools_.at(n); }
   SegmentedPool& host_pool() { return *pools_[0]; }
+  uint32_t pools() const { return static_cast<uint32_t>(pools_.size()); }
   // Its shared index and its sessions' reference slots; null when the index is off.
   LockFreeGets* gets() { return gets_.get(); }
   const LockFreeGets* gets() const { return gets_.get(); }

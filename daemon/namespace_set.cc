@@ -42,7 +42,13 @@ NamespaceSet::~NamespaceSet() {
 }
 
 AdoptionReport NamespaceSet::AdoptKept(std::vector<KeptFd> kept) {
-  return kept_.Adopt(std::move(kept), [this](uint32_t key) -> Namespace* {
+  auto pool_of_gpu = [this](const std::string& uuid) -> std::optional<uint32_t> {
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      if (devices_.device(i).uuid == uuid) return static_cast<uint32_t>(i + 1);
+    }
+    return std::nullopt;
+  };
+  auto ns_for = [this](uint32_t key) -> Namespace* {
     if ((key == Namespace::kShared) == options_.per_user) {
       spdlog::warn("kept memory of namespace {} is not served under namespaces = {}", key,
                    options_.per_user ? "per_user" : "shared");
@@ -58,7 +64,8 @@ AdoptionReport NamespaceSet::AdoptKept(std::vector<KeptFd> kept) {
       return nullptr;
     }
     return *ns;
-  });
+  };
+  return kept_.Adopt(std::move(kept), ns_for, pool_of_gpu);
 }
 
 Status NamespaceSet::LoadSpilled() {
@@ -168,7 +175,8 @@ Status NamespaceSet::AddDevicePools(Namespace& ns) {
          .segment_size = devices_.chunk_size(),
          .alignment = DeviceSource::kAlignment,
          .dedicated_divisor = 2,
-         .prefault = false},
+         .prefault = false,
+         .keeper = kept_.KeeperFor(ns.key(), n, devices_.device(i).uuid)},
         [this, ns = &ns, n](uint32_t id) { return hooks_.retired(*ns, n, id); });
     if (!device.ok()) return device.status();
     ns.pools_.push_back(std::move(*device));

@@ -43,6 +43,12 @@ class SegmentSource {
     return false;
   }
 
+  // A segment that a previous daemon made and kept (KeptMemory), from its descriptor `fd` alone:
+  // `size` is what its kept name says (a device chunk's descriptor does not tell it; a host
+  // segment's does, and a different one is refused). InvalidArgument, saying why, when `fd` is not
+  // a segment this source could have made.
+  virtual Result<SegmentMemory> Adopt(UniqueFd fd, uint64_t size, std::string name) = 0;
+
   // Gives a segment back and closes its fd. Clients that mapped it keep their mappings until they
   // unmap.
   virtual void Release(SegmentMemory& memory) = 0;

@@ -85,7 +85,8 @@ Result<SegmentedPool::Segment*> SegmentedPool::AddSegment(uint64_t size, bool la
   bool dedicated = large && !options_.reuse_large;
   auto [it, inserted] = segments_.emplace(id, Segment{id, std::move(*memory), dedicated, owner,
                                                       Allocator(bytes, options_.alignment), large});
-  if (options_.keeper != nullptr) options_.keeper->Keep(id, it->second.fd(), owner, large);
+  if (options_.keeper != nullptr)
+    options_.keeper->Keep(id, it->second.fd(), owner, large, it->second.size());
   return &it->second;
 }
 
@@ -181,7 +182,8 @@ void SegmentedPool::Adopt(uint32_t id, uint32_t owner, Result<SegmentMemory> mem
   ++made_ahead_;
   auto [it, inserted] = segments_.emplace(id, Segment{id, std::move(*memory), false, owner,
                                                       Allocator(bytes, options_.alignment), false});
-  if (options_.keeper != nullptr) options_.keeper->Keep(id, it->second.fd(), owner, false);
+  if (options_.keeper != nullptr)
+    options_.keeper->Keep(id, it->second.fd(), owner, false, it->second.size());
 }
 
 void SegmentedPool::Free(const Location& location) {
@@ -263,10 +265,14 @@ void SegmentedPool::Dropped(uint32_t id) {
   if (options_.keeper != nullptr) options_.keeper->Forget(id);
 }
 
-Status SegmentedPool::AdoptKept(uint32_t id, uint32_t owner, bool large, SegmentMemory memory) {
+Status SegmentedPool::AdoptKept(uint32_t id, uint32_t owner, bool large, UniqueFd fd, uint64_t size,
+                                std::string name) {
   if (id == 0 || segments_.contains(id) || held_.contains(id)) {
     return Status::InvalidArgument(fmt::format("segment {} is there already", id));
   }
+  auto adopted = source_->Adopt(std::move(fd), size, std::move(name));
+  if (!adopted.ok()) return adopted.status();
+  SegmentMemory memory = std::move(*adopted);
   uint64_t bytes = memory.size;
   reserved_ += bytes;
   budget_->reserved += bytes;
@@ -274,7 +280,8 @@ Status SegmentedPool::AdoptKept(uint32_t id, uint32_t owner, bool large, Segment
   auto [it, inserted] = segments_.emplace(id, Segment{id, std::move(memory), false, owner,
                                                       Allocator(bytes, options_.alignment), large});
   it->second.closed = true;
-  if (options_.keeper != nullptr) options_.keeper->Keep(id, it->second.fd(), owner, large);
+  if (options_.keeper != nullptr)
+    options_.keeper->Keep(id, it->second.fd(), owner, large, it->second.size());
   return Status::OK();
 }
 

@@ -46,8 +46,9 @@ namespace depot {
 class SegmentKeeper {
  public:
   virtual ~SegmentKeeper() = default;
-  // Segment `id` (read-write descriptor `fd`) of `owner` now holds memory of the pool.
-  virtual void Keep(uint32_t id, int fd, uint32_t owner, bool large) = 0;
+  // Segment `id` of `size` bytes (read-write descriptor `fd`) of `owner` now holds memory of the
+  // pool.
+  virtual void Keep(uint32_t id, int fd, uint32_t owner, bool large, uint64_t size) = 0;
   // Segment `id` went back to its source.
   virtual void Forget(uint32_t id) = 0;
 };
@@ -160,11 +161,13 @@ class SegmentedPool {
 
   PoolStats stats() const;
 
-  // Adoption from a previous daemon's kept memory (see KeptMemory). Takes `memory` as segment
-  // `id` of `owner`, closed: no block of it is handed out until OpenKept. Its bytes count
-  // against the budget even past the capacity (a smaller capacity than the last daemon's).
-  // InvalidArgument for an id taken.
-  Status AdoptKept(uint32_t id, uint32_t owner, bool large, SegmentMemory memory);
+  // Adoption from a previous daemon's kept memory (see KeptMemory). Takes the segment of kept
+  // descriptor `fd` (of `size` bytes where its name says, else 0; its source checks it is one of
+  // its own, SegmentSource::Adopt) as segment `id` of `owner`, closed: no block of it is handed
+  // out until OpenKept. Its bytes count against the budget even past the capacity (a smaller
+  // capacity than the last daemon's). InvalidArgument for an id taken or a descriptor refused.
+  Status AdoptKept(uint32_t id, uint32_t owner, bool large, UniqueFd fd, uint64_t size,
+                   std::string name);
   // Takes the block of `frame` in its closed segment of `owner`, as Allocate would have: false
   // when there is no such segment or the block is not free there.
   bool ReserveKept(const Location& frame, uint32_t owner);

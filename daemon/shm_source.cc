@@ -82,6 +82,29 @@ Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
   return memory;
 }
 
+Result<SegmentMemory> AdoptSealedMemfd(UniqueFd fd, uint64_t size, std::string name) {
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+    return Status::InvalidArgument("not a segment");
+  }
+  if (size != 0 && static_cast<uint64_t>(st.st_size) != size) {
+    return Status::InvalidArgument(fmt::format("{} bytes, not {}", st.st_size, size));
+  }
+  int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+    return Status::InvalidArgument("not sealed against resizing");
+  }
+  UniqueFd read_only(
+      ::open(fmt::format("/proc/self/fd/{}", fd.get()).c_str(), O_RDONLY | O_CLOEXEC));
+  if (!read_only.valid()) return Status::Unavailable("cannot reopen it read-only");
+  return SegmentMemory{std::move(fd), static_cast<uint64_t>(st.st_size), std::move(name), 0,
+                       std::move(read_only)};
+}
+
+Result<SegmentMemory> ShmSource::Adopt(UniqueFd fd, uint64_t size, std::string name) {
+  return AdoptSealedMemfd(std::move(fd), size, std::move(name));
+}
+
 Result<SegmentMemory> ShmSource::Create(uint32_t id, uint64_t size) {
   return SealedMemfd(name_prefix_ + std::to_string(id), size, std::nullopt, huge_);
 }

@@ -29,6 +29,11 @@ Result<SegmentMemory> SealedMemfd(const std::string& name, uint64_t size,
                                   std::optional<uint64_t> reserve = std::nullopt,
                                   bool huge = false);
 
+// A memfd a previous daemon made with SealedMemfd, from its descriptor alone (KeptMemory): sealed
+// against resizing, of `size` bytes when `size` is not 0, and reopened read-only as SealedMemfd
+// does. InvalidArgument, saying why, when it is not one.
+Result<SegmentMemory> AdoptSealedMemfd(UniqueFd fd, uint64_t size, std::string name);
+
 // Allocates every page of the first `size` bytes of `fd` through `addr`, a shared writable
 // mapping of them (MADV_POPULATE_WRITE; posix_fallocate before Linux 5.14), asking for 2 MiB
 // pages first: the kernel gives them where transparent_hugepage/shmem_enabled is "advise" or
@@ -47,6 +52,8 @@ class ShmSource : public SegmentSource {
   Result<SegmentMemory> Create(uint32_t id, uint64_t size) override;
   bool CreateAhead(uint32_t id, uint64_t size,
                    std::function<void(Result<SegmentMemory>)> done) override;
+  // A memfd that nobody can shrink or grow, reopened read-only as SealedMemfd does.
+  Result<SegmentMemory> Adopt(UniqueFd fd, uint64_t size, std::string name) override;
   // Closes the daemon's descriptors; the memory goes when the last client's mapping does.
   void Release(SegmentMemory& memory) override;
   // Segments are whole pages, so a client's mapping of one holds no byte of anything else.

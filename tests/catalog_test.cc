@@ -56,20 +56,28 @@ TEST_CASE("A catalog reads back every object it recorded, and none it erased", "
   REQUIRE((*c)->Record(4, Object(z, {})));  // no frame at all
   REQUIRE((*c)->Record(5, Object(Guid::Random(), {{.segment = 1, .size = 1}})));
   (*c)->Erase(5);
-  // A device frame is not kept.
-  CHECK_FALSE((*c)->Record(6, Object(Guid::Random(), {{.segment = 1, .pool = 1, .size = 8}})));
-  CHECK((*c)->entries() == 3);
+  // Device frames are kept under their pool's number, beside host frames.
+  Guid d = Guid::Random();
+  REQUIRE((*c)->Record(6, Object(d, {{.segment = 1, .pool = 2, .size = 8},
+                                     {.segment = 4, .offset = 64, .size = 3}})));
+  CHECK((*c)->entries() == 4);
 
   uint64_t torn = 9;
   auto read = ReadBack(**c, &torn);
   CHECK(torn == 0);
-  REQUIRE(read.size() == 3);
+  REQUIRE(read.size() == 4);
   CHECK(read[0].object.guid == a);
   CHECK(read[0].object.frames.size() == 1);
   CHECK(read[0].object.frames[0].offset == 64);
   CHECK(read[1].object.guid == z);
   CHECK(read[1].object.frames.empty());
-  const NewObject& two = read[2].object;
+  CHECK(read[2].object.guid == d);
+  REQUIRE(read[2].object.frames.size() == 2);
+  CHECK(read[2].object.frames[0].pool == 2);
+  CHECK(read[2].object.frames[0].size == 8);
+  CHECK(read[2].object.frames[1].pool == 0);
+  CHECK(read[2].object.frames[1].segment == 4);
+  const NewObject& two = read[3].object;
   CHECK(two.guid == b);
   REQUIRE(two.frames.size() == 3);
   for (size_t i = 0; i < 3; ++i) {
@@ -82,10 +90,10 @@ TEST_CASE("A catalog reads back every object it recorded, and none it erased", "
   CHECK(two.creator_uid == 1000);
   CHECK(two.creator_pid == 42);
   CHECK(two.evictable);
-  CHECK(read[2].facts.checksum == 0xabcdef);
-  CHECK(read[2].facts.has_checksum);
-  CHECK(read[2].facts.created_ns == 111);
-  CHECK(read[2].facts.sealed_ns == 222);
+  CHECK(read[3].facts.checksum == 0xabcdef);
+  CHECK(read[3].facts.has_checksum);
+  CHECK(read[3].facts.created_ns == 111);
+  CHECK(read[3].facts.sealed_ns == 222);
 }
 
 TEST_CASE("An entry torn or damaged is counted and never read as an object", "[catalog]") {

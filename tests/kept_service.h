@@ -24,9 +24,11 @@ namespace depot::test {
 
 using namespace std::chrono_literals;
 
-// depotd under the stand-in: NOTIFY_SOCKET set, what the store kept passed to it.
+// depotd under the stand-in: NOTIFY_SOCKET set, what the store kept passed to it. `binary`: the
+// daemon to run (the stand-in GPUs' memfd_depotd, say).
 struct Service {
-  Service(const std::string& dir, FdStoreStandIn& store, std::vector<std::string> args = {})
+  Service(const std::string& dir, FdStoreStandIn& store, std::vector<std::string> args = {},
+          std::string binary = DEPOTD_PATH)
       : socket(dir + "/depot.sock"), log(dir + "/depotd.log") {
     store.Drain();
     pid = Spawn([&]() {
@@ -35,7 +37,7 @@ struct Service {
       ::dup2(out, STDERR_FILENO);
       ::setenv("NOTIFY_SOCKET", store.path().c_str(), 1);
       store.PassToChild();
-      std::vector<std::string> argv{DEPOTD_PATH, "--socket", socket, "--capacity", "256MiB"};
+      std::vector<std::string> argv{binary, "--socket", socket, "--capacity", "256MiB"};
       argv.insert(argv.end(), args.begin(), args.end());
       std::vector<char*> c;
       for (auto& a : argv) c.push_back(a.data());

@@ -48,6 +48,17 @@ Result<DeviceChunk> MemfdBackend::CreateChunk(size_t index, uint64_t size) {
   return DeviceChunk{std::move(memory->fd), ++chunks_, size, std::move(memory->read_only_fd)};
 }
 
+Result<DeviceChunk> MemfdBackend::AdoptChunk(size_t index, UniqueFd fd, uint64_t size) {
+  if (index >= used_.size()) {
+    return Status::InvalidArgument(fmt::format("no stand-in GPU {}", index));
+  }
+  auto memory = AdoptSealedMemfd(std::move(fd), size, "adopted chunk");
+  if (!memory.ok()) return memory.status();
+  ++live_;
+  used_[index] += size;
+  return DeviceChunk{std::move(memory->fd), 0, size, std::move(memory->read_only_fd)};
+}
+
 void MemfdBackend::ReleaseChunk(size_t index, DeviceChunk& chunk) {
   --live_;
   used_.at(index) -= chunk.size;

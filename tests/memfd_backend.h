@@ -24,6 +24,7 @@ class MemfdBackend : public DeviceBackend {
   std::string kind() const override { return "memfd-test"; }
   Result<std::vector<DeviceInfo>> Devices() override;
   Result<DeviceChunk> CreateChunk(size_t index, uint64_t size) override;
+  Result<DeviceChunk> AdoptChunk(size_t index, UniqueFd fd, uint64_t size) override;
   void ReleaseChunk(size_t index, DeviceChunk& chunk) override;
 
   // Chunks created and not yet released.

@@ -663,6 +663,9 @@ class BookkeepingSource : public SegmentSource {
   Result<SegmentMemory> Create(uint32_t id, uint64_t size) override {
     return SegmentMemory{UniqueFd(), size, "bookkeeping-" + std::to_string(id), 0, UniqueFd()};
   }
+  Result<SegmentMemory> Adopt(UniqueFd, uint64_t, std::string) override {
+    return Status::InvalidArgument("nothing is kept here");
+  }
   void Release(SegmentMemory&) override {}
   uint64_t granularity() const override { return 4096; }
   std::string_view describe() const override { return ""; }
