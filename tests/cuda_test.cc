@@ -12,6 +12,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -19,6 +20,8 @@
 #include "common/unique_fd.h"
 #include "proto/fd_passing.h"
 #include "tests/daemon_fixture.h"
+#include "tests/fd_store_stand_in.h"
+#include "tests/kept_service.h"
 
 using namespace depot;
 using namespace depot::test;
@@ -650,4 +653,55 @@ TEST_CASE("cuda: a chunk's exported descriptor keeps its bytes after its maker i
   CHECK(free_held + size / 2 <= free_before);  // the chunk still takes its memory
   fds.clear();
   CHECK(WaitFor([&] { return FreeOn(0) + (size / 2) >= free_before; }));
+}
+
+// The whole path on a GPU: a device object sealed under a depotd that is then killed with SIGKILL
+// is served by the next depotd (the descriptor store played by the test, as in kept_memory_test)
+// from the chunk the first one made, on the same GPU, with the same words.
+TEST_CASE("cuda: a device object is served again after a kill -9, from the kept chunk", "[cuda]") {
+  NeedGpu();
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  const Place gpu = Place::Gpu(UuidOf(0));
+  const std::vector<std::string> args{"--device-chunk-size", "256MiB"};
+  constexpr uint32_t kWord = 0xCAFE0001;
+  constexpr uint64_t kSize = 8 << 20;
+  Channel made;
+  {
+    Service first(dir, store, args);
+    int producer = RunChild([&] {
+      const CudaDriver& cu = Cuda();
+      Client c = first.Connect();
+      CreateOptions o;
+      o.places = {gpu};
+      auto draft = c.Create({kSize}, o);
+      if (!draft.ok()) return 1;
+      if (cu.MemsetD32(Ptr(draft->frame(0)), kWord, kSize / 4) != CUDA_SUCCESS) return 2;
+      if (!draft->Seal().ok()) return 3;
+      made.Send(draft->guid().ToString());
+      return 0;
+    });
+    REQUIRE(producer == 0);
+    store.Drain(1s);
+    CHECK(store.Count("depot.dev.") >= 1);
+    first.Kill();
+  }
+  Guid guid = *Guid::Parse(made.Receive());
+  store.Drain();
+  Service second(dir, store, args);
+  int consumer = RunChild([&] {
+    const CudaDriver& cu = Cuda();
+    Client c = second.Connect();
+    auto obj = c.Get(guid);
+    if (!obj.ok()) return 1;
+    if (obj->place(0) != gpu || obj->frame(0).size() != kSize) return 2;
+    return AllWords(cu, obj->frame(0), kWord) ? 0 : 3;
+  });
+  CHECK(consumer == 0);
+  Client c = second.Connect();
+  auto st = StatusOf(c);
+  INFO(second.Log());
+  CHECK(st.adopted_objects == 1);
+  CHECK(st.adoption_dropped == 0);
+  std::filesystem::remove_all(dir);
 }
