@@ -541,6 +541,12 @@ std::string WaitChannel(pid_t pid) {
 // before it is killed.
 std::string ThreadsOf(pid_t pid) {
   std::ostringstream out;
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    for (const char* key : {"State:", "Threads:", "SigPnd:", "ShdPnd:", "SigBlk:"}) {
+      if (line.rfind(key, 0) == 0) out << line << "\n";
+    }
+  }
   std::string dir = "/proc/" + std::to_string(pid) + "/task/";
   for (const auto& task : std::filesystem::directory_iterator(dir)) {
     auto read = [&](const char* what) {
@@ -739,15 +745,17 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
   for (auto& [pid, id] : running) {
     std::optional<int> status = WaitUntil(pid, deadline + std::chrono::seconds(60));
     if (!status) {
+      // Looked at first: a signal may end a wait it is stuck in.
+      std::string wchan = WaitChannel(pid);
+      std::fprintf(stderr, "child %d, pid %d:\n%s", id, pid, ThreadsOf(pid).c_str());
       ::kill(pid, SIGUSR1);  // its answer, "stuck while ...", lands in `errors`
       drain(1000);
       std::string where = "child " + std::to_string(id) + " had not exited 60 s after the " +
-                          "deadline; the kernel has it in " + WaitChannel(pid) + ", depotd in " +
+                          "deadline; the kernel has it in " + wchan + ", depotd in " +
                           WaitChannel(daemon.pid()) + ", and depotd " +
                           (Answers(daemon.socket()) ? "answers" : "does not answer") +
                           " a new connection";
       errors.push_back(where);
-      std::fprintf(stderr, "child %d, pid %d:\n%s", id, pid, ThreadsOf(pid).c_str());
       for (; reported < errors.size(); ++reported) progress(errors[reported]);
       ::kill(pid, SIGKILL);
       status = Wait(pid);
