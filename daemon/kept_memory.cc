@@ -241,9 +241,11 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
     }
     for (KeptSegment& s : kn.segments) {
       std::string name = s.kept.name;
-      auto it = renumbered.find(s.pool);
-      uint32_t pool = s.pool == 0 ? 0 : it == renumbered.end() ? 0 : it->second;
-      Status st = s.pool != 0 && (pool == 0 || pool >= ns->pools())
+      uint32_t pool = 0;  // this daemon's number for it (0 for a device chunk: none)
+      if (auto it = renumbered.find(s.pool); s.pool != 0 && it != renumbered.end()) {
+        pool = it->second < ns->pools() ? it->second : 0;
+      }
+      Status st = s.pool != 0 && pool == 0
                       ? Status::NotFound("this depotd has no device pool on its GPU")
                       : ns->pool(pool).AdoptKept(s.id, s.owner, s.large, std::move(s.kept.fd),
                                                  s.size, name);
