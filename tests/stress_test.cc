@@ -743,7 +743,11 @@ void Soak(const std::vector<std::string>& daemon_args, int default_seconds, doub
   progress("waiting for the children to stop (" + std::to_string(kills) + " killed so far)");
   size_t reported = 0;  // errors printed by the progress
   for (auto& [pid, id] : running) {
-    std::optional<int> status = WaitUntil(pid, deadline + std::chrono::seconds(60));
+    // The pipe is drained meanwhile: a child still reporting what it does as it stops (it lets go
+    // of what it holds) would otherwise fill it and wait on it for ever.
+    const auto give_up = deadline + std::chrono::seconds(60);
+    std::optional<int> status;
+    while (!(status = WaitUntil(pid, Clock::now())) && Clock::now() < give_up) drain(10);
     if (!status) {
       // Looked at first: a signal may end a wait it is stuck in.
       std::string wchan = WaitChannel(pid);
