@@ -114,7 +114,7 @@
   X(max_slots_per_user, uint64_t, "limits", "max_slots_per_user",                                 \
     "reference slots one user may be granted past the first 1024 of each connection")             \
   X(keep_memory, bool, "kept", "on",                                                              \
-    "host memory is kept in systemd's descriptor store across restarts")                          \
+    "memory (host segments, device chunks) is kept in systemd's store across restarts")           \
   X(kept_descriptors, uint64_t, "kept", "descriptors", "descriptors handed to that store now")    \
   X(adopted_objects, uint64_t, "kept", "adopted_objects",                                         \
     "objects served again at start from the memory the last daemon kept")                         \
