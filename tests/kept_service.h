@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -25,11 +26,16 @@ namespace depot::test {
 using namespace std::chrono_literals;
 
 // depotd under the stand-in: NOTIFY_SOCKET set, what the store kept passed to it. `binary`: the
-// daemon to run (the stand-in GPUs' memfd_depotd, say).
+// daemon to run (the stand-in GPUs' memfd_depotd, say); by default the one Daemon runs
+// ($DEPOT_TEST_DEPOTD where the GPU kit sets it, else the build's).
 struct Service {
   Service(const std::string& dir, FdStoreStandIn& store, std::vector<std::string> args = {},
-          std::string binary = DEPOTD_PATH)
+          std::string binary = "")
       : socket(dir + "/depot.sock"), log(dir + "/depotd.log") {
+    if (binary.empty()) {
+      const char* kit = std::getenv("DEPOT_TEST_DEPOTD");
+      binary = kit != nullptr ? kit : DEPOTD_PATH;
+    }
     store.Drain();
     pid = Spawn([&]() {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
