@@ -24,9 +24,10 @@ bool FdStore::Keep(const std::string& name, int fd) {
     if (!warned_) {
       warned_ = true;
       spdlog::warn(
-          "{} descriptors are in systemd's store, as many as depotd keeps there: {} and the "
-          "segments and rings made after it are lost at a restart (their objects are not)",
-          stored_.size(), name);
+          "{} descriptors ({} bytes of names) are in systemd's store, as much as depotd keeps "
+          "there: {} and the segments and rings made after it are lost at a restart (their "
+          "objects are not)",
+          stored_.size(), name_bytes_, name);
     }
     return false;
   }

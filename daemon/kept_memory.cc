@@ -345,7 +345,7 @@ bool KeptMemory::AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& fac
   for (Location& f : n.frames) {
     if (f.pool != 0) {
       auto it = pools.find(f.pool);
-      if (it == pools.end() || it->second == 0 || it->second >= ns.pools()) return give_back();
+      if (it == pools.end() || it->second >= ns.pools()) return give_back();
       f.pool = it->second;
     }
     if (f.size == 0) continue;
