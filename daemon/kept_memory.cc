@@ -59,24 +59,14 @@ class KeptMemory::Keeper : public SegmentKeeper {
 
 namespace {
 
+double MillisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
 std::string CatalogName(uint32_t key, uint64_t generation) {
   return fmt::format("depot.catalog.{}.{}", key, generation);
 }
-
-struct KeptSegment {
-  uint32_t pool = 0;  // the last daemon's number
-  uint32_t id = 0;
-  uint32_t owner = 0;
-  bool large = false;
-  uint64_t size = 0;  // a device chunk's, from its name
-  KeptFd kept;
-};
-
-struct KeptNamespace {
-  std::vector<KeptSegment> segments;
-  std::vector<KeptRing> rings;
-  std::map<uint64_t, KeptFd> catalogs;  // by generation
-};
 
 // The rest of a ring's name after its generation: ".<pid>", or nothing (a daemon before pids
 // were named).
@@ -87,6 +77,30 @@ bool RingPid(const char* rest, int32_t& pid) {
 }
 
 }  // namespace
+
+// What the last daemon kept, sorted by namespace, until it is adopted.
+struct KeptMemory::Taken {
+  struct Segment {
+    uint32_t pool = 0;  // the last daemon's number
+    uint32_t id = 0;
+    uint32_t owner = 0;
+    bool large = false;
+    uint64_t size = 0;  // a device chunk's, from its name
+    KeptFd kept;
+  };
+  struct Space {
+    std::vector<Segment> segments;
+    std::vector<KeptRing> rings;
+    std::map<uint64_t, KeptFd> catalogs;  // by generation
+  };
+  std::map<uint32_t, Space> found;
+  // The last daemon's census, when it kept one: read and forgotten before any ring is, so that a
+  // crash during this adoption leaves the next daemon no census that the rings taken since would
+  // make wrong (without one it runs its grace period out).
+  std::optional<bool> census;
+  std::vector<SessionCensus::Kept> sessions;  // those its kept rings name
+  std::map<uint32_t, std::string> gpus;       // the UUID of each of its device pools
+};
 
 KeptMemory::KeptMemory(boost::asio::io_context& io, bool wanted, std::chrono::milliseconds grace)
     : io_(io), store_(wanted), grace_(grace), grace_timer_(io), census_(io) {}
@@ -124,6 +138,13 @@ void KeptMemory::StoreCatalog(uint32_t key, Place& place) {
   place.stored = true;
 }
 
+void KeptMemory::Adopted(uint32_t key, const std::optional<KeptFd>& last) {
+  adopting_.erase(key);
+  // This daemon's catalog is stored before the last one's goes: a crash in between leaves both.
+  if (auto it = places_.find(key); it != places_.end()) StoreCatalog(key, it->second);
+  if (last) store_.Forget(last->name);
+}
+
 void KeptMemory::Detach(const Namespace& ns) {
   auto it = places_.find(ns.key());
   if (it == places_.end()) return;
@@ -149,18 +170,12 @@ void KeptMemory::Note(const Namespace& ns, TableEvent e, const StoredObject& o) 
   }
 }
 
-AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns_for,
-                                 const PoolOfGpu& pool_of_gpu) {
+void KeptMemory::Take(std::vector<KeptFd> kept) {
   auto start = std::chrono::steady_clock::now();
   report_ = {};
   report_.ran = !kept.empty();
-  std::map<uint32_t, KeptNamespace> found;
-  // The last daemon's census, when it kept one: read and forgotten before any ring is, so that a
-  // crash during this adoption leaves the next daemon no census that the rings taken since would
-  // make wrong (without one it runs its grace period out).
-  std::optional<bool> census;
-  std::vector<SessionCensus::Kept> sessions;  // those its kept rings name
-  std::map<uint32_t, std::string> gpus;       // the UUID of each of its device pools
+  taken_ = std::make_unique<Taken>();
+  auto& [found, census, sessions, gpus] = *taken_;
   for (KeptFd& k : kept) {
     store_.Passed(k.name);
     if (k.name == SessionCensus::kName) {
@@ -201,6 +216,17 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
       store_.Forget(k.name);
     }
   }
+  // A namespace made from here on stores its catalog after the last one's.
+  for (auto& [key, space] : found) {
+    adopting_[key] = space.catalogs.empty() ? 0 : space.catalogs.rbegin()->first;
+  }
+  report_.milliseconds = MillisecondsSince(start);
+}
+
+AdoptionReport KeptMemory::Adopt(const NamespaceFor& ns_for, const PoolOfGpu& pool_of_gpu) {
+  auto start = std::chrono::steady_clock::now();
+  if (!taken_) taken_ = std::make_unique<Taken>();
+  auto& [found, census, sessions, gpus] = *taken_;
   // The last daemon's device pools by this one's numbers: the same GPU may have another (a GPU
   // gone, or configured out), or none.
   std::map<uint32_t, uint32_t> renumbered;
@@ -212,14 +238,11 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
   for (auto& [key, kn] : found) {
     // The newest catalog is the complete one (see the class comment); older ones are done with.
     std::optional<KeptFd> newest;
-    uint64_t generation = 0;
     if (!kn.catalogs.empty()) {
-      generation = kn.catalogs.rbegin()->first;
       newest = std::move(kn.catalogs.rbegin()->second);
       kn.catalogs.erase(std::prev(kn.catalogs.end()));
     }
     for (auto& [gen, old] : kn.catalogs) store_.Forget(old.name);
-    adopting_[key] = generation;
     Namespace* ns = ns_for(key);
     std::unique_ptr<Catalog> last;
     if (ns != nullptr && newest) {
@@ -233,13 +256,12 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
       }
     }
     if (ns == nullptr) {
-      for (KeptSegment& s : kn.segments) store_.Forget(s.kept.name);
+      for (Taken::Segment& s : kn.segments) store_.Forget(s.kept.name);
       for (KeptRing& r : kn.rings) store_.Forget(r.kept.name);
-      if (newest) store_.Forget(newest->name);
-      adopting_.erase(key);
+      Adopted(key, newest);
       continue;
     }
-    for (KeptSegment& s : kn.segments) {
+    for (Taken::Segment& s : kn.segments) {
       std::string name = s.kept.name;
       uint32_t pool = 0;  // this daemon's number for it (0 for a device chunk: none)
       if (auto it = renumbered.find(s.pool); s.pool != 0 && it != renumbered.end()) {
@@ -270,14 +292,11 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
       ns->pool(n).ReleaseEmptyKept();
       report_.released += before - ns->pool(n).closed().first;
     }
-    adopting_.erase(key);
-    if (auto it = places_.find(key); it != places_.end()) StoreCatalog(key, it->second);
-    if (newest) store_.Forget(newest->name);
+    Adopted(key, newest);
   }
   // This daemon's census, counting from the start the grace period about to begin.
   census_.Start(store_, report_.ran ? 1 : 0);
-  report_.milliseconds =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  report_.milliseconds += MillisecondsSince(start);
   if (report_.ran) {
     spdlog::info(
         "kept memory: {} objects ({}) served again from {} segments in {:.1f} ms, {} dropped{}; "
@@ -295,6 +314,7 @@ AdoptionReport KeptMemory::Adopt(std::vector<KeptFd> kept, const NamespaceFor& n
                    census ? "counted sessions it kept no ring for" : "kept no census of sessions");
     }
   }
+  taken_.reset();
   return report_;
 }
 

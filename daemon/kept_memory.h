@@ -116,11 +116,14 @@ class KeptMemory {
   // The session closed, its ring taken to the end.
   void ForgetRing(SessionId session);
 
-  // Adopts what a previous daemon kept (see the class comment), making namespaces through `ns`.
-  // Closed segments open after the grace period, or once every session of the last daemon's has
-  // ended with its process or resumed (SessionCensus).
-  AdoptionReport Adopt(std::vector<KeptFd> kept, const NamespaceFor& ns,
-                       const PoolOfGpu& pool_of_gpu);
+  // Reads the names of what a previous daemon kept, before this one makes any namespace (the
+  // spill directory's, say): each catalog it then stores is named after the last daemon's, and
+  // nothing passed is stored a second time.
+  void Take(std::vector<KeptFd> kept);
+  // Adopts what Take read (see the class comment), making namespaces through `ns`. Closed
+  // segments open after the grace period, or once every session of the last daemon's has ended
+  // with its process or resumed (SessionCensus).
+  AdoptionReport Adopt(const NamespaceFor& ns, const PoolOfGpu& pool_of_gpu);
   const AdoptionReport& report() const { return report_; }
   // Called when the grace period after a start ends, once the closed segments are open.
   void set_on_grace_end(std::function<void()> fn) { on_grace_end_ = std::move(fn); }
@@ -150,7 +153,10 @@ class KeptMemory {
     uint64_t generation = 1;
     bool stored = false;  // the catalog is in the store
   };
+  struct Taken;
   void StoreCatalog(uint32_t key, Place& place);
+  // Namespace `key` is adopted (or refused): its catalog is stored, then `last` forgotten.
+  void Adopted(uint32_t key, const std::optional<KeptFd>& last);
   // The puts of a ring of the last daemon that it had not taken, as objects of `ns`.
   void AdoptRing(Namespace& ns, KeptRing& ring);
   // Makes `n` an object of `ns` at the memory the last daemon left (its frames in closed
@@ -175,6 +181,7 @@ class KeptMemory {
   bool stopping_ = false;
   std::map<uint32_t, Place> places_;
   std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Keeper>> keepers_;  // by key, pool
+  std::unique_ptr<Taken> taken_;           // between Take and Adopt
   std::map<uint32_t, uint64_t> adopting_;  // key -> generation of the catalog being adopted
   struct RingName {
     std::string name;

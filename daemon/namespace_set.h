@@ -115,8 +115,9 @@ class NamespaceSet {
   Status LoadSpilled();
   // At a clean stop, every session closed: writes every object still in memory to disk.
   void Persist();
-  // Adopts the memory a previous daemon kept (see KeptMemory), before anything is served.
-  AdoptionReport AdoptKept(std::vector<KeptFd> kept);
+  // Adopts the memory a previous daemon kept (see KeptMemory; kept().Take has read its names),
+  // before anything is served.
+  AdoptionReport AdoptKept();
   KeptMemory& kept() { return kept_; }
   const KeptMemory& kept() const { return kept_; }
   // The disk behind the host pools: MakeRoom for creates, Acquire for gets.

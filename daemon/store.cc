@@ -63,8 +63,11 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
 Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreOptions options,
                                              std::vector<KeptFd> kept) {
   std::unique_ptr<Store> store(new Store(io, std::move(options)));
+  // The names of what the last daemon kept are read before the spill directory makes any
+  // namespace; its memory is adopted after the directory is read.
+  store->namespaces_.kept().Take(std::move(kept));
   if (Status st = store->namespaces_.LoadSpilled(); !st.ok()) return st;
-  store->namespaces_.AdoptKept(std::move(kept));
+  store->namespaces_.AdoptKept();
   // Numbered above the last daemon's, so that a resume names one of its sessions only.
   store->next_session_ = store->namespaces_.kept().last_session() + 1;
   // What the last daemon stored counts against its users' quotas again; its owner-scoped objects

@@ -126,3 +126,24 @@ TEST_CASE("Kept chunks follow their GPU's UUID, and those of a GPU gone are give
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("With a spill directory too, each GPU is named once in the store, restart after restart",
+          "[kept][device]") {
+  // The spill directory makes the namespace, and so its device pools, before adoption reads what
+  // the last daemon kept.
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  const std::vector<std::string> spill = {"--spill-dir", dir + "/spill"};
+  std::vector<Put> puts;
+  for (int start = 1; start <= 3; ++start) {
+    INFO("daemon " << start);
+    Service daemon = StandIn(dir, store, spill);
+    Client c = daemon.Connect();
+    if (start > 1) CheckAllAdopted(c, daemon, puts);
+    puts.push_back(PutFrames(c, {50000}, start, On({Place::Gpu(kUuid1)})));
+    Crash(daemon, c, store);
+    CHECK(store.Names("depot.gpu.") ==
+          std::vector<std::string>{"depot.gpu.1." + kUuid1, "depot.gpu.2." + kUuid2});
+  }
+  std::filesystem::remove_all(dir);
+}

@@ -382,3 +382,31 @@ TEST_CASE("Without a service manager nothing is kept and nothing is adopted", "[
   CHECK(st.kept_descriptors == 0);
   CHECK(st.adopted_objects == 0);
 }
+
+TEST_CASE("With a spill directory too, crash after crash keeps every object in memory", "[kept]") {
+  // The spill directory names the namespace from the first daemon on, so each later one makes
+  // that namespace while reading the directory, before it adopts the kept memory.
+  std::string dir = TempDir();
+  FdStoreStandIn store(dir + "/notify");
+  const std::vector<std::string> spill = {"--spill-dir", dir + "/spill"};
+  std::vector<Put> puts;
+  {
+    Service first(dir, store, spill);
+    Client c = first.Connect();
+    for (uint32_t i = 0; i < 4; ++i) puts.push_back(PutFrames(c, {1000 + i * 50000}, i));
+    Crash(first, c, store);
+  }
+  for (int crash = 1; crash <= 2; ++crash) {
+    INFO("daemon " << crash + 1);
+    Service next(dir, store, spill);
+    Client c = next.Connect();
+    CheckAllAdopted(c, next, puts);
+    store.Drain(1s);
+    // One catalog, stored once: the daemon's own, under a name the last one's removal left alone.
+    CHECK(store.Count("depot.catalog.") == 1);
+    CHECK(store.Dup("depot.catalog.4294967295." + std::to_string(crash + 1)).valid());
+    puts.push_back(PutFrames(c, {3000}, 100 + crash));
+    Crash(next, c, store);
+  }
+  std::filesystem::remove_all(dir);
+}
