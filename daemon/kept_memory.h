@@ -125,6 +125,9 @@ class KeptMemory {
   // with its process or resumed (SessionCensus).
   AdoptionReport Adopt(const NamespaceFor& ns, const PoolOfGpu& pool_of_gpu);
   const AdoptionReport& report() const { return report_; }
+  // Whether the last daemon kept memory of namespace `key` that Take read and Adopt has yet to
+  // adopt.
+  bool Adopting(uint32_t key) const { return adopting_.contains(key); }
   // Called when the grace period after a start ends, once the closed segments are open.
   void set_on_grace_end(std::function<void()> fn) { on_grace_end_ = std::move(fn); }
   // Starts the grace period, unless an adoption started it: also when nothing was kept but

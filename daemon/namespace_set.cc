@@ -155,7 +155,7 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
     }
   });
   ns->table_->set_slot_readers(ns->gets_.get());
-  if (Status st = spill_.Attach(*ns); !st.ok()) return st;
+  if (Status st = spill_.Attach(*ns, kept_.Adopting(key)); !st.ok()) return st;
   if (Status st = kept_.Attach(*ns); !st.ok()) return st;
   if (key != Namespace::kShared) spdlog::info("namespace of uid {} created", key);
   namespaces_.emplace(key, std::move(owned));

@@ -50,7 +50,7 @@ void ForEachSpillEntry(int dir, const std::function<void(const std::string&)>& e
 
 SpillRecords RecoverSpilled(int dir, const std::string& path, ObjectTable& table,
                             std::optional<SpillManifest::Entry> expected,
-                            std::optional<SpillManifest::Entry> census) {
+                            std::optional<SpillManifest::Entry> census, bool memory_kept) {
   SpillRecords records;
   uint64_t bytes = 0, bad = 0;
   ForEachSpillEntry(dir, [&](const std::string& file) {
@@ -87,14 +87,16 @@ SpillRecords RecoverSpilled(int dir, const std::string& path, ObjectTable& table
   if (!expected) {
     uint64_t counted = census ? census->objects : 0;
     if (objects + bad + counted > 0) {
+      // Those in memory only come back with the memory it kept, where there is some.
+      std::string fate =
+          memory_kept ? "come from the memory it kept (see kept memory)" : "are lost";
       spdlog::warn(
           "{}: the last depotd did not stop cleanly (no manifest): the {} objects ({}) it had "
           "on disk are served; {}",
           path, objects, FormatBytes(bytes),
-          census ? fmt::format("{} objects it held in memory only are lost (of {} it last "
-                               "counted)",
-                               counted > objects ? counted - objects : 0, counted)
-                 : std::string("objects it held in memory only are lost"));
+          census ? fmt::format("{} objects it held in memory only {} (of {} it last counted)",
+                               counted > objects ? counted - objects : 0, fate, counted)
+                 : "objects it held in memory only " + fate);
     }
   } else {
     spdlog::info(

@@ -39,11 +39,12 @@ void ForEachSpillEntry(int dir, const std::function<void(const std::string&)>& e
 
 // Adopts every good spill file in `dir` (shown as `path`) into `table`; `expected` is what the
 // last clean stop's manifest says about this directory (nullopt: no manifest, a crash), `census`
-// what the last daemon last counted there (for a crash: how many objects are lost). Returns the
-// files of the objects adopted.
+// what the last daemon last counted there (for a crash: how many objects are lost, unless
+// `memory_kept`: the last daemon's memory came back, and they with it). Returns the files of the
+// objects adopted.
 SpillRecords RecoverSpilled(int dir, const std::string& path, ObjectTable& table,
                             std::optional<SpillManifest::Entry> expected,
-                            std::optional<SpillManifest::Entry> census);
+                            std::optional<SpillManifest::Entry> census, bool memory_kept);
 
 }  // namespace depot
 

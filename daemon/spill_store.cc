@@ -103,7 +103,7 @@ Result<std::vector<uint32_t>> SpillStore::Open() {
   return keys;
 }
 
-Status SpillStore::Attach(Namespace& ns) {
+Status SpillStore::Attach(Namespace& ns, bool memory_kept) {
   if (!enabled()) return Status::OK();
   ns.table().set_spilling(true);
   std::string name = DirName(ns.key());
@@ -115,7 +115,8 @@ Status SpillStore::Attach(Namespace& ns) {
   std::optional<SpillManifest::Entry> expected, census;
   if (expected_) expected = expected_->directories[name];
   if (census_) census = census_->directories[name];
-  place.files = RecoverSpilled(place.dir.get(), place.path, ns.table(), expected, census);
+  place.files =
+      RecoverSpilled(place.dir.get(), place.path, ns.table(), expected, census, memory_kept);
   for (const auto& [id, file] : place.files) on_disk_ += file.bytes;
   return Status::OK();
 }

@@ -81,8 +81,9 @@ class SpillStore {
   Result<std::vector<uint32_t>> Open();
 
   // A namespace was made: opens its directory and adopts the objects a previous daemon left
-  // there into its table (on disk, restored at their first get).
-  Status Attach(Namespace& ns);
+  // there into its table (on disk, restored at their first get). `memory_kept`: the previous
+  // daemon's memory came back too (KeptMemory).
+  Status Attach(Namespace& ns, bool memory_kept);
   // The namespace goes (it has no objects left).
   void Detach(const Namespace& ns) {
     places_.erase(&ns);
