@@ -189,31 +189,33 @@ bool Connection::FromIndexMany(const IndexReader& index, std::span<const Guid> g
   frames.reserve(look.size());
   IndexHit hit;
   size_t misses = missed.size();
-  // The entries lie at random in a table that may be far bigger than the cache: each GUID's
-  // sets are loaded 2 * kAhead GUIDs before its read, and its entry located (its record then
-  // loading) kAhead before it (IndexReader::Prefetch and Locate), so that the misses overlap.
-  constexpr size_t kAhead = 8;
-  const size_t n = look.size();
-  std::array<uint64_t, kAhead> located{};  // Locate's entry of look[k], at k % kAhead
-  for (size_t k = 0; k < std::min(2 * kAhead, n); ++k) index.Prefetch(guids[look[k]]);
-  for (size_t k = 0; k < std::min(kAhead, n); ++k) located[k] = index.Locate(guids[look[k]]);
-  for (size_t k = 0; k < n; ++k) {
-    if (k + 2 * kAhead < n) index.Prefetch(guids[look[k + 2 * kAhead]]);
-    uint64_t entry = located[k % kAhead];
-    if (k + kAhead < n) located[k % kAhead] = index.Locate(guids[look[k + kAhead]]);
-    size_t at = look[k];
-    if (!index.FindInto(guids[at], hit, entry)) {
-      missed.push_back(at);
-      continue;
+  // The entries lie at random in a table that may be far bigger than the cache, so each block of
+  // the batch goes over it in three passes, the misses of each overlapping: the tag lines of the
+  // GUIDs' sets are loaded (IndexReader::Prefetch), then each entry is located (its line loading
+  // once its tag matched), then the entries are read. One pass that kept each GUID's loads a few
+  // GUIDs ahead of its read took 1.1-1.7 times as long at a million objects (docs/performance.md).
+  constexpr size_t kBlock = 512;
+  std::array<uint64_t, kBlock> entries{};  // Locate's entry of each GUID of the block
+  for (size_t from = 0; from < look.size(); from += kBlock) {
+    std::span<const size_t> block = look.subspan(from, std::min(kBlock, look.size() - from));
+    const size_t n = block.size();
+    for (size_t k = 0; k < n; ++k) index.Prefetch(guids[block[k]]);
+    for (size_t k = 0; k < n; ++k) entries[k] = index.Locate(guids[block[k]]);
+    for (size_t k = 0; k < n; ++k) {
+      size_t at = block[k];
+      if (!index.FindInto(guids[at], hit, entries[k])) {
+        missed.push_back(at);
+        continue;
+      }
+      auto frames_begin = static_cast<uint32_t>(frames.size());
+      auto metadata_begin = static_cast<uint32_t>(metadata.size());
+      frames.insert(frames.end(), hit.frames.begin(), hit.frames.end());
+      metadata.insert(metadata.end(), hit.metadata.begin(), hit.metadata.end());
+      found.push_back({at, hit.entry, hit.seq, frames_begin, static_cast<uint32_t>(frames.size()),
+                       metadata_begin, static_cast<uint32_t>(metadata.size()), hit.checksum,
+                       hit.creator_uid, hit.creator_pid});
+      ids.push_back(hit.id);
     }
-    auto frames_begin = static_cast<uint32_t>(frames.size());
-    auto metadata_begin = static_cast<uint32_t>(metadata.size());
-    frames.insert(frames.end(), hit.frames.begin(), hit.frames.end());
-    metadata.insert(metadata.end(), hit.metadata.begin(), hit.metadata.end());
-    found.push_back({at, hit.entry, hit.seq, frames_begin, static_cast<uint32_t>(frames.size()),
-                     metadata_begin, static_cast<uint32_t>(metadata.size()), hit.checksum,
-                     hit.creator_uid, hit.creator_pid});
-    ids.push_back(hit.id);
   }
   bool retired = missed.size() > misses && index.Retired();
   // The slots, claimed together and published behind one fence; when they run out, once more
