@@ -283,6 +283,8 @@ AdoptionReport KeptMemory::Adopt(const NamespaceFor& ns_for, const PoolOfGpu& po
     std::vector<CatalogObject> objects = last ? last->Read(&torn) : std::vector<CatalogObject>();
     report_.dropped += torn;
     for (CatalogObject& c : objects) {
+      // Read back from spill_dir before the crash, it is on disk too, and served from there.
+      if (ns->table().Find(c.object.guid) != nullptr) continue;
       if (!AdoptObject(*ns, std::move(c.object), c.facts, renumbered)) ++report_.dropped;
     }
     // Then the puts the last daemon had not taken: their bytes are in blocks it had leased.
@@ -358,7 +360,7 @@ bool KeptMemory::AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& fac
                              const std::map<uint32_t, uint32_t>& pools) {
   std::vector<Location> taken;
   auto give_back = [&] {
-    for (const Location& t : taken) ns.pool(t.pool).Free(t);
+    for (const Location& t : taken) ns.pool(t.pool).UnreserveKept(t);
     return false;
   };
   uint64_t size = 0;

@@ -295,6 +295,12 @@ bool SegmentedPool::ReserveKept(const Location& frame, uint32_t owner) {
   return true;
 }
 
+void SegmentedPool::UnreserveKept(const Location& frame) {
+  auto it = segments_.find(frame.segment);
+  if (it == segments_.end() || !it->second.allocator.Free(frame.offset, frame.size)) return;
+  budget_->used -= it->second.allocator.BlockSize(frame.size);
+}
+
 void SegmentedPool::ReleaseEmptyKept() {
   for (auto it = segments_.begin(); it != segments_.end();) {
     auto next = std::next(it);

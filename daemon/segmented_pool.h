@@ -171,6 +171,9 @@ class SegmentedPool {
   // Takes the block of `frame` in its closed segment of `owner`, as Allocate would have: false
   // when there is no such segment or the block is not free there.
   bool ReserveKept(const Location& frame, uint32_t owner);
+  // Gives back a block ReserveKept took, leaving its segment there even when it is empty now:
+  // another object being adopted may still be in it (ReleaseEmptyKept gives back the empty ones).
+  void UnreserveKept(const Location& frame);
   // Gives back the closed segments that hold no block (nothing kept lives there).
   void ReleaseEmptyKept();
   // Opens every closed segment to new blocks.

@@ -69,6 +69,12 @@ class FdStoreStandIn {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the last one handled
   }
 
+  // Forgets everything kept, as systemd does when the service stops with no restart queued.
+  void Clear() {
+    std::lock_guard<std::mutex> hold(mutex_);
+    kept_.clear();
+  }
+
   // The descriptors kept under names starting with `prefix`.
   size_t Count(const std::string& prefix) const {
     std::lock_guard<std::mutex> hold(mutex_);

@@ -28,6 +28,7 @@
 #include "tests/daemon_fixture.h"
 #include "tests/fd_store_stand_in.h"
 #include "tests/kept_service.h"
+#include "tests/other_users.h"
 
 using namespace depot;
 using namespace depot::test;
@@ -411,5 +412,57 @@ TEST_CASE("With a spill directory too, crash after crash keeps every object in m
     puts.push_back(PutFrames(c, {3000}, 100 + crash));
     Crash(next, c, store);
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE(
+    "With a spill directory, objects read back after a clean stop and put since survive a kill -9",
+    "[kept]") {
+  // As under systemd: another user puts, and a third reads back what was written at the stop.
+  std::string dir = TempDir();
+  REQUIRE(::chmod(dir.c_str(), 0755) == 0);
+  FdStoreStandIn store(dir + "/notify");
+  const std::vector<std::string> args = {"--spill-dir", dir + "/spill", "--socket-mode", "0660"};
+  constexpr uid_t kUser = 4242;
+  const std::vector<std::byte> a = Pattern(9000000, 1), b = Pattern(9000000, 2);
+  auto put_as_user = [&](const Service& s, const std::vector<std::byte>& bytes) {
+    // A member of the socket's group (0), as the users of the depot group are.
+    REQUIRE(RunAs(kUser, kUser, {0}, [&] {
+              auto c = Client::Connect({.socket_path = s.socket, .reconnect_wait = 0ms});
+              return c.ok() && c->Put(bytes).ok() ? 0 : 1;
+            }) == 0);
+  };
+  auto same = [](Client& c, const std::vector<std::byte>& bytes) {
+    auto page = c.List();
+    REQUIRE(page.ok());
+    for (const ObjectInfo& o : page->objects) {
+      auto got = c.Get(o.guid);
+      if (got.ok() && Holds(*got, bytes)) return true;
+    }
+    return false;
+  };
+  {
+    Service first(dir, store, args);
+    Client c = first.Connect();
+    put_as_user(first, a);
+    StatusOf(c);
+    first.Kill(SIGTERM);  // a clean stop: every object written to disk
+  }
+  store.Drain();
+  store.Clear();  // systemd empties the store of a service stopped for good
+  {
+    Service second(dir, store, args);
+    Client c = second.Connect();
+    CHECK(same(c, a));  // read back from disk into memory
+    put_as_user(second, b);
+    Crash(second, c, store);
+  }
+  store.Drain();
+  Service third(dir, store, args);
+  Client c = third.Connect();
+  INFO(third.Log());
+  CHECK(same(c, a));
+  CHECK(same(c, b));
+  CHECK(StatusOf(c).adoption_dropped == 0);
   std::filesystem::remove_all(dir);
 }
