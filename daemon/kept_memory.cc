@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <optional>
@@ -283,8 +284,6 @@ AdoptionReport KeptMemory::Adopt(const NamespaceFor& ns_for, const PoolOfGpu& po
     std::vector<CatalogObject> objects = last ? last->Read(&torn) : std::vector<CatalogObject>();
     report_.dropped += torn;
     for (CatalogObject& c : objects) {
-      // Read back from spill_dir before the crash, it is on disk too, and served from there.
-      if (ns->table().Find(c.object.guid) != nullptr) continue;
       if (!AdoptObject(*ns, std::move(c.object), c.facts, renumbered)) ++report_.dropped;
     }
     // Then the puts the last daemon had not taken: their bytes are in blocks it had leased.
@@ -375,7 +374,21 @@ bool KeptMemory::AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& fac
     taken.push_back(f);
     size += f.size;
   }
-  if (!ns.table().Adopt(std::move(n), facts, true).ok()) return give_back();
+  if (const StoredObject* there = ns.table().Find(n.guid)) {
+    // Read back from spill_dir before the crash, it kept its file, and the spill directory has
+    // brought it back already: these frames are its copy, as if read back again.
+    auto sizes = [](const Location& a, const Location& b) { return a.size == b.size; };
+    if (there->residence != Residence::kDisk ||
+        !std::equal(n.frames.begin(), n.frames.end(), there->frames().begin(),
+                    there->frames().end(), sizes)) {
+      return give_back();
+    }
+    ObjectId id = there->id;
+    ns.table().StartRestore(id);
+    ns.table().FinishRestore(id, n.frames, Status::OK());
+  } else if (!ns.table().Adopt(std::move(n), facts, true).ok()) {
+    return give_back();
+  }
   ++report_.objects;
   report_.bytes += size;
   return true;

@@ -463,6 +463,8 @@ TEST_CASE(
   INFO(third.Log());
   CHECK(same(c, a));
   CHECK(same(c, b));
-  CHECK(StatusOf(c).adoption_dropped == 0);
+  auto st = StatusOf(c);
+  CHECK(st.adoption_dropped == 0);
+  CHECK(st.adopted_objects == 2);  // the one read back too: its copy in memory, not its file
   std::filesystem::remove_all(dir);
 }
