@@ -164,8 +164,9 @@ class KeptMemory {
   void AdoptRing(Namespace& ns, KeptRing& ring);
   // Makes `n` an object of `ns` at the memory the last daemon left (its frames in closed
   // segments of `n.creator_uid`; a device frame's pool, the last daemon's number, renumbered
-  // through `pools`), or that memory the copy of the same object on disk (read back before the
-  // crash); false, taking nothing, when they do not check out.
+  // through `pools`); when the spill directory has brought the same object back (it was read
+  // back before the crash and kept its file), restores it at those frames instead. False,
+  // taking nothing, when they do not check out.
   bool AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& facts,
                    const std::map<uint32_t, uint32_t>& pools = {});
   void OpenAll(const std::string& why);

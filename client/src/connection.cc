@@ -193,7 +193,8 @@ bool Connection::FromIndexMany(const IndexReader& index, std::span<const Guid> g
   // the batch goes over it in three passes, the misses of each overlapping: the tag lines of the
   // GUIDs' sets are loaded (IndexReader::Prefetch), then each entry is located (its line loading
   // once its tag matched), then the entries are read. One pass that kept each GUID's loads a few
-  // GUIDs ahead of its read took 1.1-1.7 times as long at a million objects (docs/performance.md).
+  // GUIDs ahead of its read made a multi-get 1.1-2.0 times as long at a million
+  // (docs/performance.md).
   constexpr size_t kBlock = 512;
   std::array<uint64_t, kBlock> entries{};  // Locate's entry of each GUID of the block
   for (size_t from = 0; from < look.size(); from += kBlock) {
