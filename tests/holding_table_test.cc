@@ -53,7 +53,7 @@ TEST_CASE("random puts and erasures leave the table as a map would be") {
       case 0:
       case 1: {  // put (a new GUID, or a newer holding of one the table has)
         auto h = FakeHolding();
-        table.Put(g, h);
+        table.Put(g, h, h.get());
         model[g] = h;
         break;
       }
@@ -93,7 +93,7 @@ TEST_CASE("the table grows with what it holds and gives the room back when it is
   for (int i = 0; i < 100000; ++i) {
     Guid g = Guid::FromRandomBits(rng(), rng());
     model[g] = FakeHolding();
-    table.Put(g, model[g]);
+    table.Put(g, model[g], model[g].get());
   }
   CheckSame(table, model);
   REQUIRE(table.slots() >= 2 * model.size());  // at most half full: short runs
@@ -121,7 +121,7 @@ TEST_CASE("a table that held a batch keeps its room when the batch is let go") {
     std::vector<std::pair<Guid, std::shared_ptr<Holding>>> batch;
     for (int i = 0; i < 1000; ++i) {
       batch.emplace_back(Guid::FromRandomBits(rng(), rng()), FakeHolding());
-      table.Put(batch.back().first, batch.back().second);
+      table.Put(batch.back().first, batch.back().second, batch.back().second.get());
     }
     if (round == 0) slots = table.slots();
     REQUIRE(table.slots() == slots);
@@ -139,7 +139,7 @@ TEST_CASE("Reserve makes room for a batch so that its puts do not move the table
   std::vector<std::shared_ptr<Holding>> kept;
   for (int i = 0; i < 5000; ++i) {
     kept.push_back(FakeHolding());
-    table.Put(Guid::FromRandomBits(rng(), rng()), kept.back());
+    table.Put(Guid::FromRandomBits(rng(), rng()), kept.back(), kept.back().get());
   }
   REQUIRE(table.slots() == slots);
 }
@@ -149,7 +149,7 @@ TEST_CASE("an expired holding is still found by GUID until it is erased") {
   Guid g = Guid::FromRandomBits(1, 2);
   auto h = FakeHolding();
   const Holding* raw = h.get();
-  table.Put(g, h);
+  table.Put(g, h, h.get());
   h.reset();  // its last Object went; ObjectCache::Forget erases it next
   const HoldingTable::Entry* e = table.Find(g);
   REQUIRE(e != nullptr);

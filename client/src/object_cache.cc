@@ -12,7 +12,7 @@ constexpr size_t kAhead = 16;
 
 void ObjectCache::Remember(const std::shared_ptr<Holding>& h) {
   std::lock_guard lk(mu_);
-  if (auto displaced = entries_.Put(h->guid, h); !displaced.expired()) SetAside(displaced);
+  if (auto displaced = entries_.Put(h->guid, h, h.get()); !displaced.expired()) SetAside(displaced);
 }
 
 void ObjectCache::FindMany(std::span<const Guid> guids, std::span<std::shared_ptr<Holding>> found) {
@@ -26,14 +26,16 @@ void ObjectCache::FindMany(std::span<const Guid> guids, std::span<std::shared_pt
 }
 
 void ObjectCache::RememberMany(std::span<const std::shared_ptr<Holding>> holdings) {
+  std::vector<std::weak_ptr<Holding>> weak(holdings.begin(), holdings.end());  // see Put
   std::lock_guard lk(mu_);
   entries_.Reserve(entries_.size() + holdings.size());
   for (size_t i = 0; i < std::min(kAhead, holdings.size()); ++i) {
-    entries_.Prefetch(holdings[i]->guid);
+    entries_.PrefetchEntry(holdings[i]->guid);
   }
   for (size_t i = 0; i < holdings.size(); ++i) {
-    if (i + kAhead < holdings.size()) entries_.Prefetch(holdings[i + kAhead]->guid);
-    if (auto displaced = entries_.Put(holdings[i]->guid, holdings[i]); !displaced.expired()) {
+    if (i + kAhead < holdings.size()) entries_.PrefetchEntry(holdings[i + kAhead]->guid);
+    if (auto displaced = entries_.Put(holdings[i]->guid, std::move(weak[i]), holdings[i].get());
+        !displaced.expired()) {
       SetAside(displaced);
     }
   }

@@ -52,6 +52,9 @@ class ObjectCache {
   // object this process holds is this lookup and nothing more.
   std::shared_ptr<Holding> Find(const Guid& guid) {
     std::lock_guard lk(mu_);
+    // The entry's line loads beside the tags': a get that finds nothing remembers what it got
+    // there next (Remember), and a get that finds it reads it.
+    entries_.PrefetchEntry(guid);
     const HoldingTable::Entry* e = entries_.Find(guid);
     return e != nullptr ? e->holding.lock() : nullptr;
   }
