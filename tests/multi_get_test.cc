@@ -211,3 +211,57 @@ TEST_CASE("a multi-GUID get racing deletes gets the old bytes or NotFound", "[mu
     }
   }
 }
+
+namespace {
+
+// Objects kept by a thread_local, let go by its destructor when the thread ends.
+struct KeptUntilThreadEnds {
+  std::vector<Result<Object>> objects;
+};
+
+// How many objects this process holds, as the daemon sees it.
+size_t HeldByThisProcess(Client& c) {
+  size_t held = 0;
+  std::optional<Guid> after;
+  while (true) {
+    auto page = c.ListHeldBy(::getpid(), after);
+    REQUIRE(page.ok());
+    held += page->objects.size();
+    if (!page->more || page->objects.empty()) return held;
+    after = page->objects.back().guid;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("objects got on a thread are let go cleanly after it ended, and as it ends",
+          "[multi_get]") {
+  // A thread keeps the blocks of the holdings let go on it for its next gets (NewHolding); these
+  // are let go on another thread after the getting one ended, and by a thread_local's destructor
+  // after that thread's kept blocks went back to the heap.
+  Daemon d;
+  Client writer = d.Connect();
+  std::vector<Guid> ids = PutMany(writer, 3000);
+  REQUIRE(HeldByThisProcess(writer) == 0);
+  Client reader = d.Connect();
+  REQUIRE(reader.Get(ids[0]).ok());  // maps the segment
+  std::vector<Result<Object>> got;
+  std::thread([&] {
+    got = reader.Get(ids);
+    got.clear();  // its blocks kept by this thread, more than it keeps
+    got = reader.Get(ids);
+  }).join();
+  for (uint32_t i = 0; i < ids.size(); ++i) CheckObject(got[i], i);
+  REQUIRE(HeldByThisProcess(writer) == ids.size());
+  got.clear();
+  REQUIRE(HeldByThisProcess(writer) == 0);
+  std::thread([&] {
+    static thread_local KeptUntilThreadEnds kept;  // made before the thread's kept blocks
+    kept.objects = reader.Get(ids);
+    for (uint32_t i = 0; i < ids.size(); ++i) CheckObject(kept.objects[i], i);
+    std::vector<Result<Object>> more = reader.Get(std::span<const Guid>(ids).first(100));
+  }).join();
+  REQUIRE(HeldByThisProcess(writer) == 0);
+  got = reader.Get(ids);
+  for (uint32_t i = 0; i < ids.size(); ++i) CheckObject(got[i], i);
+}

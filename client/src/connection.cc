@@ -12,6 +12,7 @@
 
 #include "client/src/daemon_trust.h"
 #include "client/src/link.h"
+#include "client/src/new_holding.h"
 #include "common/unix_socket.h"
 #include "common/users.h"
 #include "proto/index_layout.h"
@@ -126,7 +127,7 @@ std::optional<Object> Connection::FromIndex(const Guid& guid) {
     slots_->Clear(*slot);
     return std::nullopt;
   }
-  auto h = std::make_shared<Holding>();
+  auto h = NewHolding();
   h->slot = slot;  // from here on h's destruction clears it
   h->checksum = hit->checksum;
   h->creator_uid = hit->creator_uid;
@@ -243,7 +244,7 @@ bool Connection::FromIndexMany(const IndexReader& index, std::span<const Guid> g
       missed.push_back(f.at);
       continue;
     }
-    auto h = std::make_shared<Holding>();
+    auto h = NewHolding();
     h->slot = slots[k];  // from here on h's destruction clears it
     h->conn = self;
     h->guid = guids[f.at];
@@ -332,7 +333,7 @@ std::optional<Object> Connection::FromOwnPut(const Guid& guid) {
   if (forked()) return std::nullopt;
   std::optional<Lease::OwnPut> put = lease_.HoldOwn(guid);
   if (!put) return std::nullopt;
-  auto h = std::make_shared<Holding>();
+  auto h = NewHolding();
   h->by_guid = true;  // from here on h's destruction releases it by GUID
   h->checksum = put->checksum;
   h->creator_uid = ::getuid();
@@ -391,7 +392,7 @@ Status Connection::CheckGetReply(std::span<const Guid> asked, const wire::GetRep
 }
 
 Result<Object> Connection::Adopt(const Guid& guid, const wire::GetResult& r, Message& reply) {
-  auto h = std::make_shared<Holding>();
+  auto h = NewHolding();
   h->conn = shared_from_this();
   h->guid = guid;
   h->handle = r.handle();
