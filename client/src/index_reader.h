@@ -74,6 +74,8 @@ class IndexReader {
   // object go.
   bool Unchanged(const IndexHit& hit) const { return Unchanged(hit.entry, hit.seq); }
   bool Unchanged(uint64_t entry, uint64_t seq) const;
+  // Starts loading the word Unchanged reads, for a batch that asks it of many entries.
+  void PrefetchSeq(uint64_t entry) const { depot::Prefetch(map_.words() + entry + index::kSeq); }
   // Whether `guid`'s set has an empty entry now, so that the daemon could index it (a hint: the
   // set may change before it does).
   bool HasRoomFor(const Guid& guid) const;
