@@ -1,7 +1,5 @@
 #include "bench/memory_floor.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <bit>
 #include <cinttypes>

@@ -24,7 +24,6 @@ class MemoryFloor {
   explicit MemoryFloor(uint64_t held);
   // Seconds for the pattern over 1,000 objects.
   double Time1000();
-  uint64_t index_bytes() const { return index_.size(); }
 
  private:
   std::span<const std::byte> index_;
