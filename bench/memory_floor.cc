@@ -4,17 +4,16 @@
 #include <bit>
 #include <cinttypes>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <string>
 
 #include "bench/harness.h"
 #include "common/prefetch.h"
+#include "proto/index_layout.h"
 
 namespace depot::bench {
 namespace {
 
-constexpr size_t kLine = 64;
 constexpr size_t kObjects = 1000;
 constexpr size_t kBlock = 512;
 
@@ -40,34 +39,34 @@ MemoryFloor::MemoryFloor(uint64_t held)
     : index_(MappedIndex()), table_(std::bit_ceil(std::max<uint64_t>(held, 2048) * 2)) {}
 
 double MemoryFloor::Time1000() {
-  const size_t lines = index_.size() / kLine;
-  std::array<size_t, kObjects> first{}, second{};
+  // The sets of an index of this size (a power of two; the arena after them is smaller).
+  const uint64_t sets = std::bit_floor(index_.size() / (index::kSetWords * 8));
+  const auto* words = reinterpret_cast<const uint64_t*>(index_.data());
+  std::array<uint64_t, kObjects> first{}, second{};
   std::array<size_t, kObjects> slot{};
   for (size_t i = 0; i < kObjects; ++i) {
-    first[i] = rng_() % lines;
-    second[i] = rng_() % lines;
+    first[i] = rng_() % sets;
+    second[i] = rng_() % sets;
     slot[i] = rng_() % table_.size();
   }
-  auto line = [&](size_t n) { return index_.data() + n * kLine; };
-  std::array<const std::byte*, kBlock> entry{};
+  auto tags = [&](uint64_t set) { return words + index::TagWord(set * index::kWays); };
+  std::array<const uint64_t*, kBlock> entry{};
   uint64_t sum = 0;
   auto t0 = Clock::now();
   for (size_t from = 0; from < kObjects; from += kBlock) {
     const size_t n = std::min(kBlock, kObjects - from);
     for (size_t k = 0; k < n; ++k) {  // both sets' tags, and the holding's slot
-      Prefetch(line(first[from + k]));
-      Prefetch(line(second[from + k]));
+      Prefetch(tags(first[from + k]));
+      Prefetch(tags(second[from + k]));
       Prefetch(&table_[slot[from + k]]);
     }
-    for (size_t k = 0; k < n; ++k) {  // the entry the first set's tags name
-      uint64_t word = 0;
-      std::memcpy(&word, line(first[from + k]), sizeof word);
-      entry[k] = line((word ^ (first[from + k] * 0x9e3779b97f4a7c15ULL)) % lines);
+    for (size_t k = 0; k < n; ++k) {  // an entry of the first set, by what its tags hold
+      uint64_t way = index::Load(tags(first[from + k])) % index::kWays;
+      entry[k] = words + index::EntryWord(first[from + k] * index::kWays + way);
       Prefetch(entry[k]);
     }
     for (size_t k = 0; k < n; ++k) {  // the entry read, the holding remembered
-      uint64_t word = 0;
-      std::memcpy(&word, entry[k], sizeof word);
+      uint64_t word = index::Load(entry[k]);
       sum += word;
       table_[slot[from + k]] = {word, sum, 1, 2, 3};
     }

@@ -1,9 +1,9 @@
 // MemoryFloor times what the host's memory alone gives a multi-GUID get's access pattern, for
-// section 9 to print beside the multi-get itself: for each of 1,000 objects, two cache lines at
-// random in the shared index this process maps (a GUID's two sets' tags), a third at a place
-// the first one's bytes name (its entry, found only once the tags arrived), and one written at
-// random in a table the size of the getting process's holdings; in blocks of 512, each pass's
-// misses in flight together, as Connection::FromIndexMany's passes are. No instruction of
+// section 9 to print beside the multi-get itself: for each of 1,000 objects, the tags' lines of
+// two sets at random in the shared index this process maps (a GUID's two sets), then an entry of
+// the first set that its tags name (found only once they arrived), and a line written at random
+// in a table the size of the getting process's holdings; in blocks of 512, each pass's misses in
+// flight together, as Connection::FromIndexMany's passes are. No instruction of
 // depot's runs in it, and on a virtual machine its time moves with the host's other guests.
 #ifndef DEPOT_BENCH_MEMORY_FLOOR_H_
 #define DEPOT_BENCH_MEMORY_FLOOR_H_
