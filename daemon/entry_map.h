@@ -12,7 +12,8 @@
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
-#include <vector>
+
+#include "daemon/zeroed_array.h"
 
 namespace depot {
 
@@ -31,7 +32,9 @@ class EntryMap {
   // of whatever it held.
   void Set(uint64_t id, uint64_t entry) {
     if (auto k = static_cast<uint32_t>(id); k < kDense) {
-      if (k >= dense_.size()) dense_.resize(std::max<size_t>(k + 1, dense_.size() * 2), 0);
+      if (k >= dense_.size()) {
+        dense_ = ZeroedArray<uint32_t>(dense_, std::max<size_t>(k + 1, dense_.size() * 2));
+      }
       size_ += dense_[k] == 0 ? 1 : 0;
       dense_[k] = static_cast<uint32_t>(entry + 1);
       return;
@@ -49,6 +52,12 @@ class EntryMap {
     size_ -= sparse_.erase(id);
   }
   size_t size() const { return size_; }
+  // Makes room for the keys below `ids` now (untouched, so costing no memory yet): a map made
+  // off the loop (a bigger index) then does not grow on it, copying and zeroing megabytes.
+  void Reserve(uint64_t ids) {
+    ids = std::min<uint64_t>(ids, kDense);
+    if (ids > dense_.size()) dense_ = ZeroedArray<uint32_t>(dense_, ids);
+  }
   // Calls fn(entry) for every entry noted.
   template <typename Fn>
   void ForEach(Fn&& fn) const {
@@ -61,7 +70,7 @@ class EntryMap {
  private:
   static constexpr uint32_t kDense = uint32_t{1} << 26;  // at most 256 MiB of keys
 
-  std::vector<uint32_t> dense_;  // by the id's low 32 bits: its entry + 1; 0: none
+  ZeroedArray<uint32_t> dense_;  // by the id's low 32 bits: its entry + 1; 0: none
   std::unordered_map<uint64_t, uint64_t> sparse_;
   size_t size_ = 0;
 };

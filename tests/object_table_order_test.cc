@@ -4,6 +4,7 @@
 // checked as they go.
 #include "daemon/object_table_order.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <optional>
@@ -152,6 +153,55 @@ TEST_CASE("GuidHash keeps at most three quarters of its buckets full and shrinks
   for (uint32_t slot = 0; slot < 9990; ++slot) REQUIRE(hash.Erase(slot));
   REQUIRE(hash.buckets() <= 256);
   for (uint32_t slot = 9990; slot < 10000; ++slot) REQUIRE(hash.Find(Guid{slot, 0}) == slot);
+}
+
+// Counts the records a structure reads.
+struct CountingKeyOf {
+  const Records* records;
+  uint64_t* reads;
+  const Guid& operator()(uint32_t slot) const {
+    ++*reads;
+    return (*records)(slot);
+  }
+};
+
+TEST_CASE("GuidHash grows and shrinks a little at each change, never all at once") {
+  Records records;
+  uint64_t reads = 0;
+  GuidHash<CountingKeyOf> hash(CountingKeyOf{&records, &reads}, 3);
+  std::mt19937_64 rng(5);
+  // Each change reads the records of its own probe (and, erasing, of the run it shifts) and
+  // moves about kMovesPerChange slots of a resize under way, whole runs: under 200 reads here.
+  // A resize made at once reads every record, 98,304 at the last growth.
+  const uint64_t bound = 1000;
+  uint64_t most = 0;
+  bool saw_resize = false;
+  constexpr uint32_t kCount = 200000;
+  for (uint32_t slot = 0; slot < kCount; ++slot) {
+    records.guids.push_back(Guid{rng(), rng()});
+    reads = 0;
+    hash.Insert(slot);
+    most = std::max(most, reads);
+    saw_resize = saw_resize || hash.resizing();
+    // Found meanwhile, from either table.
+    if (slot % 1024 == 0) {
+      for (uint32_t k = 0; k <= slot; k += 97) REQUIRE(hash.Find(records.guids[k]) == k);
+    }
+  }
+  CHECK(saw_resize);
+  CHECK(most <= bound);
+  for (uint32_t slot = 0; slot < kCount; ++slot) REQUIRE(hash.Find(records.guids[slot]) == slot);
+  most = 0;
+  for (uint32_t slot = 0; slot < kCount - 100; ++slot) {
+    reads = 0;
+    REQUIRE(hash.Erase(slot));
+    most = std::max(most, reads);
+  }
+  CHECK(most <= bound);
+  CHECK(hash.size() == 100);
+  for (uint32_t slot = kCount - 100; slot < kCount; ++slot) {
+    REQUIRE(hash.Find(records.guids[slot]) == slot);
+  }
 }
 
 }  // namespace
