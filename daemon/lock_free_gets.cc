@@ -10,12 +10,13 @@ namespace depot {
 Result<std::unique_ptr<LockFreeGets>> LockFreeGets::Create(uint64_t entries, uint64_t max_entries,
                                                            uint64_t max_slots_per_user,
                                                            const std::string& name_prefix,
-                                                           IndexableFn indexable, PostFn post) {
+                                                           IndexableFn indexable, PostFn post,
+                                                           MakeIndexFn make) {
   auto index = ObjectIndex::Create(entries, "index-" + name_prefix);
   if (!index.ok()) return index.status();
-  return std::unique_ptr<LockFreeGets>(new LockFreeGets(std::move(*index), max_entries,
-                                                        max_slots_per_user, name_prefix,
-                                                        std::move(indexable), std::move(post)));
+  return std::unique_ptr<LockFreeGets>(
+      new LockFreeGets(std::move(*index), max_entries, max_slots_per_user, name_prefix,
+                       std::move(indexable), std::move(post), std::move(make)));
 }
 
 bool LockFreeGets::Publish(const StoredObject& o) {
@@ -41,26 +42,43 @@ bool LockFreeGets::Publish(const StoredObject& o) {
 
 bool LockFreeGets::Grow() {
   uint64_t entries = index_->entries() * 2;
-  if (!index_->Crowded() || entries > max_entries_) return false;
-  auto bigger = ObjectIndex::Create(entries, "index-" + name_prefix_);
+  if (making_ || !index_->Crowded() || entries > max_entries_) return false;
+  move_started_ = std::chrono::steady_clock::now();
+  if (!make_) {
+    BeginMove(ObjectIndex::Create(entries, "index-" + name_prefix_));
+    return next_ != nullptr;
+  }
+  making_ = true;
+  make_(entries, "index-" + name_prefix_,
+        [self = std::weak_ptr<LockFreeGets*>(self_)](MadeIndex bigger) {
+          if (auto alive = self.lock()) (*alive)->BeginMove(std::move(bigger));
+        });
+  return false;
+}
+
+void LockFreeGets::BeginMove(MadeIndex bigger) {
+  making_ = false;
   if (!bigger.ok()) {
     spdlog::warn("the shared index stays at {} entries: {}", index_->entries(),
                  bigger.status().message());
     max_entries_ = index_->entries();  // not tried again at every object left out
-    return false;
+    return;
   }
   next_ = std::move(*bigger);
   moved_ = 0;
   published_in_move_ = 0;
   steps_ = 0;
-  move_started_ = std::chrono::steady_clock::now();
-  // Objects left out of this index (for room or their user's part) may fit in the bigger one:
-  // the table publishes them again (TakeGrown).
+  // Objects left out of this index (for room or their user's part, or while the bigger one was
+  // made) may fit in the bigger one: the table publishes them again (TakeGrown).
   grown_ = grown_ || index_->left_out() + index_->refused_over_share() > 0;
-  spdlog::info("the shared index is moving to {} entries ({} objects, from {} entries a step)",
-               next_->entries(), index_->indexed(), kMoveStep);
+  auto now = std::chrono::steady_clock::now();
+  spdlog::info(
+      "the shared index is moving to {} entries ({} objects, made in {:.1f} ms, from {} entries "
+      "a step)",
+      next_->entries(), index_->indexed(),
+      std::chrono::duration<double, std::milli>(now - move_started_).count(), kMoveStep);
+  move_started_ = now;
   MoveStep();
-  return true;
 }
 
 void LockFreeGets::MoveStep() {

@@ -49,6 +49,12 @@ class LockFreeGets : public SlotReaders {
   using IndexableFn = std::function<bool(const Location&)>;
   // Runs a function on the daemon's loop later, after what is queued there already.
   using PostFn = std::function<void(std::function<void()>)>;
+  using MadeIndex = Result<std::unique_ptr<ObjectIndex>>;
+  // Makes an index (ObjectIndex::Create) away from the loop and hands it to `done` on the loop
+  // (SegmentMaker::Run): reserving the pages of a bigger index takes the kernel hundreds of
+  // milliseconds at a million objects, which no request should wait for.
+  using MakeIndexFn =
+      std::function<void(uint64_t entries, std::string name, std::function<void(MadeIndex)> done)>;
   // Entries of the old index that one step of a move copies, and more for each object published
   // since the step before, up to kMoveStepMax.
   static constexpr uint64_t kMoveStep = 512;
@@ -58,11 +64,13 @@ class LockFreeGets : public SlotReaders {
   // An index of `entries` entries. Its memfds are named after the namespace's segments
   // (`name_prefix`), as index-<prefix> and slots-<prefix><session>: not depot-…, so that nothing
   // takes them for segments. A move's steps go through `post`; without one a move is made whole
-  // at once. The memfd's error.
+  // at once. A bigger index is made through `make`; without one, on the loop when it is needed.
+  // The memfd's error.
   static Result<std::unique_ptr<LockFreeGets>> Create(uint64_t entries, uint64_t max_entries,
                                                       uint64_t max_slots_per_user,
                                                       const std::string& name_prefix,
-                                                      IndexableFn indexable, PostFn post = {});
+                                                      IndexableFn indexable, PostFn post = {},
+                                                      MakeIndexFn make = {});
 
   // Whether `o` went into the index sessions read or, during a move, the one they will.
   bool Publish(const StoredObject& o) override;
@@ -131,6 +139,8 @@ class LockFreeGets : public SlotReaders {
   uint64_t generation() const { return generation_; }
   // Whether a move to a bigger index is under way (its steps queued on the loop).
   bool moving() const { return next_ != nullptr; }
+  // Whether a bigger index is being made (through `make`) for a move to begin with.
+  bool making() const { return making_; }
   // Slot grants refused (the user's part spent, or no memory), and the slots granted past the
   // first kSlotCount of each session, in all.
   uint64_t grants_refused() const { return grants_refused_; }
@@ -141,16 +151,21 @@ class LockFreeGets : public SlotReaders {
  private:
   LockFreeGets(std::unique_ptr<ObjectIndex> index, uint64_t max_entries,
                uint64_t max_slots_per_user, std::string name_prefix, IndexableFn indexable,
-               PostFn post)
+               PostFn post, MakeIndexFn make)
       : index_(std::move(index)),
         max_entries_(max_entries),
         max_slots_per_user_(max_slots_per_user),
         name_prefix_(std::move(name_prefix)),
         indexable_(std::move(indexable)),
-        post_(std::move(post)) {}
-  // Starts a move to an index twice as big when this one is crowded and may grow; whether it
-  // did.
+        post_(std::move(post)),
+        make_(std::move(make)) {}
+  // When this index is crowded and may grow: starts a move to one twice as big, or asks for it
+  // to be made (the move begins when it comes; objects left out meanwhile are published again
+  // then). Whether the move began.
   bool Grow();
+  // Begins the move to `bigger`, the first step at once; an index that could not be made stays
+  // as it is, at its largest.
+  void BeginMove(MadeIndex bigger);
   // One step of the move; the next is posted, or after the last the new index replaces the old.
   void MoveStep();
 
@@ -159,13 +174,16 @@ class LockFreeGets : public SlotReaders {
   uint64_t moved_ = 0;                 // entries of index_ whose objects next_ has
   uint64_t steps_ = 0;                 // of the move under way
   uint64_t published_in_move_ = 0;     // since the last step
-  std::chrono::steady_clock::time_point move_started_;
+  bool making_ = false;                // a bigger index asked of make_ and not come yet
+  std::chrono::steady_clock::time_point move_started_;  // (before: when it was asked for)
   uint64_t max_entries_;
   uint64_t max_slots_per_user_;
   std::string name_prefix_;
   IndexableFn indexable_;
   PostFn post_;
-  // Posted steps hold a weak copy: a step that runs after this is gone does nothing.
+  MakeIndexFn make_;
+  // Posted steps and a made index's hand-over hold a weak copy: one that runs after this is
+  // gone does nothing.
   std::shared_ptr<LockFreeGets*> self_ = std::make_shared<LockFreeGets*>(this);
   std::map<SessionId, std::unique_ptr<ReferenceSlots>> slots_;
   std::map<SessionId, ReferenceSlots*> read_;    // of the sessions that mapped a segment

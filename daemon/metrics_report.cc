@@ -195,7 +195,8 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Family("depot_index_growths_total", "counter",
            "Times a shared index moved to one twice as big.");
   t.Sample("depot_index_growths_total", {}, s.index_growths);
-  t.Family("depot_index_moving", "gauge", "Shared indexes moving to one twice as big now.");
+  t.Family("depot_index_moving", "gauge",
+           "Shared indexes moving to one twice as big now (made or filled).");
   t.Sample("depot_index_moving", {}, uint64_t{s.index_moving});
   t.Family("depot_slots_granted", "gauge",
            "Reference slots granted past the first 1024 of each connection.");

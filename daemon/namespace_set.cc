@@ -122,13 +122,22 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   ns->pools_.push_back(std::move(*host));
   if (Status st = AddDevicePools(*ns); !st.ok()) return st;
   if (options_.index_entries > 0) {
+    LockFreeGets::MakeIndexFn make;
+    if (maker_) {
+      make = [maker = maker_.get()](uint64_t entries, std::string name,
+                                    std::function<void(LockFreeGets::MadeIndex)> done) {
+        maker->Run<LockFreeGets::MadeIndex>(
+            [entries, name = std::move(name)] { return ObjectIndex::Create(entries, name); },
+            std::move(done));
+      };
+    }
     auto gets = LockFreeGets::Create(
         options_.index_entries, std::max(options_.index_entries, options_.index_max_entries),
         options_.max_slots_per_user, prefix,
         [ns](const Location& f) {
           return f.size == 0 || !ns->SegmentOf(f.pool, f.segment).dedicated;
         },
-        hooks_.post);
+        hooks_.post, std::move(make));
     if (!gets.ok()) return gets.status();
     ns->gets_ = std::move(*gets);
   }
@@ -315,7 +324,7 @@ void NamespaceSet::Report(StoreStatus& st) const {
     st.index_taken_back += index.taken_back();
     st.index_left_out += index.left_out();
     st.index_growths += ns->gets()->generation() - 1;
-    st.index_moving += ns->gets()->moving() ? 1 : 0;
+    st.index_moving += ns->gets()->moving() || ns->gets()->making() ? 1 : 0;
     st.slots_granted += ns->gets()->slots_granted();
     st.slot_grants_refused += ns->gets()->grants_refused();
     st.slot_reads += ns->gets()->slot_reads();

@@ -37,8 +37,12 @@ Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Create(uint64_t entries,
     return reserved;
   }
   layout::Write(map->words(), index::kIndexLayout);
-  return std::unique_ptr<ObjectIndex>(new ObjectIndex(
+  auto made = std::unique_ptr<ObjectIndex>(new ObjectIndex(
       std::move(memory->fd), std::move(memory->read_only_fd), std::move(*map), sets));
+  // Room in its entry map for ids up to its entry count: a bigger index is made off the loop
+  // (LockFreeGets), and its map would otherwise grow on the loop at the move's first step.
+  made->placed_.Reserve(entries);
+  return made;
 }
 
 ObjectIndex::ObjectIndex(UniqueFd fd, UniqueFd read_only_fd, SharedMapping map, uint64_t sets)

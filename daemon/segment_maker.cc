@@ -1,12 +1,10 @@
 #include "daemon/segment_maker.h"
 
-#include <memory>
-
 #include "daemon/shm_source.h"
 
 namespace depot {
 
-SegmentMaker::SegmentMaker(PostFn post) : post_(std::move(post)), thread_([this] { Run(); }) {}
+SegmentMaker::SegmentMaker(PostFn post) : post_(std::move(post)), thread_([this] { Serve(); }) {}
 
 SegmentMaker::~SegmentMaker() {
   {
@@ -18,14 +16,20 @@ SegmentMaker::~SegmentMaker() {
 }
 
 void SegmentMaker::Make(std::string name, uint64_t size, DoneFn done, bool huge) {
+  Run<Result<SegmentMemory>>(
+      [name = std::move(name), size, huge] { return SealedMemfd(name, size, std::nullopt, huge); },
+      std::move(done));
+}
+
+void SegmentMaker::Enqueue(Job job) {
   {
     std::lock_guard lk(mu_);
-    jobs_.push_back({std::move(name), size, std::move(done), huge});
+    jobs_.push_back(std::move(job));
   }
   wake_.notify_one();
 }
 
-void SegmentMaker::Run() {
+void SegmentMaker::Serve() {
   while (true) {
     Job job;
     {
@@ -35,11 +39,7 @@ void SegmentMaker::Run() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    // A posted function must be copyable; the memory (two descriptors) is not, so it travels
-    // in a shared holder.
-    auto made = std::make_shared<Result<SegmentMemory>>(
-        SealedMemfd(job.name, job.size, std::nullopt, job.huge));
-    post_([made, done = std::move(job.done)] { done(std::move(*made)); });
+    post_(job());
   }
 }
 

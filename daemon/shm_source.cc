@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -28,7 +29,17 @@ Status NotReserved(uint64_t size, const std::string& what, int err) {
 
 Status ReservePages(void* addr, uint64_t size, int fd, const std::string& what) {
   (void)::madvise(addr, size, MADV_HUGEPAGE);
-  int err = ::madvise(addr, size, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+  // In parts: the kernel holds the process's mapping lock for a part's faults, and a thread
+  // that maps or unmaps meanwhile (the loop, while the helper thread reserves a bigger index)
+  // waits for the whole part.
+  constexpr uint64_t kPart = uint64_t{4} << 20;
+  int err = 0;
+  for (uint64_t at = 0; at < size && err == 0; at += kPart) {
+    err = ::madvise(static_cast<char*>(addr) + at, std::min(kPart, size - at),
+                    MADV_POPULATE_WRITE) == 0
+              ? 0
+              : errno;
+  }
   if (err == EINVAL) err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));  // before 5.14
   return err == 0 ? Status::OK() : NotReserved(size, what, err);
 }

@@ -141,11 +141,13 @@ TEST_CASE("slots past the first 1,024 of each connection come out of its user's 
 }
 
 // An object table publishing through a LockFreeGets of `entries` entries growing up to `max`;
-// with `post`, a move's steps go through it.
+// with `post`, a move's steps go through it, and with `make`, a bigger index is asked of it.
 struct Published {
-  Published(uint64_t entries, uint64_t max, LockFreeGets::PostFn post = {}) {
+  Published(uint64_t entries, uint64_t max, LockFreeGets::PostFn post = {},
+            LockFreeGets::MakeIndexFn make = {}) {
     auto made = LockFreeGets::Create(
-        entries, max, 0, "test-", [](const Location&) { return true; }, std::move(post));
+        entries, max, 0, "test-", [](const Location&) { return true; }, std::move(post),
+        std::move(make));
     REQUIRE(made.ok());
     gets = std::move(*made);
     table.set_slot_readers(gets.get());
@@ -268,6 +270,50 @@ TEST_CASE("a move to a bigger index runs in steps, and what comes and goes meanw
   }
   CHECK(found == p.gets->index().indexed());
   CHECK(found >= live.size() * 9 / 10);
+}
+
+TEST_CASE("a bigger index is made away from the loop, and what was left out meanwhile goes in",
+          "[index]") {
+  std::deque<std::function<void()>> loop;  // the daemon's loop: what was posted, in order
+  std::function<void()> helper;            // the helper thread's job, run when this test says
+  int asked = 0;
+  Published p(
+      64, 4096, [&](std::function<void()> f) { loop.push_back(std::move(f)); },
+      [&](uint64_t entries, std::string name, std::function<void(LockFreeGets::MadeIndex)> done) {
+        ++asked;
+        helper = [entries, name, done] { done(ObjectIndex::Create(entries, name)); };
+      });
+  uint64_t n = 0;
+  while (!p.gets->making()) {
+    REQUIRE(n < 64);
+    p.Put(n++);
+  }
+  // While it is made, puts go on: into the crowded index, or left out; nothing moves yet, and
+  // it is asked for once.
+  for (int k = 0; k < 32; ++k) p.Put(n++);
+  CHECK(asked == 1);
+  CHECK(loop.empty());
+  CHECK_FALSE(p.gets->moving());
+  CHECK(p.gets->index().entries() == 64);
+  CHECK(p.gets->index().left_out() > 0);
+  CHECK(p.gets->index().indexed() <= 64);
+  helper();  // made, and handed over: the move begins (its first step, here the whole of it)
+  CHECK_FALSE(p.gets->making());
+  while (!loop.empty()) {
+    auto step = std::move(loop.front());
+    loop.pop_front();
+    step();
+  }
+  // The next publish publishes again what was left out (ObjectTable::PublishLeftOut).
+  p.Put(n++);
+  CHECK(asked == 1);
+  CHECK(p.gets->generation() == 2);
+  CHECK(p.gets->index().entries() == 128);
+  IndexReader now = Reader(p.gets->index());
+  uint64_t found = 0;
+  for (uint64_t k = 0; k < n; ++k) found += now.Find(G(k)) ? 1 : 0;
+  CHECK(found == p.gets->index().indexed());
+  CHECK(found > 64);  // more than the old index could hold: those left out went in
 }
 
 TEST_CASE("an index stays at its largest size, leaving out what does not fit", "[index]") {
