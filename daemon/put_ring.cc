@@ -50,7 +50,8 @@ bool PutRing::Pending() const {
          (Load(map_.words() + put_ring::kHead, std::memory_order_acquire) != tail_ || !Intact());
 }
 
-Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>& take) {
+Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>& take,
+                     uint64_t most) {
   if (broken_) return Status::OK();
   auto fail = [this](std::string why) {
     broken_ = true;
@@ -69,7 +70,7 @@ Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>
     return fail(fmt::format("head at {} while the tail is at {}", head, tail_));
   }
   const auto* records = reinterpret_cast<const uint8_t*>(map_.words() + put_ring::kRecordsWord);
-  while (tail_ != head) {
+  for (uint64_t taken = 0; tail_ != head && taken < most; ++taken) {
     uint64_t* word = map_.words() + put_ring::kRecordsWord + (tail_ % put_ring::kRecordBytes) / 8;
     uint64_t header = std::atomic_ref<uint64_t>(*word).fetch_or(put_ring::kTaken);
     uint64_t length = header & put_ring::kLengthMask;

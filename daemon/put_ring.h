@@ -42,10 +42,11 @@ class PutRing {
 
   // Hands each record the client had published when this was called to `take`, in order (a copy
   // of its body: the client cannot change it while it is read, and whether the client holds the
-  // object already: kHeld), and moves the tail past it.
+  // object already: kHeld), and moves the tail past it; at most `most` records.
   // Stops at the first error, `take`'s or the ring's own (a ProtocolError: the session must
   // close); the ring is broken from then on and takes nothing more.
-  Status Take(const std::function<Status(std::span<const uint8_t>, bool held)>& take);
+  Status Take(const std::function<Status(std::span<const uint8_t>, bool held)>& take,
+              uint64_t most = UINT64_MAX);
   // Whether the client published records not taken yet, or overwrote the layout words (then
   // Take fails).
   bool Pending() const;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proto/put_ring_layout.h"
@@ -41,14 +42,14 @@ PutRing* PutRings::Find(SessionId session) {
   return it == rings_.end() ? nullptr : it->second.ring.get();
 }
 
-Status PutRings::Take(SessionId session) {
+Status PutRings::Take(SessionId session, uint64_t most) {
   PutRing* ring = Find(session);
   if (ring == nullptr || !ring->Pending()) return Status::OK();
   // Also on the timer, outside any request: an exception here ends this session, not the loop.
   try {
-    return ring->Take([this, session](std::span<const uint8_t> body, bool held) {
-      return take_(session, body, held);
-    });
+    return ring->Take([this, session](std::span<const uint8_t> body,
+                                      bool held) { return take_(session, body, held); },
+                      most);
   } catch (const std::exception& e) {
     spdlog::error("session {}: taking its put ring failed ({})", session, e.what());
     return Status::ProtocolError(
@@ -101,7 +102,7 @@ void PutRings::PostSpin() {
 void PutRings::Spin() {
   auto now = std::chrono::steady_clock::now();
   if (AnyPending()) {
-    TakePolled();
+    TakeTurn();
     last_found_ = now;
   }
   if (now >= eager_until_ || now - last_found_ >= kSpinWindow) {
@@ -158,7 +159,7 @@ void PutRings::Tick() {
     urgent_.erase(uid);
     PublishUser(uid);
   }
-  TakePolled();
+  TakeTurn();
   // A ring left empty for kIdlePolls polls stops being polled, in a new epoch: its client's next
   // put rings. Then one more look: a client that published before it saw the word fall reads the
   // word after its publication (both sides fence), so either it rings or this look finds its put.
@@ -173,6 +174,32 @@ void PutRings::Tick() {
     TakeFrom(idle);
   }
   Arm();
+}
+
+void PutRings::TakeTurn() {
+  auto start = std::chrono::steady_clock::now();
+  // By id, not by iterator: a put may answer a get, and a failed session may close meanwhile.
+  std::vector<SessionId> order(polled_.upper_bound(turn_end_), polled_.end());
+  order.insert(order.end(), polled_.begin(), polled_.upper_bound(turn_end_));
+  for (SessionId session : order) {
+    auto it = rings_.find(session);
+    if (it == rings_.end() || !it->second.ring->Pending()) continue;
+    it->second.idle_polls = 0;
+    turn_end_ = session;
+    if (Status st = Take(session, kTurnRecords); !st.ok()) fail_(session, st);
+    if (std::chrono::steady_clock::now() - start >= kTurnTime) break;
+  }
+  if (AnyPending()) PostTurn();
+}
+
+void PutRings::PostTurn() {
+  if (std::exchange(turn_posted_, true)) return;
+  boost::asio::post(timer_.get_executor(), [self = std::weak_ptr<PutRings*>(self_)] {
+    if (auto rings = self.lock()) {
+      (*rings)->turn_posted_ = false;
+      (*rings)->TakeTurn();
+    }
+  });
 }
 
 void PutRings::SetPolled(SessionId session, Ring& r, bool polled) {

@@ -8,7 +8,10 @@
 //     reads first): once a put returns, a request that starts later finds it;
 //   - of every session before a list or a status (TakeAll);
 //   - of every polled session, on a timer every kPollInterval, so that puts reach the table, the
-//     index and the LRU soon even when nobody asks for them.
+//     index and the LRU soon even when nobody asks for them. In turns (TakeTurn): at most
+//     kTurnRecords of a ring and kTurnTime in all, the next turn posted behind the requests that
+//     came meanwhile while records are left, so that a request of another connection waits for
+//     one turn, not for every record of every busy ring (64 KiB each: milliseconds).
 //   - of a session that closes, before its references go;
 //   - of every polled session, in a spin of the loop (Spin: a look at each polled ring's head,
 //     then sched_yield, then again) for a while after a request missed an object that a ring held
@@ -57,6 +60,10 @@ class PutRings {
   // Once the spin's yields show the CPU shared (SharedCpu), it ends, and starts again no sooner
   // than kBackOff later.
   static constexpr std::chrono::milliseconds kBackOff{100};
+  // A turn of the timer's takes (TakeTurn): at most this many records of each ring, and no ring
+  // begun once this much time has passed.
+  static constexpr uint64_t kTurnRecords = 32;
+  static constexpr std::chrono::microseconds kTurnTime{250};
 
   // Takes one put of a session (a body copied out of its ring, not yet verified; whether the
   // session holds it already).
@@ -77,8 +84,9 @@ class PutRings {
   void Leave(SessionId session);
   PutRing* Find(SessionId session);
 
-  // Takes what `session`'s ring holds now; the error when it broke (the caller closes the session).
-  Status Take(SessionId session);
+  // Takes what `session`'s ring holds now (at most `most` records); the error when it broke (the
+  // caller closes the session).
+  Status Take(SessionId session, uint64_t most = UINT64_MAX);
   // Takes what every ring holds now; a session whose ring breaks goes to the FailFn. Whether any
   // ring held a record.
   bool TakeAll();
@@ -104,6 +112,11 @@ class PutRings {
 
   void Arm();
   void Tick();
+  // One turn of takes from the polled rings that hold records: at most kTurnRecords of each, the
+  // ring after the one where the last turn ended first, until kTurnTime has passed. Another turn
+  // is posted while records are left.
+  void TakeTurn();
+  void PostTurn();
   void Spin();
   void PostSpin();
   bool AnyPending() const;  // of the polled rings
@@ -122,6 +135,8 @@ class PutRings {
   std::set<SessionId> polled_;                  // the rings polled now
   std::map<uid_t, std::set<SessionId>> users_;  // the rings of each user
   bool armed_ = false;                          // the timer waits
+  bool turn_posted_ = false;                    // a TakeTurn waits on the loop
+  SessionId turn_end_ = 0;                      // the ring the last turn ended at
   std::set<uid_t> urgent_;  // the users some of whose gets wait: their puts ring
   // The spin after a hand-off (NoteHandOff).
   bool spinning_ = false;
@@ -129,7 +144,7 @@ class PutRings {
   std::chrono::steady_clock::time_point last_found_{};        // the spin's last find
   std::chrono::steady_clock::time_point shared_cpu_until_{};  // no spin before then
   SharedCpu shared_cpu_;                                      // what this spin's yields show
-  // Posted spins hold it weakly: one that runs after this object went does nothing.
+  // Posted spins and turns hold it weakly: one that runs after this object went does nothing.
   std::shared_ptr<PutRings*> self_ = std::make_shared<PutRings*>(this);
 };
 

@@ -15,6 +15,8 @@ namespace depot {
 namespace {
 // Messages one session handles before the loop serves the others.
 constexpr int kMessagesPerTurn = 64;
+// Turns of its put ring a request waits at most (Serve), a turn's records each.
+constexpr int kRingTurnsPerRequest = 32;
 }  // namespace
 
 Session::Session(Socket socket, Store& store, std::function<void(Session*)> on_closed)
@@ -101,7 +103,25 @@ int Session::fd() const {
 void Session::Serve() {
   if (closed_ || failing_) return;
   int budget = kMessagesPerTurn;
-  while (budget > 0 && !Throttled() && ParseOne()) --budget;
+  while (budget > 0 && !Throttled()) {
+    if (greeted_ && reader_.Whole() && ring_turns_ < kRingTurnsPerRequest) {
+      // Its puts come before its next request, a turn of them at a time; past a few turns (a
+      // client that keeps its ring full) the request takes the rest at once.
+      Result<bool> left = store_.TakeRingTurn(id_);
+      if (!left.ok()) {
+        Fail(left.status(), 0);
+        return;
+      }
+      if (*left) {
+        ++ring_turns_;
+        budget = 0;
+        break;
+      }
+    }
+    ring_turns_ = 0;
+    if (!ParseOne()) break;
+    --budget;
+  }
   if (closed_ || failing_) return;
   // Whole messages left for later, a put among them perhaps: the next drain reads this session
   // although its socket may take no more bytes.

@@ -3,8 +3,9 @@
 // the loop. A connection that sends a malformed message gets one error reply and is closed; no
 // other session notices.
 //
-// Fair service: a session handles a bounded number of messages per loop turn and then lets the
-// others run; it stops reading requests while too many of its replies wait to be written (a
+// Fair service: a session handles a bounded number of messages per loop turn, and takes the puts
+// of its ring that come before them a turn's worth at a time (Store::TakeRingTurn), and then lets
+// the others run; it stops reading requests while too many of its replies wait to be written (a
 // client that sends without reading only fills its own socket); and a connection that does not
 // say hello within the handshake timeout is closed.
 //
@@ -91,6 +92,7 @@ class Session : public Peer, public std::enable_shared_from_this<Session> {
   bool paused_ = false;    // Serve stopped because Throttled()
   bool greeted_ = false;   // hello was answered
   bool handling_ = false;  // inside Store::Handle: the frame's body is a view of reader_
+  int ring_turns_ = 0;     // turns of its put ring the next request has waited
   proto::FrameReader reader_;
   std::deque<Outbound> out_;
   uint64_t out_bytes_ = 0;  // bytes of out_ not yet written

@@ -77,6 +77,11 @@ class Store {
   // Answers one request whose header was checked and whose body was verified. The first request
   // of a session must be hello. Returns a ProtocolError when the session must be closed.
   Status Handle(SessionId session, const proto::Header& header, std::span<const uint8_t> body);
+  // Takes a turn's worth of the session's put ring (PutRings::kTurnRecords) before the session
+  // hands over its next request: whether records are left (the session comes back next turn,
+  // so that a full ring, hundreds of puts, does not hold up every other connection at once);
+  // the error when its ring broke (the session must close).
+  Result<bool> TakeRingTurn(SessionId session);
 
   // Session `s` ended its turn with whole messages read and not handled: the next drain
   // handles them (store_puts.cc).

@@ -172,6 +172,12 @@ bool Store::RevokeIdleLeases() {
   return any;
 }
 
+Result<bool> Store::TakeRingTurn(SessionId s) {
+  if (Status taken = rings_.Take(s, PutRings::kTurnRecords); !taken.ok()) return taken;
+  const PutRing* ring = rings_.Find(s);
+  return ring != nullptr && ring->Pending();
+}
+
 bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint8_t> body) {
   if (drain_replaying_ || leases_.empty()) return false;
   const ObjectTable& table = sessions_.at(s).ns->table();

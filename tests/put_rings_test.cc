@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -307,6 +308,36 @@ TEST_CASE("PutRings polls a ring while puts come to it, then stops and tells its
   uint64_t stopped = a->Word(put_ring::kPolled).load();
   CHECK(stopped >> 2 == (idle >> 2) + 1);
   CHECK(b->Word(put_ring::kPolled).load() == idle);
+}
+
+TEST_CASE("PutRings: the timer takes the rings in turns, with the loop's other work between them",
+          "[put_rings]") {
+  Rings r;
+  auto a = r.Join(1, 1000);
+  auto b = r.Join(2, 1000);
+  r.rings.Poll(1);
+  r.rings.Poll(2);
+  constexpr size_t kEach = 500;  // ~8 KiB of records a ring: a few milliseconds of real puts
+  for (size_t i = 0; i < kEach; ++i) {
+    a->Append("a" + std::to_string(i));
+    b->Append("b" + std::to_string(i));
+  }
+  auto taken = [&] { return r.taken[1].size() + r.taken[2].size(); };
+  REQUIRE(r.RunUntil([&] { return taken() > 0; }));
+  // The first turn took at most kTurnRecords of each ring.
+  CHECK(taken() <= 2 * PutRings::kTurnRecords);
+  // A handler posted now (a request that came meanwhile) runs before the rings are empty.
+  size_t taken_when_it_ran = 0;
+  boost::asio::post(r.io, [&] { taken_when_it_ran = taken(); });
+  REQUIRE(r.RunUntil([&] { return taken() == 2 * kEach; }));
+  CHECK(taken_when_it_ran > 0);
+  CHECK(taken_when_it_ran < 2 * kEach);
+  // Each ring's records in the order they were written, none twice.
+  for (size_t i = 0; i < kEach; ++i) {
+    REQUIRE(r.taken[1][i].body == "a" + std::to_string(i));
+    REQUIRE(r.taken[2][i].body == "b" + std::to_string(i));
+  }
+  CHECK(r.failed.empty());
 }
 
 TEST_CASE("PutRings: a waiting get makes its own user's puts ring, no other user's",
