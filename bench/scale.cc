@@ -6,9 +6,9 @@
 // daemon's), the time to list every object through Client::List in pages of 1,000, and the time a
 // status request takes with them all stored. For comparison, the same count of 64-byte values SET
 // into an empty redis-server by 4 processes the same way: its rate, used_memory and VmRSS per key,
-// and a SCAN of every key (COUNT 1000). Meanwhile a thread of this process times requests (a
-// status; Redis PING) on a connection of its own: how long the server made them wait while it
-// filled.
+// and a SCAN of every key (COUNT 1000). Meanwhile a thread of this process times requests on
+// connections of their own (a ping and a status in turn; Redis: PING): how long the server made
+// them wait while it filled.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -53,34 +53,36 @@ double PutInParallel(uint64_t count, const std::function<void(Channel&, uint64_t
   return t;
 }
 
-// Sends `ping` again and again from a thread of this process while the store fills, timing each:
-// how long the server makes a request wait while it takes a million objects (and moves its index
-// to bigger ones on the way).
+// Sends requests again and again from a thread of this process while the store fills, one after
+// another in turn, timing each: how long the server makes a request wait while it takes a
+// million objects (and moves its index to bigger ones on the way).
 class Pinger {
  public:
-  explicit Pinger(std::function<void()> ping)
-      : thread_([this, ping = std::move(ping)] {
-          while (!stop_.load(std::memory_order_relaxed)) {
+  explicit Pinger(std::vector<std::function<void()>> requests)
+      : times_(requests.size()), thread_([this, requests = std::move(requests)] {
+          for (size_t n = 0; !stop_.load(std::memory_order_relaxed); ++n) {
             auto t0 = Clock::now();
-            ping();
-            times_.push_back(Since(t0));
+            requests[n % requests.size()]();
+            times_[n % requests.size()].push_back(Since(t0));
           }
         }) {}
   ~Pinger() {
     if (thread_.joinable()) Stop();
   }
-  // "p50 / p99.9 / max (count)" of the requests timed.
-  std::string Stop() {
+  void Stop() {
     stop_ = true;
     thread_.join();
-    return fmt::format("{} / {} / {} ({} requests)", Time(Percentile(times_, 0.5)),
-                       Time(Percentile(times_, 0.999)), Time(Percentile(times_, 1.0)),
-                       Grouped(times_.size()));
+  }
+  // "p50 / p99.9 / max (count)" of the requests timed of the kind `n` (their order given).
+  std::string Waits(size_t n) const {
+    return fmt::format("{} / {} / {} ({} requests)", Time(Percentile(times_[n], 0.5)),
+                       Time(Percentile(times_[n], 0.999)), Time(Percentile(times_[n], 1.0)),
+                       Grouped(times_[n].size()));
   }
 
  private:
   std::atomic<bool> stop_{false};
-  std::vector<double> times_;
+  std::vector<std::vector<double>> times_;
   std::thread thread_;  // last: it starts once the rest is made
 };
 
@@ -98,6 +100,7 @@ void Scale(const Context& ctx) {
 
   fmt::print(stderr, "  scale: {} puts\n", Grouped(count));
   Client pinging = daemon.Connect("pinger");
+  Client asking = daemon.Connect("status");
   std::optional<Pinger> pinger;
   double put_time = PutInParallel(
       count,
@@ -107,8 +110,12 @@ void Scale(const Context& ctx) {
         ch.Await();
         for (uint64_t i = first; i < first + n; ++i) Check(mine.Put(value), "put");
       },
-      [&] { pinger.emplace([&] { Check(pinging.GetStatus(), "status"); }); });
-  std::string waits = pinger->Stop();
+      [&] {
+        pinger.emplace(std::vector<std::function<void()>>{
+            [&] { Check(pinging.Ping(), "ping"); }, [&] { Check(asking.GetStatus(), "status"); }});
+      });
+  pinger->Stop();
+  std::string waits = pinger->Waits(0), status_waits = pinger->Waits(1);
 
   StoreStatus st = Check(c.GetStatus(), "status");
   if (st.objects_sealed != count) {
@@ -163,8 +170,11 @@ void Scale(const Context& ctx) {
         ch.Await();
         for (uint64_t i = first; i < first + n; ++i) mine.Set(fmt::format("key:{}", i), value);
       },
-      [&] { pinger.emplace([&] { r_pinging.Command({"PING"}); }); });
-  std::string r_waits = pinger->Stop();
+      [&] {
+        pinger.emplace(std::vector<std::function<void()>>{[&] { r_pinging.Command({"PING"}); }});
+      });
+  pinger->Stop();
+  std::string r_waits = pinger->Waits(0);
   uint64_t r_used1 = std::stoull(redis.Info("used_memory"));
   uint64_t r_rss1 = ProcStatusBytes(ctx.redis->pid(), "VmRSS");
   auto s0 = Clock::now();
@@ -200,10 +210,12 @@ void Scale(const Context& ctx) {
   Table t({"figure", "depot", "Redis", "target"}, "lrrl");
   t.Row({"put rate", fmt::format("{} ({} processes)", PerSecond(double(count) / put_time), kProcs),
          fmt::format("{} ({} processes)", PerSecond(double(count) / r_put), kProcs), ""});
+  t.Row({"a ping from another connection while they are put (Redis: PING): p50 / p99.9 / max",
+         waits, r_waits, ""});
   t.Row(
-      {"a request from another connection while they are put (status; Redis PING): p50 / "
-       "p99.9 / max",
-       waits, r_waits, ""});
+      {"a status from a third connection, in turn with the pings (it takes every put that "
+       "returned first)",
+       status_waits, "", ""});
   t.Row({"server's own memory per object: RssAnon growth (depotd), used_memory growth (Redis)",
          per(anon0, anon1), per(r_used0, r_used1), "≤ 128 B, < Redis: " + met});
   t.Row({"VmRSS growth / count (depotd: with the 64 B object bytes it wrote into the pool)",
