@@ -175,7 +175,8 @@ class LockFreeGets : public SlotReaders {
   uint64_t steps_ = 0;                 // of the move under way
   uint64_t published_in_move_ = 0;     // since the last step
   bool making_ = false;                // a bigger index asked of make_ and not come yet
-  std::chrono::steady_clock::time_point move_started_;  // (before: when it was asked for)
+  // When the bigger index was asked for; once it came, when its move began.
+  std::chrono::steady_clock::time_point move_started_;
   uint64_t max_entries_;
   uint64_t max_slots_per_user_;
   std::string name_prefix_;

@@ -7,6 +7,7 @@
 #ifndef DEPOT_DAEMON_ZEROED_ARRAY_H_
 #define DEPOT_DAEMON_ZEROED_ARRAY_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -27,9 +28,10 @@ class ZeroedArray {
   explicit ZeroedArray(size_t n) : values_(static_cast<T*>(std::calloc(n, sizeof(T)))), size_(n) {
     if (values_ == nullptr && n > 0) throw std::bad_alloc();
   }
-  // `n` values, the first of them copied from `from` (its size at most `n`), the rest zeros.
+  // `n` values, the first of them copied from `from` (as many as fit), the rest zeros.
   ZeroedArray(const ZeroedArray& from, size_t n) : ZeroedArray(n) {
-    if (from.size_ > 0) std::memcpy(values_.get(), from.values_.get(), from.size_ * sizeof(T));
+    size_t kept = std::min(from.size_, n);
+    if (kept > 0) std::memcpy(values_.get(), from.values_.get(), kept * sizeof(T));
   }
   ZeroedArray(ZeroedArray&& o) noexcept
       : values_(std::move(o.values_)), size_(std::exchange(o.size_, 0)) {}
