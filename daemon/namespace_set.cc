@@ -164,6 +164,7 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
     }
   });
   ns->table_->set_slot_readers(ns->gets_.get());
+  if (hooks_.post) ns->table_->set_post(hooks_.post);
   if (Status st = spill_.Attach(*ns, kept_.Adopting(key)); !st.ok()) return st;
   if (Status st = kept_.Attach(*ns); !st.ok()) return st;
   if (key != Namespace::kShared) spdlog::info("namespace of uid {} created", key);
@@ -324,7 +325,8 @@ void NamespaceSet::Report(StoreStatus& st) const {
     st.index_taken_back += index.taken_back();
     st.index_left_out += index.left_out();
     st.index_growths += ns->gets()->generation() - 1;
-    st.index_moving += ns->gets()->moving() || ns->gets()->making() ? 1 : 0;
+    st.index_moving +=
+        ns->gets()->moving() || ns->gets()->making() || ns->table().republishing() ? 1 : 0;
     st.slots_granted += ns->gets()->slots_granted();
     st.slot_grants_refused += ns->gets()->grants_refused();
     st.slot_reads += ns->gets()->slot_reads();

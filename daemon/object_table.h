@@ -209,6 +209,10 @@ class ObjectTable {
   using EventFn = std::function<void(TableEvent, const StoredObject&, SessionId by)>;
   // One session's acquires of one object not yet released.
   using HoldCount = uint64_t;
+  // Runs a function on the daemon's loop later, after what is queued there already.
+  using PostFn = std::function<void(std::function<void()>)>;
+  // Objects published again in one part after the index grew (PublishLeftOut).
+  static constexpr size_t kRepublishPart = 256;
 
   ObjectTable(FreeFn on_free, ClockFn clock);
   // Its indexes name its records by address: it stays where it was made.
@@ -218,6 +222,11 @@ class ObjectTable {
   // Called after every transition (created, sealed, aborted, deleted, evicted) and when a
   // deleted object's memory is finally freed.
   void set_observer(EventFn fn) { observer_ = std::move(fn); }
+  // Where the objects left out of the index are published again after it grew, in parts;
+  // without it, all at once.
+  void set_post(PostFn post) { post_ = std::move(post); }
+  // Whether objects left out of the index are being published again, in parts.
+  bool republishing() const { return !republish_.empty(); }
 
   // Adds an object in state Creating, owned by `creator`. AlreadyExists when the GUID is taken.
   Result<const StoredObject*> Create(NewObject o);
@@ -380,8 +389,11 @@ class ObjectTable {
   // Notes an object the index refused, for PublishLeftOut; the list stays within about twice
   // the objects sealed.
   void NoteLeftOut(ObjectId id);
-  // Publishes again the objects left out (it grew): those noted, not every object.
+  // Publishes again the objects left out (it grew): those noted, not every object; the first
+  // kRepublishPart now, and each next part posted to the loop.
   void PublishLeftOut();
+  // The next part of those PublishLeftOut took; posts the one after while some are left.
+  void RepublishPart();
   void Destroy(StoredObject& o);  // frees the memory and forgets the object
   bool Evict(StoredObject& o, SessionId by);
   // EvictLru in an EvictionBatch: the next object of evict_ready_, read for more when empty.
@@ -448,6 +460,13 @@ class ObjectTable {
   std::unordered_map<ObjectId, SessionId> pinned_;
   // Objects the index refused or dropped (some gone or indexed since, some more than once).
   std::vector<ObjectId> left_out_;
+  // Those PublishLeftOut took, sorted, and how many of them its parts went through.
+  std::vector<ObjectId> republish_;
+  size_t republished_ = 0;
+  bool republish_posted_ = false;
+  PostFn post_;
+  // Posted parts hold a weak copy: one that runs after this is gone does nothing.
+  std::shared_ptr<ObjectTable*> self_ = std::make_shared<ObjectTable*>(this);
   uint64_t pins_made_ = 0;
   // FreeBatch: how many are open, and the deleted, unreferenced, indexed objects waiting for
   // their end (freed with a kFreed event, or at once as a delete frees, when no slot holds one).

@@ -316,6 +316,57 @@ TEST_CASE("a bigger index is made away from the loop, and what was left out mean
   CHECK(found > 64);  // more than the old index could hold: those left out went in
 }
 
+TEST_CASE("what was left out while a bigger index was made goes in in parts, each posted",
+          "[index]") {
+  std::deque<std::function<void()>> loop;
+  std::function<void()> helper;
+  auto post = [&](std::function<void()> f) { loop.push_back(std::move(f)); };
+  auto run_loop = [&] {
+    size_t ran = 0;
+    while (!loop.empty()) {
+      auto f = std::move(loop.front());
+      loop.pop_front();
+      f();
+      ++ran;
+    }
+    return ran;
+  };
+  Published p(
+      4096, 65536, post,
+      [&](uint64_t entries, std::string name, std::function<void(LockFreeGets::MadeIndex)> done) {
+        helper = [entries, name, done] { done(ObjectIndex::Create(entries, name)); };
+      });
+  p.table.set_post(post);
+  uint64_t n = 0;
+  while (!p.gets->making()) {
+    REQUIRE(n < 4096);
+    p.Put(n++);
+  }
+  // Far more than a part left out (refused, or dropped for others) while it is made, and room
+  // for them in the bigger index.
+  for (int k = 0; k < 2500; ++k) p.Put(n++);
+  std::exchange(helper, {})();
+  run_loop();  // the move, to 8,192 entries
+  REQUIRE(p.gets->generation() == 2);
+  REQUIRE(p.gets->index().indexed() + 3 * ObjectTable::kRepublishPart < n);
+  // The next put publishes one part of them again, and posts the rest: no more at once.
+  const uint64_t before = p.gets->index().indexed();
+  p.Put(n++);
+  CHECK(p.gets->index().indexed() <= before + ObjectTable::kRepublishPart + 1);
+  CHECK(loop.size() == 1);
+  CHECK(p.table.republishing());
+  // The posted parts go through the rest, each posting the next, until every object is in
+  // the index but those it has no room for (a set full in both its choices).
+  CHECK(run_loop() >= 3);
+  CHECK_FALSE(p.table.republishing());
+  IndexReader now = Reader(p.gets->index());
+  uint64_t found = 0;
+  for (uint64_t k = 0; k < n; ++k) found += now.Find(G(k)) ? 1 : 0;
+  CHECK(found == p.gets->index().indexed());
+  CHECK(found + p.gets->index().left_out() >= n);
+  CHECK(p.gets->index().left_out() < n / 100);
+}
+
 TEST_CASE("an index stays at its largest size, leaving out what does not fit", "[index]") {
   Published p(64, 128);
   for (uint64_t n = 0; n < 1000; ++n) p.Put(n);
