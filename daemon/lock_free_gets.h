@@ -60,6 +60,8 @@ class LockFreeGets : public SlotReaders {
   static constexpr uint64_t kMoveStep = 512;
   static constexpr uint64_t kMovedPerPublish = 2;
   static constexpr uint64_t kMoveStepMax = 16 * kMoveStep;
+  // Entries of the old index that one step of its retirement withdraws, after a move.
+  static constexpr uint64_t kRetireStep = 16384;
 
   // An index of `entries` entries. Its memfds are named after the namespace's segments
   // (`name_prefix`), as index-<prefix> and slots-<prefix><session>: not depot-…, so that nothing
@@ -77,6 +79,7 @@ class LockFreeGets : public SlotReaders {
   void Withdraw(ObjectId id) override {
     index_->Remove(id);
     if (next_) next_->Remove(id);
+    if (retiring_) retiring_->Remove(id);
   }
   bool Pinned(ObjectId id) const override;
   std::vector<bool> HeldAmong(std::span<const ObjectId> ids) const override;
@@ -137,8 +140,9 @@ class LockFreeGets : public SlotReaders {
   const ObjectIndex& index() const { return *index_; }
   // Which index this is: 1 for the first, one more at each move to a bigger one.
   uint64_t generation() const { return generation_; }
-  // Whether a move to a bigger index is under way (its steps queued on the loop).
-  bool moving() const { return next_ != nullptr; }
+  // Whether a move to a bigger index is under way (its steps, or those of the old index's
+  // retirement, queued on the loop).
+  bool moving() const { return next_ != nullptr || retiring_ != nullptr; }
   // Whether a bigger index is being made (through `make`) for a move to begin with.
   bool making() const { return making_; }
   // Slot grants refused (the user's part spent, or no memory), and the slots granted past the
@@ -166,15 +170,22 @@ class LockFreeGets : public SlotReaders {
   // Begins the move to `bigger`, the first step at once; an index that could not be made stays
   // as it is, at its largest.
   void BeginMove(MadeIndex bigger);
-  // One step of the move; the next is posted, or after the last the new index replaces the old.
+  // One step of the move; the next is posted, or after the last the new index replaces the old,
+  // which is retired in steps.
   void MoveStep();
+  // One step of the old index's retirement; the next is posted, or after the last its memory
+  // goes. With `whole`, all that is left of it at once.
+  void RetireStep(bool whole = false);
 
   std::unique_ptr<ObjectIndex> index_;
-  std::unique_ptr<ObjectIndex> next_;  // during a move: the bigger index being filled
-  uint64_t moved_ = 0;                 // entries of index_ whose objects next_ has
-  uint64_t steps_ = 0;                 // of the move under way
-  uint64_t published_in_move_ = 0;     // since the last step
-  bool making_ = false;                // a bigger index asked of make_ and not come yet
+  std::unique_ptr<ObjectIndex> next_;      // during a move: the bigger index being filled
+  std::unique_ptr<ObjectIndex> retiring_;  // after a move: the old index, until it is retired
+  uint64_t retired_ = 0;                   // entries of retiring_ withdrawn
+  bool retire_posted_ = false;
+  uint64_t moved_ = 0;              // entries of index_ whose objects next_ has
+  uint64_t steps_ = 0;              // of the move under way
+  uint64_t published_in_move_ = 0;  // since the last step
+  bool making_ = false;             // a bigger index asked of make_ and not come yet
   // When the bigger index was asked for; once it came, when its move began.
   std::chrono::steady_clock::time_point move_started_;
   uint64_t max_entries_;

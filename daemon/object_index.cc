@@ -180,16 +180,34 @@ uint64_t ObjectIndex::MoveInto(ObjectIndex& bigger, uint64_t from, uint64_t coun
 }
 
 void ObjectIndex::Retire() {
-  placed_.ForEach([&](uint64_t n) {
+  BeginRetire();
+  RetireSome(0, entries());
+  EndRetire();
+}
+
+void ObjectIndex::BeginRetire() {
+  Store(map_.words() + layout::kMagic, 0);  // clients that miss ask for the index that replaced it
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+uint64_t ObjectIndex::RetireSome(uint64_t from, uint64_t count) {
+  // In entry order, which reads and writes the index's memory in sequence.
+  uint64_t end = std::min(entries(), from + count);
+  for (uint64_t n = from; n < end; ++n) {
+    if (!used_[n]) continue;
     uint64_t* e = word(index::EntryWord(n));
     uint64_t seq = Load(&e[index::kSeq]);
     Store(&e[index::kSeq], seq + 2);  // what a client read of it no longer holds
     Store(&e[index::kId], 0);
-  });
-  Store(map_.words() + layout::kMagic, 0);  // clients that miss ask for the index that replaced it
+    used_[n] = false;  // a Remove of its object has nothing left to do
+  }
   // As Remove's: a client's slot published before it re-read a seq above is seen by the slot
   // reads that follow.
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  return end;
+}
+
+void ObjectIndex::EndRetire() {
   // Its memory goes back now, though clients still map it: they read zeros (no entry) there.
   (void)::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
                     static_cast<off_t>(map_.size()));

@@ -64,9 +64,16 @@ class ObjectIndex {
   // one step of a move to a bigger index, between which both are kept as objects come and go
   // (LockFreeGets). Returns the entry to go on from; entries() when the move is done.
   uint64_t MoveInto(ObjectIndex& bigger, uint64_t from, uint64_t count) const;
-  // Withdraws every entry (fenced as Remove's), clears the layout words so that clients know to
-  // ask for the index that replaces it, and gives its memory back. Nothing is placed after.
+  // Clears the layout words so that clients know to ask for the index that replaces it,
+  // withdraws every entry (fenced as Remove's) and gives its memory back: BeginRetire,
+  // RetireSome over every entry, EndRetire. Nothing is placed after.
   void Retire();
+  // The parts of Retire, for a retirement in steps: meanwhile the entries not withdrawn yet stay
+  // as they were, and Remove withdraws one as before. RetireSome withdraws the entries
+  // [from, from + count) still in use and returns the entry to go on from, entries() at the end.
+  void BeginRetire();
+  uint64_t RetireSome(uint64_t from, uint64_t count);
+  void EndRetire();
 
   // Sent to sessions: opened O_RDONLY, it cannot back a writable mapping.
   int read_only_fd() const { return read_only_fd_.get(); }

@@ -272,6 +272,53 @@ TEST_CASE("a move to a bigger index runs in steps, and what comes and goes meanw
   CHECK(found >= live.size() * 9 / 10);
 }
 
+TEST_CASE("after a move the old index is retired in steps, what it still holds kept meanwhile",
+          "[index]") {
+  std::deque<std::function<void()>> loop;
+  auto run_one = [&] {
+    auto f = std::move(loop.front());
+    loop.pop_front();
+    f();
+  };
+  const uint64_t entries = 4 * LockFreeGets::kRetireStep;
+  Published p(entries, 4 * entries, [&](std::function<void()> f) { loop.push_back(std::move(f)); });
+  IndexReader old = Reader(p.gets->index());
+  uint64_t n = 0;
+  while (!p.gets->moving()) {
+    REQUIRE(n < entries);
+    p.Put(n++);
+  }
+  while (p.gets->generation() == 1) run_one();  // the move's steps, to its end
+  // Sessions that miss in the old index now ask for the new one; the old one's first step of
+  // withdrawals ran, the next is posted, and the move counts as under way until the last.
+  CHECK(old.Retired());
+  CHECK(p.gets->moving());
+  CHECK(loop.size() == 1);
+  std::vector<uint64_t> still;  // what sessions still find there
+  for (uint64_t k = 0; k < n; ++k) {
+    if (old.Find(G(k))) still.push_back(k);
+  }
+  CHECK(still.size() > n / 2);
+  // One of them deleted meanwhile is withdrawn from the old index too: a session that read it
+  // there sees its entry changed and lets go.
+  auto hit = old.Find(G(still.front()));
+  REQUIRE(hit);
+  REQUIRE(p.table.Delete(G(still.front())).ok());
+  CHECK_FALSE(old.Unchanged(*hit));
+  CHECK_FALSE(old.Find(G(still.front())));
+  CHECK(old.Find(G(still.back())));
+  uint64_t steps = 1;
+  while (!loop.empty()) {
+    run_one();
+    ++steps;
+  }
+  CHECK(steps == 4);
+  CHECK_FALSE(p.gets->moving());
+  uint64_t found = 0;
+  for (uint64_t k = 0; k < n; ++k) found += old.Find(G(k)) ? 1 : 0;
+  CHECK(found == 0);
+}
+
 TEST_CASE("a bigger index is made away from the loop, and what was left out meanwhile goes in",
           "[index]") {
   std::deque<std::function<void()>> loop;  // the daemon's loop: what was posted, in order
