@@ -179,12 +179,6 @@ uint64_t ObjectIndex::MoveInto(ObjectIndex& bigger, uint64_t from, uint64_t coun
   return end;
 }
 
-void ObjectIndex::Retire() {
-  BeginRetire();
-  RetireSome(0, entries());
-  EndRetire();
-}
-
 void ObjectIndex::BeginRetire() {
   Store(map_.words() + layout::kMagic, 0);  // clients that miss ask for the index that replaced it
   std::atomic_thread_fence(std::memory_order_seq_cst);

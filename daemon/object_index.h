@@ -64,13 +64,12 @@ class ObjectIndex {
   // one step of a move to a bigger index, between which both are kept as objects come and go
   // (LockFreeGets). Returns the entry to go on from; entries() when the move is done.
   uint64_t MoveInto(ObjectIndex& bigger, uint64_t from, uint64_t count) const;
-  // Clears the layout words so that clients know to ask for the index that replaces it,
-  // withdraws every entry (fenced as Remove's) and gives its memory back: BeginRetire,
-  // RetireSome over every entry, EndRetire. Nothing is placed after.
-  void Retire();
-  // The parts of Retire, for a retirement in steps: meanwhile the entries not withdrawn yet stay
-  // as they were, and Remove withdraws one as before. RetireSome withdraws the entries
-  // [from, from + count) still in use and returns the entry to go on from, entries() at the end.
+  // Retirement, in steps, of an index a bigger one replaced; nothing is placed in it after the
+  // first. BeginRetire clears the layout words, so that clients that miss ask for the index that
+  // replaces it. RetireSome withdraws the entries [from, from + count) still in use (fenced as
+  // Remove's) and returns the entry to go on from, entries() at the end; meanwhile the entries
+  // not withdrawn yet stay as they were, and Remove withdraws one as before. EndRetire, after
+  // the last, gives its memory back.
   void BeginRetire();
   uint64_t RetireSome(uint64_t from, uint64_t count);
   void EndRetire();
