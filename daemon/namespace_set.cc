@@ -11,12 +11,6 @@
 #include "daemon/shm_source.h"
 
 namespace depot {
-namespace {
-
-// Steps of niceness between the loop and the thread that makes bigger indexes (SegmentMaker).
-constexpr int kIndexMakerNicer = 10;
-
-}  // namespace
 
 NamespaceSet::NamespaceSet(boost::asio::io_context& io, NamespaceOptions options,
                            DeviceSet& devices, NamespaceHooks hooks)
@@ -33,10 +27,7 @@ NamespaceSet::NamespaceSet(boost::asio::io_context& io, NamespaceOptions options
               .held_by_clients = [this] { return Stats(0).retired_held; }}) {
   host_budget_.capacity = ShmSource::UsableCapacity(options_.host.capacity);
   host_budget_.warm_limit = std::min(options_.host.keep_warm, host_budget_.capacity);
-  if (hooks_.post) {
-    maker_ = std::make_unique<SegmentMaker>(hooks_.post);
-    index_maker_ = std::make_unique<SegmentMaker>(hooks_.post, kIndexMakerNicer);
-  }
+  if (hooks_.post) maker_ = std::make_unique<SegmentMaker>(hooks_.post);
   if (hooks_.post && devices_.may_redetect()) {
     watch_ = std::make_unique<DeviceWatch>(
         devices_.backend(), hooks_.post, [this](Result<std::vector<DeviceInfo>> found, bool asked) {
@@ -132,9 +123,9 @@ Result<Namespace*> NamespaceSet::For(uid_t uid) {
   if (Status st = AddDevicePools(*ns); !st.ok()) return st;
   if (options_.index_entries > 0) {
     LockFreeGets::MakeIndexFn make;
-    if (index_maker_) {
-      make = [maker = index_maker_.get()](uint64_t entries, std::string name,
-                                          std::function<void(LockFreeGets::MadeIndex)> done) {
+    if (maker_) {
+      make = [maker = maker_.get()](uint64_t entries, std::string name,
+                                    std::function<void(LockFreeGets::MadeIndex)> done) {
         maker->Run<LockFreeGets::MadeIndex>(
             [entries, name = std::move(name)] { return ObjectIndex::Create(entries, name); },
             std::move(done));

@@ -169,9 +169,7 @@ class NamespaceSet {
   NamespaceHooks hooks_;
   PoolBudget host_budget_;
   std::unique_ptr<SegmentMaker> maker_;  // before the namespaces, whose pools use it
-  // Bigger indexes are made on a thread of their own, nicer than the loop (see SegmentMaker).
-  std::unique_ptr<SegmentMaker> index_maker_;
-  KeptMemory kept_;  // before the namespaces, whose pools tell it
+  KeptMemory kept_;                      // before the namespaces, whose pools tell it
   std::map<uint32_t, std::unique_ptr<Namespace>> namespaces_;
   // Evictions of the namespaces dropped so far.
   uint64_t evictions_dropped_ = 0;

@@ -1,17 +1,10 @@
 #include "daemon/segment_maker.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-
 #include "daemon/shm_source.h"
 
 namespace depot {
 
-SegmentMaker::SegmentMaker(PostFn post, int nicer)
-    : post_(std::move(post)), nicer_(nicer), thread_([this] { Serve(); }) {}
+SegmentMaker::SegmentMaker(PostFn post) : post_(std::move(post)), thread_([this] { Serve(); }) {}
 
 SegmentMaker::~SegmentMaker() {
   {
@@ -37,14 +30,6 @@ void SegmentMaker::Enqueue(Job job) {
 }
 
 void SegmentMaker::Serve() {
-  if (nicer_ > 0) {
-    // On Linux a thread's id names that thread alone here; a user may always make its threads
-    // nicer. Left as it is when that fails: the jobs run all the same.
-    auto tid = static_cast<id_t>(::gettid());
-    errno = 0;
-    int nice = ::getpriority(PRIO_PROCESS, tid);
-    if (errno == 0) (void)::setpriority(PRIO_PROCESS, tid, std::min(19, nice + nicer_));
-  }
   while (true) {
     Job job;
     {

@@ -4,12 +4,6 @@
 // the loop's (Run: a bigger shared index). Each result is posted back to the loop, where whoever
 // asked adopts it or lets it go.
 //
-// A maker made `nicer` runs its thread that many steps of niceness below the daemon's: the
-// bigger index is made on one such, 10 steps nicer, so that where the loop shares a CPU with it
-// (a busy machine, or a daemon held to one CPU) the loop keeps about nine tenths of it rather
-// than half (while a million objects were put, a status from another connection waited up to
-// 114-175 ms with the two equal, 47-59 ms with the maker nicer).
-//
 // Thread contract: Make and Run are called on the loop; the jobs run, one at a time and in
 // order, on the helper thread; `done` runs on the loop (through the `post` given at
 // construction). The destructor joins the thread, after the job in progress; jobs not started
@@ -36,7 +30,7 @@ class SegmentMaker {
   using PostFn = std::function<void(std::function<void()>)>;
   using DoneFn = std::function<void(Result<SegmentMemory>)>;
 
-  explicit SegmentMaker(PostFn post, int nicer = 0);
+  explicit SegmentMaker(PostFn post);
   ~SegmentMaker();
   SegmentMaker(const SegmentMaker&) = delete;
   SegmentMaker& operator=(const SegmentMaker&) = delete;
@@ -64,7 +58,6 @@ class SegmentMaker {
   void Serve();
 
   PostFn post_;
-  int nicer_;
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<Job> jobs_;  // guarded by mu_

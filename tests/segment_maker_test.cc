@@ -5,16 +5,12 @@
 #include "daemon/segment_maker.h"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <catch2/catch.hpp>
-#include <cerrno>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -78,36 +74,6 @@ TEST_CASE("a segment that cannot be made hands its error to done", "[segment_mak
   REQUIRE(made.size() == 1);
   CHECK_FALSE(made[0].ok());
   CHECK_FALSE(made[0].status().message().empty());
-}
-
-TEST_CASE("a maker made nicer runs its jobs that many steps nicer than the loop, and no other",
-          "[segment_maker]") {
-  boost::asio::io_context io;
-  auto post = [&io](std::function<void()> f) { boost::asio::post(io, std::move(f)); };
-  SegmentMaker plain(post);
-  SegmentMaker nicer(post, 10);
-  auto nice_here = [] {
-    errno = 0;
-    return ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
-  };
-  const int loop_nice = nice_here();
-  std::vector<int> seen(2, -100);
-  int done = 0;
-  plain.Run<int>(nice_here, [&](int n) {
-    seen[0] = n;
-    ++done;
-  });
-  nicer.Run<int>(nice_here, [&](int n) {
-    seen[1] = n;
-    ++done;
-  });
-  auto work = boost::asio::make_work_guard(io);
-  while (done < 2 && io.run_one_for(std::chrono::seconds(10)) > 0) {
-  }
-  REQUIRE(done == 2);
-  CHECK(seen[0] == loop_nice);
-  CHECK(seen[1] == std::min(19, loop_nice + 10));
-  CHECK(nice_here() == loop_nice);  // the loop's own thread is left as it was
 }
 
 TEST_CASE("the destructor drops jobs not started, and no done runs after it", "[segment_maker]") {
