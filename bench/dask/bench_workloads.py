@@ -41,6 +41,7 @@ markdown.
 
 Usage: bench_workloads.py [--quick] [--depotd PATH] [--workers 2,4] [--capacity 4GiB]
                           [--only workloads|sweep] [--no-prefaulted] [--rechunk-mib 512]
+                          [--rounds N]
 Needs PYTHONPATH to hold the built package (BUILD_DIR/python); the daemon is $DEPOTD or --depotd.
 """
 
@@ -299,11 +300,13 @@ def main():
                         help="leave out the cluster on a prefaulted pool")
     parser.add_argument("--rechunk-mib", type=int, default=512,
                         help="the size of the P2P rechunk's array, MiB")
+    parser.add_argument("--rounds", type=int,
+                        help="rounds of each workload (3 with --quick, 5 otherwise)")
     args = parser.parse_args()
     if not args.depotd:
         parser.error("give --depotd or set DEPOTD")
 
-    rounds = 3 if args.quick else 5
+    rounds = args.rounds or (3 if args.quick else 5)
     sweep_rounds = 7 if args.quick else 11
     sweep_sizes = ([64 * KIB, 256 * KIB, 512 * KIB, MIB, 4 * MIB] if args.quick else
                    [16 * KIB, 64 * KIB, 256 * KIB, 512 * KIB, MIB, 4 * MIB, 16 * MIB])
