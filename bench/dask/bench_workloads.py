@@ -305,6 +305,8 @@ def main():
     args = parser.parse_args()
     if not args.depotd:
         parser.error("give --depotd or set DEPOTD")
+    if args.rounds is not None and args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     rounds = args.rounds or (3 if args.quick else 5)
     sweep_rounds = 7 if args.quick else 11
