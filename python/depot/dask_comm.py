@@ -8,7 +8,9 @@ own TCP comm, and a :class:`DepotComm` on top of it
   a worker on another node is left in this node's depot), and
 - writes to a peer that announced the same daemon with the ``"depot-cuda"`` and ``"depot"``
   serialization families first (depot.dask_device, depot.dask_family): each large value's large
-  frames go through depot, zero-copy on the receiving side, and only headers cross the socket.
+  frames go through depot, zero-copy on the receiving side, and only headers cross the socket;
+  to a peer in its own process (a worker's P2P shards for its own outputs) they are handed by
+  reference instead, and only headers cross the socket.
 
 Every message benefits: results fetched between workers, P2P shuffle and rechunk shards, scatter,
 results sent to a client, whichever Dask release. A peer on another node, or without depot,
@@ -19,7 +21,9 @@ the package declares; importing depot.dask registers it too. A cluster that alre
 ``tcp://`` gets the same comms from the worker plugin (depot.dask_compat.adopt_worker).
 """
 
-from distributed.comm import registry
+import weakref
+
+from distributed.comm import CommClosedError, registry
 from distributed.comm.tcp import TCP, TCPBackend, TCPConnector, TCPListener
 from distributed.protocol.serialize import Serialize, Serialized
 
@@ -101,6 +105,13 @@ class DepotComm(TCP):
     """Dask's TCP comm, with large values sent through depot to peers of the same daemon.
     As thread-safe as Dask's comms (one event loop)."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._end = dask_family.new_end()
+        # What was handed to this end within the process and never read goes with the end: when
+        # it closes, aborts, reads the end of its stream, or is collected.
+        weakref.finalize(self, dask_family.drop_in_process, self._end)
+
     def handshake_info(self):
         # Comm.handshake_info is a staticmethod before distributed 2023.5 and a method since:
         # super() calls either.
@@ -109,20 +120,45 @@ class DepotComm(TCP):
             identity = dask_family.node_identity()
             if identity is not None:
                 info[dask_family.HANDSHAKE_KEY] = identity
+                info[dask_family.PROCESS_KEY] = dask_family.process_identity()
+                info[dask_family.END_KEY] = self._end
         return info
+
+    def _drop_in_process(self):
+        dask_family.drop_in_process(self._end)
 
     async def write(self, msg, serializers=None, on_error="message"):
         context = {"recipient": self.remote_info}
-        if _enabled and dask_family.shares_daemon(context):
-            msg, offer = _through_depot(msg, context, _DEPTH)
-            if offer:
-                serializers = (*_families_here(), *(serializers or _DEFAULT_SERIALIZERS))
-        return await super().write(msg, serializers, on_error)
+        handing = dask_family.Handing()
+        reset = dask_family.HANDING.set(handing)
+        try:
+            if _enabled and dask_family.shares_daemon(context):
+                msg, offer = _through_depot(msg, context, _DEPTH)
+                if offer:
+                    serializers = (*_families_here(), *(serializers or _DEFAULT_SERIALIZERS))
+            return await super().write(msg, serializers, on_error)
+        except BaseException:
+            handing.abandon()
+            raise
+        finally:
+            dask_family.HANDING.reset(reset)
 
     async def read(self, deserializers=None):
         if deserializers is not None:  # a reader that names its families accepts ours too
             deserializers = (*FAMILIES, *deserializers)
-        return await super().read(deserializers)
+        try:
+            return await super().read(deserializers)
+        except CommClosedError:
+            self._drop_in_process()
+            raise
+
+    def abort(self):
+        self._drop_in_process()
+        super().abort()
+
+    def close(self):
+        self._drop_in_process()
+        return super().close()
 
 
 class _DepotConnector(TCPConnector):

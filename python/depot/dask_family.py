@@ -9,9 +9,19 @@ recipient announced, in its comm's handshake, the same daemon as this process's:
 (depot.dask_comm) announce it and ask for this family first. They also serialize a large
 collection of small plain records whole, every frame in one object (:func:`dumps_whole`), where
 Dask would send each record on its own.
+
+A recipient in the sender's own process (a P2P shuffle sends a worker's shards for its own
+outputs through its own listener) is handed the large frames by reference, read-only, as Dask's
+``inproc://`` comms hand whole messages: nothing is copied, and depot is not asked. The frames
+wait in this process, under the reading end of their connection, until it takes them or closes,
+or until the write that handed them fails.
 """
 
+import contextvars
+import itertools
+import os
 import threading
+import uuid
 
 from dask.sizeof import sizeof
 from distributed.protocol.serialize import deserialize, register_serialization_family, serialize
@@ -20,9 +30,10 @@ from distributed.utils import ensure_memoryview, nbytes
 import depot
 from depot import connection
 
-__all__ = ["DEFAULT_THRESHOLD", "FAMILY", "HANDSHAKE_KEY", "TRANSFER_NAME", "dumps_whole",
-           "node_identity", "plain_total", "set_threshold", "shares_daemon", "threshold",
-           "transfer_stats"]
+__all__ = ["DEFAULT_THRESHOLD", "END_KEY", "FAMILY", "HANDSHAKE_KEY", "PROCESS_KEY",
+           "TRANSFER_NAME", "Handing", "drop_in_process", "dumps_whole", "new_end",
+           "node_identity", "plain_total", "process_identity", "set_threshold", "shares_daemon",
+           "threshold", "transfer_stats"]
 
 #: The serialization family's name.
 FAMILY = "depot"
@@ -30,6 +41,10 @@ FAMILY = "depot"
 TRANSFER_NAME = "dask transfer"
 #: The key of a comm's handshake that names the daemon its process uses.
 HANDSHAKE_KEY = "depot-node"
+#: The keys of a comm's handshake that name its process (process_identity) and its end of the
+#: connection within the process (new_end).
+PROCESS_KEY = "depot-process"
+END_KEY = "depot-end"
 #: Frames smaller than this travel over the socket as usual. Measured between two workers
 #: (bench/dask/bench_workloads.py's sweep), a fetch through depot costs about 0.6 ms more than
 #: Dask's own at 16-64 KiB (its round trips to the daemon), breaks even near 512 KiB and is
@@ -38,7 +53,11 @@ DEFAULT_THRESHOLD = 512 << 10
 
 _lock = threading.Lock()
 _threshold = DEFAULT_THRESHOLD
-_stats = {"sent": 0, "sent_bytes": 0, "received": 0, "received_bytes": 0}
+_stats = {"sent": 0, "sent_bytes": 0, "received": 0, "received_bytes": 0, "in_process": 0,
+          "in_process_bytes": 0}
+_process = (None, None)  # (pid, identity): made again in a forked child
+_handed = {}  # token -> (reading end, frames) of the values handed to a reader in this process
+_counter = itertools.count()
 
 
 def set_threshold(size):
@@ -60,6 +79,23 @@ def node_identity():
         return connection.daemon_identity()
     except depot.Error:
         return None
+
+
+def process_identity():
+    """This process, told apart from every other (a forked child included) for as long as the
+    node runs."""
+    global _process
+    pid = os.getpid()
+    with _lock:
+        if _process[0] != pid:
+            _process = (pid, f"{pid}/{uuid.uuid4().hex}")
+        return _process[1]
+
+
+def new_end():
+    """A name for one end of a connection, unique in this process."""
+    with _lock:
+        return next(_counter)
 
 
 def shares_daemon(context):
@@ -115,16 +151,21 @@ def _dumps(x, context=None, every_frame=False, size=None):
     moved = [i for i, frame in enumerate(frames) if nbytes(frame) >= least]
     if not moved:
         raise NotImplementedError("no frame large enough to be worth a trip through depot")
-    try:
-        guid = connection.client().put([ensure_memoryview(frames[i]) for i in moved],
-                                       name=TRANSFER_NAME, owner_scoped=True)
-    except (depot.Error, BufferError, ValueError) as e:  # a full store, a strided buffer...:
-        raise NotImplementedError(str(e)) from e        # the socket still works
+    recipient = context.get("recipient") or {}
+    if recipient.get(PROCESS_KEY) == process_identity() and END_KEY in recipient:
+        handed = {"token": _hand(recipient[END_KEY], [frames[i] for i in moved])}
+    else:
+        try:
+            guid = connection.client().put([ensure_memoryview(frames[i]) for i in moved],
+                                           name=TRANSFER_NAME, owner_scoped=True)
+        except (depot.Error, BufferError, ValueError) as e:  # a full store, a strided buffer:
+            raise NotImplementedError(str(e)) from e        # the socket still works
+        _count("sent", sum(nbytes(frames[i]) for i in moved))
+        handed = {"guid": guid}
     moved_set = set(moved)
-    _count("sent", sum(nbytes(frames[i]) for i in moved))
     _read_only(header)
     kept = [b"" if i in moved_set else frame for i, frame in enumerate(frames)]
-    return {"guid": guid, "moved": moved, "inner": header}, kept
+    return {**handed, "moved": moved, "inner": header}, kept
 
 
 def _plain_items(x, sample=None):
@@ -180,19 +221,75 @@ def _read_only(header):
             _read_only(value)
 
 
-def _loads(header, frames):
-    """Maps the frames the sender moved into depot, deletes their object (the views keep the
-    bytes until the value is dropped) and deserializes as Dask would have."""
+class Handing:
+    """What one write hands within this process (DepotComm.write sets HANDING to one): dropped
+    when the write fails, and nothing more handed for it after that (a serialization offloaded
+    to a thread goes on after the write it was for is cancelled)."""
+
+    def __init__(self):
+        self.tokens = []
+        self.abandoned = False
+
+    def abandon(self):
+        with _lock:
+            self.abandoned = True
+            for token in self.tokens:
+                _handed.pop(token, None)
+
+
+#: The Handing of the write being serialized in this context.
+HANDING = contextvars.ContextVar("depot_handing", default=None)
+
+
+def _hand(end, frames):
+    """Keeps read-only views of `frames` for the reading end `end` in this process; returns the
+    token that names them."""
+    views = [ensure_memoryview(frame).toreadonly() for frame in frames]
+    handing = HANDING.get()
+    identity = process_identity()
+    with _lock:
+        if handing is not None and handing.abandoned:
+            raise NotImplementedError("the write this value was for failed")
+        token = f"{identity}/{next(_counter)}"
+        _handed[token] = (end, views)
+        if handing is not None:
+            handing.tokens.append(token)
+    _count("in_process", sum(view.nbytes for view in views))
+    return token
+
+
+def drop_in_process(end):
+    """The reading end `end` closed: drops what was handed to it and never taken."""
+    with _lock:
+        for token in [t for t, (to, _) in _handed.items() if to == end]:
+            del _handed[token]
+
+
+def _take(header):
+    """The frames a sender moved out of the message: taken from this process, or mapped from
+    depot, whose object is deleted then (the views keep the bytes until the value is dropped)."""
+    if "token" in header:
+        with _lock:
+            handed = _handed.pop(header["token"], None)
+        if handed is None:
+            raise ValueError("a value handed within this process is gone: its connection or its"
+                             " write failed, or it came from another process")
+        return handed[1]
     c = connection.client()
     obj = c.get(header["guid"])
     try:
         c.delete(header["guid"])
     except depot.NotFound:
         pass
-    frames = list(frames)
-    for i, view in zip(header["moved"], obj.frames):
-        frames[i] = view
     _count("received", obj.size)
+    return obj.frames
+
+
+def _loads(header, frames):
+    """Puts back the frames the sender moved out (_take) and deserializes as Dask would have."""
+    frames = list(frames)
+    for i, view in zip(header["moved"], _take(header)):
+        frames[i] = view
     return deserialize(header["inner"], frames)
 
 
@@ -203,7 +300,8 @@ def _count(direction, size):
 
 
 def transfer_stats():
-    """This process's transfers through depot: how many were sent and received, and bytes."""
+    """This process's transfers through depot: how many were sent and received, and bytes; and
+    those handed to a reader in this process, which depot did not carry (``in_process``)."""
     with _lock:
         return dict(_stats)
 

@@ -2,8 +2,10 @@
 the comm backend found through its entry point), P2P rechunk shards, scatter and results, and
 the refusals that keep depot from falling back to TCP without saying so."""
 
+import asyncio
 import os
 import sys
+import threading
 import types
 
 import dask
@@ -133,21 +135,66 @@ def test_a_message_is_prepared_for_a_peer_of_the_same_daemon(daemon):
     assert prepare(deep) == (deep, True)
 
 
+def test_a_peer_in_the_same_process_is_handed_large_frames_by_reference(daemon):
+    """Two depot:// comms of one process (a worker sending P2P shards to itself): a large array
+    arrives as a read-only view of the sender's own memory, neither copied nor put into depot;
+    a value handed for a write that failed goes at once, and one the reader never took goes when
+    the reader's end closes."""
+    from distributed.comm import connect, listen
+    from distributed.protocol import to_serialize
+
+    from depot import dask_family
+    depot.dask.configure(daemon.socket)
+
+    async def main():
+        accepted = asyncio.Queue()
+        async with listen("depot://127.0.0.1:0", accepted.put) as listener:
+            writer = await connect(listener.contact_address)
+            reader = await accepted.get()
+            array = make(MIB, 10)
+            before = depot.dask.transfer_stats()
+            await writer.write({"x": to_serialize(array)})
+            got = (await reader.read())["x"]
+            after = depot.dask.transfer_stats()
+            assert np.array_equal(got, array) and not got.flags.writeable
+            assert np.shares_memory(got, array)
+            assert after["in_process_bytes"] - before["in_process_bytes"] == array.nbytes
+            assert after["sent"] == before["sent"] and after["received"] == before["received"]
+            assert not dask_family._handed
+            with pytest.raises(TypeError):  # the array is handed, then the lock fails
+                await writer.write({"x": to_serialize(array), "y": to_serialize(threading.Lock())},
+                                   on_error="raise")
+            assert not dask_family._handed
+            await writer.write({"x": to_serialize(make(MIB, 11))})
+            while not dask_family._handed:  # serialized, maybe not yet read
+                await asyncio.sleep(0.01)
+            reader.abort()
+            assert not dask_family._handed
+            await writer.close()
+
+    asyncio.run(main())
+
+
 def rechunk_through_depot(client):
     """A P2P rechunk of a 32 MiB array between two workers: every output block takes a piece of
-    every input block, so about half of the bytes cross between the workers as P2P shards."""
+    every input block, so about half of the bytes cross between the workers as P2P shards, and
+    the other half go from each worker to itself. Returns the fractions of the array's bytes
+    that went through depot and that were handed within a worker."""
     x = da.random.RandomState(5).random((2048, 2048), chunks=(2048, 256))
     expected = x.compute(scheduler="sync").sum(axis=1)
-    before = received(client)
+    before = client.run(depot.dask.transfer_stats)
     got = x.rechunk((256, 2048), method="p2p").sum(axis=1).compute()
     assert np.allclose(got, expected)
-    return (received(client) - before) / x.nbytes
+    after = client.run(depot.dask.transfer_stats)
+    return tuple(sum(after[w][key] - before[w][key] for w in after) / x.nbytes
+                 for key in ("received_bytes", "in_process_bytes"))
 
 
 @pytest.mark.skipif(not HAS_P2P_RECHUNK, reason=f"distributed {distributed.__version__} has no "
                     "P2P rechunk (it came with 2023.2)")
 def test_p2p_rechunk_shards_go_through_depot_on_a_depot_cluster(depot_cluster):
-    assert rechunk_through_depot(depot_cluster) >= 0.4
+    through_depot, in_process = rechunk_through_depot(depot_cluster)
+    assert through_depot >= 0.4 and in_process >= 0.4
 
 
 @pytest.mark.skipif(not HAS_P2P_RECHUNK, reason=f"distributed {distributed.__version__} has no "
@@ -160,7 +207,8 @@ def test_p2p_rechunk_shards_go_through_depot_with_the_plugin(daemon):
                                   dashboard_address=":0", silence_logs=40) as cluster, \
             distributed.Client(cluster) as client:
         depot.dask.register_plugin(client, depot.dask.DepotPlugin(daemon.socket))
-        assert rechunk_through_depot(client) >= 0.4
+        through_depot, in_process = rechunk_through_depot(client)
+        assert through_depot >= 0.4 and in_process >= 0.4
 
 
 def test_refs_resolve_on_a_depot_cluster(depot_cluster):
