@@ -40,7 +40,7 @@ of the prefaulted one. Each row carries the 1-minute load average when it finish
 markdown.
 
 Usage: bench_workloads.py [--quick] [--depotd PATH] [--workers 2,4] [--capacity 4GiB]
-                          [--only workloads|sweep] [--no-prefaulted] [--rechunk-mib 512]
+                          [--only workloads|rechunk|sweep] [--no-prefaulted] [--rechunk-mib 512]
                           [--rounds N]
 Needs PYTHONPATH to hold the built package (BUILD_DIR/python); the daemon is $DEPOTD or --depotd.
 """
@@ -291,8 +291,9 @@ def main():
     parser.add_argument("--depotd", default=os.environ.get("DEPOTD"), help="the daemon to run")
     parser.add_argument("--workers", default="2,4", help="cluster sizes, comma separated")
     parser.add_argument("--capacity", default="4GiB", help="each daemon's pool")
-    parser.add_argument("--only", choices=("workloads", "sweep"),
-                        help="the workloads or the threshold sweep alone")
+    parser.add_argument("--only", choices=("workloads", "rechunk", "sweep"),
+                        help="the workloads, the P2P rechunk's two rows or the threshold sweep "
+                        "alone")
     parser.add_argument("--note", default="", help="a line for the header")
     parser.add_argument("--data", help="append the workloads' medians to this file, one JSON "
                         "line each, for bench/charts.py")
@@ -333,7 +334,7 @@ def main():
                 bench = Bench(columns, rounds, n, args.data)
                 for c in columns:  # connections between workers are opened lazily
                     c.run(transfer(MIB), depot.dask.DEFAULT_THRESHOLD)
-                if args.only != "sweep":
+                if args.only in (None, "workloads"):
                     bench.measure("transpose-sum: (x + x.T).sum(), x 8000² in 8×8 blocks of "
                                   "8 MB", transpose_sum, chart="transpose-sum")
                     bench.measure("bag shuffle: 200k records of 1 KiB in 16 partitions, grouped on "
@@ -342,6 +343,7 @@ def main():
                                   chart="bag shuffle")
                     bench.measure("map, reduce on one: 32 arrays of 16 MiB summed on one "
                                   "worker", map_reduce_on_one, chart="map, reduce on one")
+                if args.only != "sweep":
                     rechunk, side = p2p_rechunk(args.rechunk_mib)
                     on_disk = bench.measure(
                         f"P2P rechunk: {side}² float64 ({fmt_bytes(side * side * 8)}), 256-column"
@@ -357,7 +359,7 @@ def main():
                             f"with it on / depot with it off: {on_disk[0] / in_memory[1]:.2f}×",)
                     workload_rows += bench.rows
                     bench.rows = []
-                if args.only != "workloads":
+                if args.only in (None, "sweep"):
                     sweep = {size: bench.measure(f"{fmt_bytes(size)}: the fetch",
                                                  transfer(size), threshold=size,
                                                  rounds=sweep_rounds, fmt=fmt_fine)
