@@ -129,13 +129,14 @@ class DepotComm(TCP):
 
     async def write(self, msg, serializers=None, on_error="message"):
         context = {"recipient": self.remote_info}
+        if not (_enabled and dask_family.shares_daemon(context)):
+            return await super().write(msg, serializers, on_error)  # nothing to hand or put
         handing = dask_family.Handing()
         reset = dask_family.HANDING.set(handing)
         try:
-            if _enabled and dask_family.shares_daemon(context):
-                msg, offer = _through_depot(msg, context, _DEPTH)
-                if offer:
-                    serializers = (*_families_here(), *(serializers or _DEFAULT_SERIALIZERS))
+            msg, offer = _through_depot(msg, context, _DEPTH)
+            if offer:
+                serializers = (*_families_here(), *(serializers or _DEFAULT_SERIALIZERS))
             return await super().write(msg, serializers, on_error)
         except BaseException:
             handing.abandon()
