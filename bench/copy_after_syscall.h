@@ -1,0 +1,30 @@
+// CopyAfterSyscall times what a system call costs the memcpy right after it on this host, for
+// section 3 to print beside its puts (each timed right after a round trip, as a producer's puts
+// come between its other calls): a copy in a loop of copies, and a copy right after getppid(),
+// with the source and the destination on 4 KiB pages, then on one 2 MiB page each (transparent
+// huge pages, where the kernel gives them), alternating. Where the kernel isolates its page tables
+// (PTI) on a CPU without PCID, every entry into the kernel empties the TLB, and the copy after it
+// walks the page tables again for each page it touches: a cost of the host, not of the put.
+#ifndef DEPOT_BENCH_COPY_AFTER_SYSCALL_H_
+#define DEPOT_BENCH_COPY_AFTER_SYSCALL_H_
+
+#include <cstddef>
+#include <string>
+
+namespace depot::bench {
+
+struct CopyCosts {
+  // Median seconds of one copy: in a loop, right after a system call; on 4 KiB and 2 MiB pages.
+  double loop_small = 0, after_small = 0, loop_huge = 0, after_huge = 0;
+  bool huge = false;  // the kernel gave the 2 MiB buffers huge pages
+};
+
+CopyCosts CopyAfterSyscall(size_t bytes, int samples);
+
+// How the kernel enters and leaves: "page-table isolation on, no PCID", from
+// /sys/devices/system/cpu/vulnerabilities/meltdown and the CPU's flags.
+std::string KernelEntry();
+
+}  // namespace depot::bench
+
+#endif  // DEPOT_BENCH_COPY_AFTER_SYSCALL_H_
