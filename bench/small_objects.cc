@@ -237,7 +237,9 @@ void HandOff(const Context& ctx, const DepotDaemon& daemon, const DepotDaemon* p
       "alternating. The floor is the socketpair hand-off alone. depot's get finds the object in "
       "the shared index when depotd took the put before it (after a first hand-off depotd spins "
       "on the put rings for a while, unless its CPU is shared), else it is a round trip (depotd "
-      "takes the put rings first, then answers).{}",
+      "takes the put rings first, then answers). \"Floor + a ping\" is the socketpair hand-off "
+      "with a ping to depotd (Client::Ping) in the taker's turn: the least a hand-off costs whose "
+      "get must ask depotd, as every get does where depotd shares the clients' CPU.{}",
       rounds, duration,
       previous ? fmt::format(" \"Previous\" is depot against {}, in the same rounds.",
                              previous->Describe())
@@ -251,15 +253,17 @@ void HandOff(const Context& ctx, const DepotDaemon& daemon, const DepotDaemon* p
                                       "depot µs beyond the floor",
                                       "Redis µs beyond the floor",
                                       "depot time / floor's",
-                                      "≤ 2× the floor"};
-  std::string align = "lrrrrrrrl";
+                                      "≤ 2× the floor",
+                                      "floor + a ping: time / floor's"};
+  std::string align = "lrrrrrrrlr";
   if (previous) {
     columns.insert(columns.end(), {"previous: depot hand-offs/s", "previous time / floor's"});
     align += "rr";
   }
   Table t(columns, align);
   auto value = std::make_shared<std::vector<std::byte>>(kObjectSize, std::byte{7});
-  // 0: depot, 1: Redis, 2: the floor, 3: depot against the previous depotd.
+  // 0: depot, 1: Redis, 2: the floor, 3: the floor and a ping, 4: depot against the previous
+  // depotd.
   auto depot_giver = [&](const DepotDaemon& target) {
     return [t = &target, value] {
       auto c = std::make_shared<Client>(t->Connect("give"));
@@ -278,7 +282,8 @@ void HandOff(const Context& ctx, const DepotDaemon& daemon, const DepotDaemon* p
       });
     };
   };
-  std::function<Give()> givers[4] = {
+  auto floor_giver = [] { return Give([] { return Name{1, 1}; }); };
+  std::function<Give()> givers[5] = {
       depot_giver(daemon),
       [&] {
         auto r = std::make_shared<Redis>(Redis::Connect(ctx.redis->socket()));
@@ -288,11 +293,8 @@ void HandOff(const Context& ctx, const DepotDaemon& daemon, const DepotDaemon* p
           return Name{(*n)++, 0};
         });
       },
-      [] { return Give([] {
-             return Name{1, 1};
-           }); },
-      previous ? depot_giver(*previous) : std::function<Give()>()};
-  std::function<Take()> takers[4] = {
+      floor_giver, floor_giver, previous ? depot_giver(*previous) : std::function<Give()>()};
+  std::function<Take()> takers[5] = {
       depot_taker(daemon),
       [&] {
         auto r = std::make_shared<Redis>(Redis::Connect(ctx.redis->socket()));
@@ -302,10 +304,14 @@ void HandOff(const Context& ctx, const DepotDaemon& daemon, const DepotDaemon* p
         });
       },
       [] { return Take([](Name) {}); },
+      [&] {
+        auto c = std::make_shared<Client>(daemon.Connect("ping"));
+        return Take([c](Name) { Check(c->Ping(), "ping"); });
+      },
       previous ? depot_taker(*previous) : std::function<Take()>()};
-  const int methods = previous ? 4 : 3;
+  const int methods = previous ? 5 : 4;
   for (int cpu : Placements()) {
-    std::vector<double> rates[4];
+    std::vector<double> rates[5];
     for (int r = 0; r < rounds; ++r) {
       fmt::print(stderr, "  small objects: hand-offs on CPU {}, round {}\n", cpu, r + 1);
       for (int k = 0; k < methods; ++k) {
@@ -328,10 +334,11 @@ void HandOff(const Context& ctx, const DepotDaemon& daemon, const DepotDaemon* p
                                     fmt::format("{:.1f}", 1e6 / d - 1e6 / f),
                                     fmt::format("{:.1f}", 1e6 / rd - 1e6 / f),
                                     fmt::format("{:.2f}×", f / d),
-                                    met};
+                                    met,
+                                    fmt::format("{:.2f}×", f / Percentile(rates[3], 0.5))};
     if (previous) {
-      double pd = Percentile(rates[3], 0.5);
-      row.insert(row.end(), {RateRange(rates[3]), fmt::format("{:.2f}×", f / pd)});
+      double pd = Percentile(rates[4], 0.5);
+      row.insert(row.end(), {RateRange(rates[4]), fmt::format("{:.2f}×", f / pd)});
     }
     t.Row(row);
   }
