@@ -2,9 +2,9 @@
 // section 3 to print beside its puts (each timed right after a round trip, as a producer's puts
 // come between its other calls): a copy in a loop of copies, and a copy right after getppid(),
 // with the source and the destination on 4 KiB pages, then on one 2 MiB page each (transparent
-// huge pages, where the kernel gives them), alternating. Where the kernel isolates its page tables
-// (PTI) on a CPU without PCID, every entry into the kernel empties the TLB, and the copy after it
-// walks the page tables again for each page it touches: a cost of the host, not of the put.
+// huge pages, where the kernel gives them), alternating: what entering the kernel costs the next
+// copy on this host (where the kernel isolates its page tables on a CPU without PCID, every entry
+// empties the TLB), a cost of the host that no put can avoid.
 #ifndef DEPOT_BENCH_COPY_AFTER_SYSCALL_H_
 #define DEPOT_BENCH_COPY_AFTER_SYSCALL_H_
 
@@ -21,7 +21,7 @@ struct CopyCosts {
 
 CopyCosts CopyAfterSyscall(size_t bytes, int samples);
 
-// How the kernel enters and leaves: "page-table isolation on, no PCID", from
+// How the kernel is entered: "page-table isolation on, no PCID: ...", from
 // /sys/devices/system/cpu/vulnerabilities/meltdown and the CPU's flags.
 std::string KernelEntry();
 

@@ -68,10 +68,10 @@ void HostCopies(int samples) {
   CopyCosts c = CopyAfterSyscall(kBytes, samples);
   Say(fmt::format(
       "\n### The host: a copy right after a system call\n\nA memcpy of {} in a loop of memcpys, "
-      "and right after getppid(), alternating, {} samples each, p50; the kernel: {}. Where the "
-      "kernel isolates its page tables on a CPU without PCID, each entry into it empties the TLB, "
-      "and the copy after it walks the page tables again for every page it touches (each Put "
-      "above follows a round trip). On 2 MiB pages a copy touches two pages{}.",
+      "and right after getppid(), alternating, {} samples each, p50, on the last CPU above; the "
+      "kernel: {}. Each Put above comes right "
+      "after a round trip, which also sleeps and wakes: \"memcpy after a round trip\" is its "
+      "copy's own figure. On 2 MiB pages the copy touches two pages, on 4 KiB pages 32{}.",
       Bytes(kBytes), samples, KernelEntry(),
       c.huge ? "" : " (the kernel gave none here: that row is on small pages too)"));
   Table t(
