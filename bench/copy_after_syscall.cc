@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include "bench/harness.h"
@@ -85,23 +86,6 @@ CopyCosts CopyAfterSyscall(size_t bytes, int samples) {
           .loop_huge = Percentile(cases[2].times, 0.5),
           .after_huge = Percentile(cases[3].times, 0.5),
           .huge = huge_src.huge() && huge_dst.huge()};
-}
-
-std::string KernelEntry() {
-  std::ifstream meltdown("/sys/devices/system/cpu/vulnerabilities/meltdown");
-  std::string state;
-  std::getline(meltdown, state);
-  bool pti = state.find("PTI") != std::string::npos;
-  bool pcid = false;
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    pcid = (line + " ").find(" pcid ") != std::string::npos;
-    break;
-  }
-  if (!pti) return "page-table isolation off";
-  return pcid ? "page-table isolation on, with PCID"
-              : "page-table isolation on, no PCID: every entry into the kernel empties the TLB";
 }
 
 }  // namespace depot::bench

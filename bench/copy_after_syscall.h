@@ -9,7 +9,6 @@
 #define DEPOT_BENCH_COPY_AFTER_SYSCALL_H_
 
 #include <cstddef>
-#include <string>
 
 namespace depot::bench {
 
@@ -20,10 +19,6 @@ struct CopyCosts {
 };
 
 CopyCosts CopyAfterSyscall(size_t bytes, int samples);
-
-// How the kernel is entered: "page-table isolation on, no PCID: ...", from
-// /sys/devices/system/cpu/vulnerabilities/meltdown and the CPU's flags.
-std::string KernelEntry();
 
 }  // namespace depot::bench
 

@@ -393,17 +393,35 @@ std::string LoadAverage() {
   return fmt::format("{} {} {}", a, b, c);
 }
 
+namespace {
+// The value of the first line of /proc/cpuinfo that starts with `key` (the first CPU's); empty
+// when there is none.
+std::string CpuInfo(std::string_view key) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind(key, 0) == 0 && line.find(':') != std::string::npos) {
+      return line.substr(line.find(':') + 1);
+    }
+  }
+  return "";
+}
+}  // namespace
+
+std::string KernelEntry() {
+  std::ifstream meltdown("/sys/devices/system/cpu/vulnerabilities/meltdown");
+  std::string state;
+  std::getline(meltdown, state);
+  if (state.find("PTI") == std::string::npos) return "page-table isolation off";
+  bool pcid = (CpuInfo("flags") + " ").find(" pcid ") != std::string::npos;
+  return pcid ? "page-table isolation on, with PCID"
+              : "page-table isolation on, no PCID: every entry into the kernel empties the TLB";
+}
+
 std::string MachineDescription() {
   utsname u{};
   ::uname(&u);
-  std::string model = "unknown CPU";
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      model = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
+  std::string model = CpuInfo("model name");
+  model = model.empty() ? "unknown CPU" : model.substr(1);
   uint64_t mem = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                  static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   // Whether the index can lie on huge pages (ObjectIndex::Create).

@@ -236,6 +236,9 @@ bool WaitUntil(const std::function<bool()>& attempt, std::chrono::milliseconds t
 
 // Host, kernel, CPU, memory and load: the lines that say what machine a document comes from.
 std::string MachineDescription();
+// How the kernel is entered: "page-table isolation on, no PCID: ...", from
+// /sys/devices/system/cpu/vulnerabilities/meltdown and the CPU's flags.
+std::string KernelEntry();
 std::string LoadAverage();  // "1.02 0.80 0.40" (1, 5, 15 minutes)
 
 }  // namespace depot::bench
