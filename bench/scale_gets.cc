@@ -8,9 +8,9 @@
 // brought them); each object timed is let go after its get, so that the holding stays at the row's
 // count; the 64 MiB objects are got again and again. A get that missed the shared index is a round
 // trip: the column "through the index" counts how many did not (Client::index_gets). Beside the
-// multi-get, its memory floor (MemoryFloor): the same number of random lines in the same memory,
-// with no work of depot's, so that a missed target says whether the host's memory or the code
-// stands between.
+// multi-get, its memory floor (MemoryFloor): the lines its lookups must wait on, in the same
+// memory, with no work of depot's, so that a missed target says whether the host's memory or the
+// code stands between.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -145,8 +145,9 @@ void ScaleGets(const Context& ctx) {
       "socketpair. {} rounds; in each the floor and the gets run their samples in turn. "
       "\"Through the index\": the share of these gets that needed no round trip. \"Its memory "
       "floor\": after each multi-get, the cache lines a multi-get of 1,000 must load at random "
-      "(two of tags and an entry in the index this process maps, one in a table the size of its "
-      "holdings), touched with no work of depot's (bench/memory_floor.h): what this host's "
+      "for 1,000 objects of the index this process maps (the tags of each one's first set, then "
+      "those of its second where it lies there, then its entry; and a line in a table the size of "
+      "its holdings), touched with no work of depot's (bench/memory_floor.h): what this host's "
       "memory gives the pattern at that moment.",
       store.Describe(), cpu, rounds));
   PinTo(cpu);
