@@ -11,12 +11,12 @@
 // (from word kEntriesWord), then the record arena (ArenaWord). A set is five cache lines: first its
 // tags, the GUIDs of its kWays entries (two words each), then one line per entry, eight 64-bit
 // words under a seqlock (kSeq: odd while written, the entry's tag included). A lookup reads the
-// tags of the GUID's two sets and then the one entry whose tag matched: three lines, where a set
-// of whole entries made it read eight. An entry names one sealed object; an object of one frame
-// and no metadata has that frame in the entry itself (kInline), any other a record in the arena:
-// each frame as kFrameWords words, then the metadata padded to whole words. Every word is read
-// and written as an atomic (std::atomic_ref, relaxed, with fences), so racing readers and the
-// writer are no data race.
+// tags of the GUID's first set (and of its second when the first lacks it) and then the one entry
+// whose tag matched: two or three lines, where a set of whole entries made it read eight. An entry
+// names one sealed object; an object of one frame and no metadata has that frame in the entry
+// itself (kInline), any other a record in the arena: each frame as kFrameWords words, then the
+// metadata padded to whole words. Every word is read and written as an atomic (std::atomic_ref,
+// relaxed, with fences), so racing readers and the writer are no data race.
 //
 // The reference slots of a session are one memfd: the layout words, then kSlotCount words (from
 // word kSlotsWord), then one high-water word, the touches, and the slots past the first

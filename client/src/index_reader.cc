@@ -75,14 +75,13 @@ bool IndexReader::ReadSteady(uint64_t entry, const Guid& guid, IndexHit& hit) co
   return false;
 }
 
-uint64_t IndexReader::Locate(const Guid& guid) const {
-  for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
-    for (uint64_t n = First(set); n < First(set + 1); ++n) {
-      const uint64_t* tag = map_.words() + index::TagWord(n);
-      if (Load(&tag[0]) != guid.hi || Load(&tag[1]) != guid.lo) continue;
-      depot::Prefetch(map_.words() + index::EntryWord(n));
-      return index::EntryWord(n);
-    }
+uint64_t IndexReader::Locate(const Guid& guid, Set set) const {
+  const uint64_t number = SetNumber(guid, set);
+  for (uint64_t n = First(number); n < First(number + 1); ++n) {
+    const uint64_t* tag = map_.words() + index::TagWord(n);
+    if (Load(&tag[0]) != guid.hi || Load(&tag[1]) != guid.lo) continue;
+    depot::Prefetch(map_.words() + index::EntryWord(n));
+    return index::EntryWord(n);
   }
   return 0;
 }
