@@ -43,7 +43,10 @@ struct Holding {
   // Guarded by the Link's mutex.
   bool named = false;
   bool carried = false;
-  ~Holding();  // hands the reference back, or clears the slot (Connection::Forget)
+  // Provided, so that making one (std::allocate_shared value-initializes it) runs the member
+  // initializers above and nothing else: the implicit constructor first zeroed the whole object.
+  Holding() {}  // NOLINT(modernize-use-equals-default): `= default` brings the zeroing back
+  ~Holding();   // hands the reference back, or clears the slot (Connection::Forget)
 };
 
 class ObjectCache {
