@@ -74,9 +74,9 @@ void SlotTable::MarkUsed(uint32_t n, bool used) {
 
 void SlotTable::StoreHigh() { index::Store(base_ + index::kSlotHighWater, high_); }
 
-std::optional<uint32_t> SlotTable::Claim(uint64_t id) {
+bool SlotTable::Claim(uint64_t id, uint32_t& claimed) {
   while (first_open_ < full_.size() && full_[first_open_] == kAll) ++first_open_;
-  if (first_open_ == full_.size()) return std::nullopt;
+  if (first_open_ == full_.size()) return false;
   size_t k = first_open_ * 64 + static_cast<size_t>(std::countr_one(full_[first_open_]));
   auto slot = static_cast<uint32_t>(k * 64 + static_cast<size_t>(std::countr_one(used_[k])));
   MarkUsed(slot, true);
@@ -87,17 +87,17 @@ std::optional<uint32_t> SlotTable::Claim(uint64_t id) {
   uint64_t* touches = base_ + index::kTouchCount;
   index::Store(touches + 1 + touched_ % index::kTouchRingSize, id);
   index::Store(touches, ++touched_, std::memory_order_release);
-  return slot;
+  claimed = slot;
+  return true;
 }
 
 std::optional<uint32_t> SlotTable::Publish(uint64_t id) {
-  std::optional<uint32_t> slot;
+  uint32_t slot = 0;
   {
     std::lock_guard lk(mu_);
-    slot = Claim(id);
+    if (!Claim(id, slot)) return std::nullopt;
   }
-  if (!slot) return std::nullopt;
-  index::Store(Slot(*slot), id);
+  index::Store(Slot(slot), id);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   return slot;
 }
@@ -106,11 +106,7 @@ size_t SlotTable::PublishMany(std::span<const uint64_t> ids, std::span<uint32_t>
   size_t n = 0;
   {
     std::lock_guard lk(mu_);
-    for (; n < ids.size(); ++n) {
-      std::optional<uint32_t> slot = Claim(ids[n]);
-      if (!slot) break;
-      slots[n] = *slot;
-    }
+    while (n < ids.size() && Claim(ids[n], slots[n])) ++n;
   }
   for (size_t k = 0; k < n; ++k) index::Store(Slot(slots[k]), ids[k]);
   // One fence orders every slot written above before the caller's re-reads of the entries.

@@ -71,8 +71,10 @@ class SlotTable {
   uint64_t* Slot(uint32_t n) const { return base_ + index::SlotWord(n); }
   void StoreHigh();                      // under mu_
   void MarkUsed(uint32_t n, bool used);  // under mu_
-  // Claims the lowest free slot and notes the touch of `id`; nullopt when none is free. Under mu_.
-  std::optional<uint32_t> Claim(uint64_t id);
+  // Claims the lowest free slot into `claimed` and notes the touch of `id`; false when none is
+  // free. Under mu_. (Not an optional: returned through a register, its value and flag were
+  // stored apart and loaded as one word, which waited on the stores.)
+  bool Claim(uint64_t id, uint32_t& claimed);
 
   SharedMapping map_;
   uint64_t* base_;
