@@ -3,7 +3,6 @@
 #include "common/wall_clock.h"
 
 namespace depot {
-namespace fb = flatbuffers;
 
 void EventBus::Join(SessionId session, Peer* peer, const PeerCredentials& creds,
                     const void* scope) {
@@ -43,8 +42,8 @@ void EventBus::Emit(wire::EventKind kind, const StoredObject* object, SessionId 
       ++m.dropped;
       continue;
     }
-    fb::FlatBufferBuilder fbb(256);
-    fb::Offset<fb::String> name;
+    flatbuffers::FlatBufferBuilder fbb(256);
+    flatbuffers::Offset<flatbuffers::String> name;
     if (object) name = fbb.CreateString(object->name().data(), object->name().size());
     wire::EventBuilder b(fbb);
     b.add_kind(kind);

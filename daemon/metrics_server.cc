@@ -14,10 +14,9 @@
 namespace depot {
 namespace {
 
-using boost::asio::ip::tcp;
-
 // "host:port" or "[v6]:port" into an endpoint; nullopt with `why` set when it is not one.
-std::optional<tcp::endpoint> ParseEndpoint(const std::string& listen, std::string& why) {
+std::optional<boost::asio::ip::tcp::endpoint> ParseEndpoint(const std::string& listen,
+                                                            std::string& why) {
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon + 1 == listen.size()) {
     why = "expected an IP address and a port, such as 127.0.0.1:9464 or [::1]:9464";
@@ -40,7 +39,7 @@ std::optional<tcp::endpoint> ParseEndpoint(const std::string& listen, std::strin
     why = fmt::format("`{}` is not an IP address (names are not looked up)", host);
     return std::nullopt;
   }
-  return tcp::endpoint(address, port);
+  return boost::asio::ip::tcp::endpoint(address, port);
 }
 
 // The whole answer, for a request head `head`.
@@ -75,7 +74,7 @@ std::string Answer(std::string_view head, const std::function<std::string()>& re
 // It is in the server's list of open connections from its start until it closes.
 class MetricsServer::Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, std::shared_ptr<Shared> shared)
+  Connection(boost::asio::ip::tcp::socket socket, std::shared_ptr<Shared> shared)
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         in_(kMaxRequestBytes),
@@ -121,7 +120,7 @@ class MetricsServer::Connection : public std::enable_shared_from_this<Connection
     closed_ = true;
     shared_->open.erase(place_);
     boost::system::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
     timer_.cancel();
   }
@@ -140,7 +139,7 @@ class MetricsServer::Connection : public std::enable_shared_from_this<Connection
                              [self](const boost::system::error_code&, size_t) { self->Close(); });
   }
 
-  tcp::socket socket_;
+  boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer timer_;
   boost::asio::streambuf in_;
   std::string out_;
@@ -172,8 +171,9 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(boost::asio::io_cont
   if (!endpoint) return Status::InvalidArgument(fmt::format("metrics_listen {}: {}", listen, why));
   std::unique_ptr<MetricsServer> server(new MetricsServer(io, std::move(render)));
   boost::system::error_code ec;
-  tcp::acceptor& a = server->acceptor_;
-  if (a.open(endpoint->protocol(), ec); !ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
+  boost::asio::ip::tcp::acceptor& a = server->acceptor_;
+  if (a.open(endpoint->protocol(), ec); !ec)
+    a.set_option(boost::asio::ip::tcp::acceptor::reuse_address(true), ec);
   if (!ec) a.bind(*endpoint, ec);
   if (!ec) a.listen(64, ec);
   if (ec) {
@@ -191,30 +191,31 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(boost::asio::io_cont
 
 std::string MetricsServer::address() const {
   boost::system::error_code ec;
-  tcp::endpoint e = acceptor_.local_endpoint(ec);
+  boost::asio::ip::tcp::endpoint e = acceptor_.local_endpoint(ec);
   if (ec) return "";
   return e.address().is_v6() ? fmt::format("[{}]:{}", e.address().to_string(), e.port())
                              : fmt::format("{}:{}", e.address().to_string(), e.port());
 }
 
 void MetricsServer::Accept() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
-    if (ec == boost::asio::error::operation_aborted) return;
-    if (ec) {
-      // Out of descriptors, say: try again shortly rather than spin.
-      spdlog::warn("metrics endpoint: accept failed: {}", ec.message());
-      retry_.expires_after(std::chrono::milliseconds(100));
-      retry_.async_wait([this](const boost::system::error_code& e) {
-        if (!e) Accept();
+  acceptor_.async_accept(
+      [this](const boost::system::error_code& ec, boost::asio::ip::tcp::socket socket) {
+        if (ec == boost::asio::error::operation_aborted) return;
+        if (ec) {
+          // Out of descriptors, say: try again shortly rather than spin.
+          spdlog::warn("metrics endpoint: accept failed: {}", ec.message());
+          retry_.expires_after(std::chrono::milliseconds(100));
+          retry_.async_wait([this](const boost::system::error_code& e) {
+            if (!e) Accept();
+          });
+          return;
+        }
+        // A full table makes room rather than turning the newcomer away: else whoever holds every
+        // place with silent connections, reopening each as it times out, keeps every scraper out.
+        if (shared_->open.size() >= kMaxConnections) MakeRoom();
+        std::make_shared<Connection>(std::move(socket), shared_)->Run();
+        Accept();
       });
-      return;
-    }
-    // A full table makes room rather than turning the newcomer away: else whoever holds every
-    // place with silent connections, reopening each as it times out, keeps every scraper out.
-    if (shared_->open.size() >= kMaxConnections) MakeRoom();
-    std::make_shared<Connection>(std::move(socket), shared_)->Run();
-    Accept();
-  });
 }
 
 void MetricsServer::MakeRoom() {

@@ -13,9 +13,6 @@
 
 namespace depot {
 
-using index::Load;
-using index::Store;
-
 constexpr uint64_t kArenaBytesPerEntry = 32;
 
 Result<std::unique_ptr<ObjectIndex>> ObjectIndex::Create(uint64_t entries,
@@ -128,18 +125,19 @@ bool ObjectIndex::Place(const Guid& guid, std::span<const uint64_t> words,
     if (!at) return leave_out();
     // The record first: no entry names it yet, and the entry's release store below publishes it.
     uint64_t* r = arena() + *at / 8;
-    for (uint64_t w : record) Store(r++, w);
+    for (uint64_t w : record) index::Store(r++, w);
     entry_words[index::kRecord] = *at;
   }
   uint64_t* e = word(index::EntryWord(n));
   uint64_t* tag = word(index::TagWord(n));
-  uint64_t seq = Load(&e[index::kSeq]);
-  Store(&e[index::kSeq], seq + 1);
+  uint64_t seq = index::Load(&e[index::kSeq]);
+  index::Store(&e[index::kSeq], seq + 1);
   std::atomic_thread_fence(std::memory_order_release);
-  Store(&tag[0], guid.hi);
-  Store(&tag[1], guid.lo);
-  for (uint64_t w = index::kSeq + 1; w < index::kEntryWords; ++w) Store(&e[w], entry_words[w]);
-  Store(&e[index::kSeq], seq + 2, std::memory_order_release);
+  index::Store(&tag[0], guid.hi);
+  index::Store(&tag[1], guid.lo);
+  for (uint64_t w = index::kSeq + 1; w < index::kEntryWords; ++w)
+    index::Store(&e[w], entry_words[w]);
+  index::Store(&e[index::kSeq], seq + 2, std::memory_order_release);
   used_[n] = true;
   placed_.Set(words[index::kId], n);
   ++use.entries;
@@ -166,7 +164,7 @@ uint64_t ObjectIndex::MoveInto(ObjectIndex& bigger, uint64_t from, uint64_t coun
     if (bigger.Contains(p.id)) continue;  // published into both since the move began
     const uint64_t* e = word(index::EntryWord(n));
     const uint64_t* tag = word(index::TagWord(n));
-    for (uint64_t w = 0; w < index::kEntryWords; ++w) words[w] = Load(&e[w]);
+    for (uint64_t w = 0; w < index::kEntryWords; ++w) words[w] = index::Load(&e[w]);
     if (p.record_bytes == 0) {  // its frame is in the entry
       record.assign(e + index::kRecord, e + index::kEntryWords);
     } else {
@@ -174,13 +172,15 @@ uint64_t ObjectIndex::MoveInto(ObjectIndex& bigger, uint64_t from, uint64_t coun
       record.assign(r, r + p.record_bytes / 8);
     }
     // No uid is over its part here that was not in the smaller index: nothing is taken back.
-    (void)bigger.Place(Guid{Load(&tag[0]), Load(&tag[1])}, words, record, p.uid, false);
+    (void)bigger.Place(Guid{index::Load(&tag[0]), index::Load(&tag[1])}, words, record, p.uid,
+                       false);
   }
   return end;
 }
 
 void ObjectIndex::BeginRetire() {
-  Store(map_.words() + layout::kMagic, 0);  // clients that miss ask for the index that replaced it
+  index::Store(map_.words() + layout::kMagic,
+               0);  // clients that miss ask for the index that replaced it
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
@@ -190,9 +190,9 @@ uint64_t ObjectIndex::RetireSome(uint64_t from, uint64_t count) {
   for (uint64_t n = from; n < end; ++n) {
     if (!used_[n]) continue;
     uint64_t* e = word(index::EntryWord(n));
-    uint64_t seq = Load(&e[index::kSeq]);
-    Store(&e[index::kSeq], seq + 2);  // what a client read of it no longer holds
-    Store(&e[index::kId], 0);
+    uint64_t seq = index::Load(&e[index::kSeq]);
+    index::Store(&e[index::kSeq], seq + 2);  // what a client read of it no longer holds
+    index::Store(&e[index::kId], 0);
     used_[n] = false;  // a Remove of its object has nothing left to do
   }
   // As Remove's: a client's slot published before it re-read a seq above is seen by the slot
@@ -258,11 +258,11 @@ void ObjectIndex::TakeBackBytes(uint64_t uids) {
 
 ObjectIndex::Placed ObjectIndex::PlacedAt(uint64_t n) const {
   const uint64_t* e = word(index::EntryWord(n));
-  uint64_t shape = Load(&e[index::kShape]);
+  uint64_t shape = index::Load(&e[index::kShape]);
   bool inlined = (index::ShapeFlags(shape) & index::kInline) != 0;
-  return {Load(&e[index::kId]), n, inlined ? 0 : Load(&e[index::kRecord]),
+  return {index::Load(&e[index::kId]), n, inlined ? 0 : index::Load(&e[index::kRecord]),
           inlined ? 0 : index::RecordBytes(index::ShapeFrames(shape), index::ShapeMetadata(shape)),
-          static_cast<uint32_t>(Load(&e[index::kCreator]))};
+          static_cast<uint32_t>(index::Load(&e[index::kCreator]))};
 }
 
 std::optional<ObjectIndex::Placed> ObjectIndex::Lookup(ObjectId id) const {
@@ -279,13 +279,13 @@ void ObjectIndex::Remove(ObjectId id) {
   const Placed& p = *found;
   uint64_t* e = word(index::EntryWord(p.entry));
   uint64_t* tag = word(index::TagWord(p.entry));
-  uint64_t seq = Load(&e[index::kSeq]);
-  Store(&e[index::kSeq], seq + 1);
+  uint64_t seq = index::Load(&e[index::kSeq]);
+  index::Store(&e[index::kSeq], seq + 1);
   std::atomic_thread_fence(std::memory_order_release);
-  Store(&e[index::kId], 0);
-  Store(&tag[0], 0);
-  Store(&tag[1], 0);
-  Store(&e[index::kSeq], seq + 2, std::memory_order_release);
+  index::Store(&e[index::kId], 0);
+  index::Store(&tag[0], 0);
+  index::Store(&tag[1], 0);
+  index::Store(&e[index::kSeq], seq + 2, std::memory_order_release);
   // Pairs with the client's fence between publishing its slot and re-reading this seq: after
   // it, either the client sees the new seq and lets go, or the daemon's slot scan sees its id.
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -14,9 +14,6 @@
 
 namespace depot {
 
-using index::Load;
-using index::Store;
-
 Result<std::unique_ptr<PutRing>> PutRing::Create(const std::string& name) {
   auto memory = SealedMemfd(name, put_ring::kRingFileBytes);
   if (!memory.ok()) return memory.status();
@@ -38,7 +35,7 @@ Result<std::unique_ptr<PutRing>> PutRing::Adopt(UniqueFd fd) {
   if (!map.ok()) return map.status();
   std::unique_ptr<PutRing> ring(new PutRing(std::move(fd), std::move(*map)));
   // Where the last daemon had taken it to: it stores the tail only once a record is handled.
-  ring->tail_ = Load(ring->map_.words() + put_ring::kTail, std::memory_order_acquire);
+  ring->tail_ = index::Load(ring->map_.words() + put_ring::kTail, std::memory_order_acquire);
   return ring;
 }
 
@@ -47,7 +44,8 @@ bool PutRing::Intact() const { return layout::Intact(map_.words(), put_ring::kPu
 bool PutRing::Pending() const {
   // A ring whose layout words were overwritten is pending: its Take closes the session.
   return !broken_ &&
-         (Load(map_.words() + put_ring::kHead, std::memory_order_acquire) != tail_ || !Intact());
+         (index::Load(map_.words() + put_ring::kHead, std::memory_order_acquire) != tail_ ||
+          !Intact());
 }
 
 Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>& take,
@@ -58,14 +56,14 @@ Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>
     return Status::ProtocolError("put ring: " + why);
   };
   // The layout words, read once: what the message shows is what was checked.
-  uint64_t magic = Load(map_.words() + layout::kMagic, std::memory_order_acquire);
-  uint64_t version = Load(map_.words() + layout::kVersion, std::memory_order_acquire);
+  uint64_t magic = index::Load(map_.words() + layout::kMagic, std::memory_order_acquire);
+  uint64_t version = index::Load(map_.words() + layout::kVersion, std::memory_order_acquire);
   if (magic != put_ring::kPutRingLayout.magic || version != put_ring::kPutRingLayout.version) {
     return fail(fmt::format(
         "its layout words were overwritten ({:#018x}, version {}): a client must not write them",
         magic, version));
   }
-  uint64_t head = Load(map_.words() + put_ring::kHead, std::memory_order_acquire);
+  uint64_t head = index::Load(map_.words() + put_ring::kHead, std::memory_order_acquire);
   if (head - tail_ > put_ring::kRecordBytes || head % 8 != 0) {
     return fail(fmt::format("head at {} while the tail is at {}", head, tail_));
   }
@@ -93,13 +91,13 @@ Status PutRing::Take(const std::function<Status(std::span<const uint8_t>, bool)>
     }
     // Only now, the put handled (and its object recorded where memory is kept): a daemon killed
     // before this store leaves the record to the next one (KeptMemory).
-    Store(map_.words() + put_ring::kTail, tail_, std::memory_order_release);
+    index::Store(map_.words() + put_ring::kTail, tail_, std::memory_order_release);
   }
   return Status::OK();
 }
 
 void PutRing::SetPolled(uint64_t word) {
-  Store(map_.words() + put_ring::kPolled, word, std::memory_order_seq_cst);
+  index::Store(map_.words() + put_ring::kPolled, word, std::memory_order_seq_cst);
 }
 
 void PutRing::Close() {
@@ -109,13 +107,13 @@ void PutRing::Close() {
   uint64_t idle = put_ring::kLeaseIdle;
   std::atomic_ref<uint64_t>(map_.words()[put_ring::kLease])
       .compare_exchange_strong(idle, put_ring::kLeaseRevoked);
-  uint64_t epoch = Load(map_.words() + put_ring::kPolled, std::memory_order_acquire) >> 2;
+  uint64_t epoch = index::Load(map_.words() + put_ring::kPolled, std::memory_order_acquire) >> 2;
   SetPolled((epoch + 1) << 2 | put_ring::kUrgent);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 void PutRing::LeaseGranted() {
-  Store(map_.words() + put_ring::kLease, put_ring::kLeaseIdle, std::memory_order_release);
+  index::Store(map_.words() + put_ring::kLease, put_ring::kLeaseIdle, std::memory_order_release);
 }
 
 bool PutRing::Revoke() {
@@ -133,17 +131,17 @@ bool PutRing::Revoke() {
 
 bool PutRing::CanReturn() const {
   if (!Intact()) return false;
-  uint64_t taken = Load(map_.words() + put_ring::kReturnTail, std::memory_order_acquire);
+  uint64_t taken = index::Load(map_.words() + put_ring::kReturnTail, std::memory_order_acquire);
   return taken <= returns_ && returns_ - taken < put_ring::kReturnSlots;
 }
 
 void PutRing::Return(const Location& block) {
   uint64_t* entry = map_.words() + put_ring::kReturnsWord +
                     (returns_ % put_ring::kReturnSlots) * put_ring::kReturnWords;
-  Store(entry, block.offset);
-  Store(entry + 1, block.size);
-  Store(entry + 2, block.segment);
-  Store(map_.words() + put_ring::kReturnHead, ++returns_, std::memory_order_release);
+  index::Store(entry, block.offset);
+  index::Store(entry + 1, block.size);
+  index::Store(entry + 2, block.segment);
+  index::Store(map_.words() + put_ring::kReturnHead, ++returns_, std::memory_order_release);
 }
 
 }  // namespace depot

@@ -6,10 +6,9 @@
 #include <unordered_map>
 
 namespace depot::replies {
-namespace fb = flatbuffers;
 
-fb::Offset<fb::Vector<const wire::FrameLocation*>> Frames(fb::FlatBufferBuilder& fbb,
-                                                          std::span<const Location> frames) {
+flatbuffers::Offset<flatbuffers::Vector<const wire::FrameLocation*>> Frames(
+    flatbuffers::FlatBufferBuilder& fbb, std::span<const Location> frames) {
   std::vector<wire::FrameLocation> out;
   out.reserve(frames.size());
   for (const Location& l : frames) out.emplace_back(l.offset, l.size, l.segment, l.pool);
@@ -19,11 +18,12 @@ fb::Offset<fb::Vector<const wire::FrameLocation*>> Frames(fb::FlatBufferBuilder&
 static_assert(static_cast<int>(Residence::kLost) == static_cast<int>(wire::Residence::Lost) &&
               wire::Residence::MAX == wire::Residence::Lost);
 
-fb::Offset<wire::ObjectInfo> ObjectInfo(fb::FlatBufferBuilder& fbb, const StoredObject& o,
-                                        bool with_metadata, const Holders* holders) {
+flatbuffers::Offset<wire::ObjectInfo> ObjectInfo(flatbuffers::FlatBufferBuilder& fbb,
+                                                 const StoredObject& o, bool with_metadata,
+                                                 const Holders* holders) {
   auto name = fbb.CreateString(o.name().data(), o.name().size());
   auto frames = Frames(fbb, o.frames());
-  fb::Offset<fb::Vector<uint8_t>> metadata;
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> metadata;
   if (with_metadata) metadata = fbb.CreateVector(o.metadata().data(), o.metadata().size());
   wire::ObjectInfoBuilder b(fbb);
   wire::Guid guid = proto::ToWire(o.guid);
@@ -52,9 +52,9 @@ fb::Offset<wire::ObjectInfo> ObjectInfo(fb::FlatBufferBuilder& fbb, const Stored
   return b.Finish();
 }
 
-Offsets<wire::SegmentInfo> Segments(fb::FlatBufferBuilder& fbb, const Namespace& ns,
+Offsets<wire::SegmentInfo> Segments(flatbuffers::FlatBufferBuilder& fbb, const Namespace& ns,
                                     const std::vector<uint64_t>& keys) {
-  std::vector<fb::Offset<wire::SegmentInfo>> infos;
+  std::vector<flatbuffers::Offset<wire::SegmentInfo>> infos;
   for (uint64_t key : keys) {
     auto pool = static_cast<uint32_t>(key >> 32);
     auto id = static_cast<uint32_t>(key);
@@ -64,9 +64,9 @@ Offsets<wire::SegmentInfo> Segments(fb::FlatBufferBuilder& fbb, const Namespace&
   return fbb.CreateVector(infos);
 }
 
-Offsets<wire::DevicePoolInfo> DevicePools(fb::FlatBufferBuilder& fbb,
+Offsets<wire::DevicePoolInfo> DevicePools(flatbuffers::FlatBufferBuilder& fbb,
                                           const std::vector<DevicePoolInfo>& pools) {
-  std::vector<fb::Offset<wire::DevicePoolInfo>> infos;
+  std::vector<flatbuffers::Offset<wire::DevicePoolInfo>> infos;
   for (const DevicePoolInfo& p : pools) {
     auto uuid = fbb.CreateString(p.uuid);
     auto name = fbb.CreateString(p.name);
@@ -79,17 +79,17 @@ Offsets<wire::DevicePoolInfo> DevicePools(fb::FlatBufferBuilder& fbb,
 }
 
 std::vector<uint8_t> SegmentRetired(uint32_t pool, uint32_t id) {
-  fb::FlatBufferBuilder fbb(64);
+  flatbuffers::FlatBufferBuilder fbb(64);
   std::vector<uint32_t> ids{id};
   fbb.Finish(wire::CreateSegmentsRetired(fbb, fbb.CreateVector(ids), pool));
   return proto::Encode(static_cast<uint16_t>(proto::MsgType::kSegmentsRetired), 0, fbb);
 }
 
-Offsets<wire::GetResult> GetResults(fb::FlatBufferBuilder& fbb, const GetWait& w) {
-  std::vector<fb::Offset<wire::GetResult>> results;
+Offsets<wire::GetResult> GetResults(flatbuffers::FlatBufferBuilder& fbb, const GetWait& w) {
+  std::vector<flatbuffers::Offset<wire::GetResult>> results;
   struct Built {
-    fb::Offset<fb::Vector<const wire::FrameLocation*>> frames;
-    fb::Offset<fb::Vector<uint8_t>> metadata;
+    flatbuffers::Offset<flatbuffers::Vector<const wire::FrameLocation*>> frames;
+    flatbuffers::Offset<flatbuffers::Vector<uint8_t>> metadata;
   };
   // A get that names an object several times carries its frames and metadata once; a get of one
   // object (the common case) needs no map for that.
@@ -130,7 +130,7 @@ Offsets<wire::GetResult> GetResults(fb::FlatBufferBuilder& fbb, const GetWait& w
 }
 
 std::vector<uint8_t> Empty(proto::MsgType type, uint64_t request_id) {
-  fb::FlatBufferBuilder fbb(64);
+  flatbuffers::FlatBufferBuilder fbb(64);
   fbb.Finish(wire::CreateEmptyReply(fbb));
   return proto::Encode(proto::ReplyType(type), request_id, fbb);
 }

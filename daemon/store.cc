@@ -12,11 +12,6 @@
 
 namespace depot {
 
-using proto::FromWire;
-using proto::MsgType;
-using proto::ToWire;
-namespace fb = flatbuffers;
-
 Store::Store(boost::asio::io_context& io, StoreOptions options)
     : io_(io),
       options_(std::move(options)),
@@ -90,8 +85,8 @@ Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreO
 Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_t> body) {
   auto it = sessions_.find(s);
   if (it == sessions_.end()) return Status::Disconnected("session is closed");
-  auto type = static_cast<MsgType>(h.type);
-  if (it->second.ns == nullptr && type != MsgType::kHello) {
+  auto type = static_cast<proto::MsgType>(h.type);
+  if (it->second.ns == nullptr && type != proto::MsgType::kHello) {
     NoteProtocolError();
     return Status::ProtocolError(
         fmt::format("expected hello as the first message, got {}", proto::TypeName(h.type)));
@@ -111,7 +106,7 @@ Status Store::Handle(SessionId s, const proto::Header& h, std::span<const uint8_
   } catch (const std::bad_alloc&) {
     // The daemon's own memory (metadata, replies) ran out: this request fails, the rest go on.
     spdlog::error("out of memory answering {} from session {}", proto::TypeName(h.type), s);
-    if (type == MsgType::kPut) {  // no reply to carry the error: the connection closes
+    if (type == proto::MsgType::kPut) {  // no reply to carry the error: the connection closes
       return Status::ProtocolError("depotd ran out of memory while taking a put");
     }
     ReplyError(s, h.request_id,
@@ -132,80 +127,80 @@ Status Store::Failed(SessionId s, std::string_view what, const std::exception& e
 
 Status Store::Dispatch(SessionId s, SessionState& st, const proto::Header& h,
                        std::span<const uint8_t> body) {
-  auto type = static_cast<MsgType>(h.type);
+  auto type = static_cast<proto::MsgType>(h.type);
   uint64_t id = h.request_id;
   if (st.ns != nullptr && DrainFirst(s, h, body)) return Status::OK();
   switch (type) {
-    case MsgType::kHello:
+    case proto::MsgType::kHello:
       if (st.ns != nullptr) {
         NoteProtocolError();
         return Status::ProtocolError("hello sent twice");
       }
       return OnHello(s, id, *proto::Body<wire::HelloRequest>(body));
-    case MsgType::kCreate:
+    case proto::MsgType::kCreate:
       OnCreate(s, id, body);
       break;
-    case MsgType::kSeal:
-    case MsgType::kAbort:
-      OnSealOrAbort(s, id, type == MsgType::kSeal, *proto::Body<wire::GuidRequest>(body));
+    case proto::MsgType::kSeal:
+    case proto::MsgType::kAbort:
+      OnSealOrAbort(s, id, type == proto::MsgType::kSeal, *proto::Body<wire::GuidRequest>(body));
       break;
-    case MsgType::kGet:
+    case proto::MsgType::kGet:
       OnGet(s, id, *proto::Body<wire::GetRequest>(body));
       break;
-    case MsgType::kRelease:
+    case proto::MsgType::kRelease:
       OnRelease(s, *proto::Body<wire::ReleaseRequest>(body));
       break;
-    case MsgType::kSegmentsDropped:
+    case proto::MsgType::kSegmentsDropped:
       segments_.Dropped(s, *proto::Body<wire::SegmentsRetired>(body));
       break;
-    case MsgType::kDelete:
+    case proto::MsgType::kDelete:
       OnDelete(s, id, *proto::Body<wire::GuidsRequest>(body));
       break;
-    case MsgType::kContains:
+    case proto::MsgType::kContains:
       OnContains(s, id, *proto::Body<wire::GuidsRequest>(body));
       break;
-    case MsgType::kList:
+    case proto::MsgType::kList:
       OnList(s, id, *proto::Body<wire::ListRequest>(body));
       break;
-    case MsgType::kStat:
+    case proto::MsgType::kStat:
       OnStat(s, id, *proto::Body<wire::GuidRequest>(body));
       break;
-    case MsgType::kStatus:
+    case proto::MsgType::kStatus:
       OnStatus(s, id);
       break;
-    case MsgType::kSubscribe:
+    case proto::MsgType::kSubscribe:
       events_.Subscribe(s);
       [[fallthrough]];
-    case MsgType::kPing:
+    case proto::MsgType::kPing:
       st.peer->Send(replies::Empty(type, id), {});
       break;
-    case MsgType::kClients:
+    case proto::MsgType::kClients:
       OnClients(s, id);
       break;
-    case MsgType::kMetrics:
+    case proto::MsgType::kMetrics:
       OnMetrics(s, id);
       break;
-    case MsgType::kLease:
+    case proto::MsgType::kLease:
       OnLease(s, id, *proto::Body<wire::LeaseRequest>(body));
       break;
-    case MsgType::kPut:
+    case proto::MsgType::kPut:
       return OnPut(s, *proto::Body<wire::PutRequest>(body));
-    case MsgType::kPutsWritten:  // its ring was taken above
+    case proto::MsgType::kPutsWritten:  // its ring was taken above
       rings_.Poll(s);
       break;
-    case MsgType::kHold:
+    case proto::MsgType::kHold:
       OnHold(s, id, *proto::Body<wire::GuidsRequest>(body));
       break;
-    case MsgType::kIndex:
+    case proto::MsgType::kIndex:
       OnIndex(s, st, id, *proto::Body<wire::IndexRequest>(body));
       break;
-    case MsgType::kResume:
+    case proto::MsgType::kResume:
       OnResume(s, id, *proto::Body<wire::ResumeRequest>(body));
       break;
     // No default: a row of proto/messages.h without a case here fails to compile.
-    case MsgType::kSegmentsRetired:
-    case MsgType::kEvent:
-    case MsgType::kError:
+    case proto::MsgType::kSegmentsRetired:
+    case proto::MsgType::kEvent:
+    case proto::MsgType::kError:
       return NotARequest(h.type);
   }
   if (proto::FindMessage(h.type) == nullptr) return NotARequest(h.type);
@@ -218,8 +213,8 @@ Status Store::NotARequest(uint16_t type) {
       fmt::format("{} is not a request a client may send", proto::TypeName(type)));
 }
 
-void Store::Reply(SessionId session, uint64_t request_id, MsgType type, fb::FlatBufferBuilder& fbb,
-                  std::vector<UniqueFd> fds) {
+void Store::Reply(SessionId session, uint64_t request_id, proto::MsgType type,
+                  flatbuffers::FlatBufferBuilder& fbb, std::vector<UniqueFd> fds) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
   if (Status st = CheckReplySize(fbb.GetSize()); !st.ok()) {
@@ -240,18 +235,19 @@ void Store::ReplyError(SessionId session, uint64_t request_id, const Status& sta
   ++errors_[static_cast<size_t>(status.code())];
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
-  it->second.peer->Send(proto::EncodeError(request_id, ToWire(status.code()), status.message()),
-                        {});
+  it->second.peer->Send(
+      proto::EncodeError(request_id, proto::ToWire(status.code()), status.message()), {});
 }
 
 void Store::OnSealOrAbort(SessionId s, uint64_t id, bool seal, const wire::GuidRequest& req) {
   if (!req.guid()) return ReplyError(s, id, Status::InvalidArgument("no GUID given"));
-  Guid guid = FromWire(*req.guid());
+  Guid guid = proto::FromWire(*req.guid());
   ObjectTable& table = sessions_.at(s).ns->table();
   Status st = seal ? table.Seal(s, guid, req.checksum()) : table.Abort(s, guid);
   if (!st.ok()) return ReplyError(s, id, st);
   if (seal) waits_.Wake(table, guid);
-  sessions_.at(s).peer->Send(replies::Empty(seal ? MsgType::kSeal : MsgType::kAbort, id), {});
+  sessions_.at(s).peer->Send(
+      replies::Empty(seal ? proto::MsgType::kSeal : proto::MsgType::kAbort, id), {});
 }
 
 void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
@@ -273,7 +269,7 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
   w.acquired.resize(n);
   w.errors.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    Guid g = FromWire(*req.guids()->Get(i));
+    Guid g = proto::FromWire(*req.guids()->Get(i));
     w.guids.push_back(g);
     auto got = namespaces_.spill().Acquire(*sessions_.at(s).ns, s, g);
     if (got.ok()) {
@@ -295,7 +291,7 @@ void Store::OnGet(SessionId s, uint64_t id, const wire::GetRequest& req) {
 void Store::AnswerGet(GetWait& w) {
   auto sit = sessions_.find(w.session);
   if (sit == sessions_.end()) return;
-  fb::FlatBufferBuilder fbb(1024);
+  flatbuffers::FlatBufferBuilder fbb(1024);
   auto results = replies::GetResults(fbb, w);
   // Checked before any segment is recorded as sent: a refused reply hands nothing over.
   if (Status too_large = CheckReplySize(fbb.GetSize()); !too_large.ok()) {
@@ -313,7 +309,7 @@ void Store::AnswerGet(GetWait& w) {
   }
   auto segments = replies::Segments(fbb, *sit->second.ns, keys);
   fbb.Finish(wire::CreateGetReply(fbb, results, segments));
-  Reply(w.session, w.request_id, MsgType::kGet, fbb, std::move(fds));
+  Reply(w.session, w.request_id, proto::MsgType::kGet, fbb, std::move(fds));
 }
 
 bool Store::OnSegmentRetired(const Namespace& ns, uint32_t pool, uint32_t id) {
@@ -333,7 +329,7 @@ void Store::OnRelease(SessionId s, const wire::ReleaseRequest& req) {
     ObjectTable::FreeBatch batch(table);
     if (req.handles()) std::ranges::for_each(*req.handles(), release);
     for (size_t i = 0; req.guids() && i < req.guids()->size(); ++i) {
-      auto it = st.guid_holds.find(FromWire(*req.guids()->Get(i)));
+      auto it = st.guid_holds.find(proto::FromWire(*req.guids()->Get(i)));
       if (it == st.guid_holds.end()) continue;
       release(it->second);
       st.guid_holds.erase(it);
@@ -378,12 +374,12 @@ void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
   if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
   const SessionState& session = sessions_.at(s);
   ObjectTable& table = session.ns->table();
-  fb::FlatBufferBuilder fbb(256);
-  std::vector<fb::Offset<wire::GuidResult>> results;
+  flatbuffers::FlatBufferBuilder fbb(256);
+  std::vector<flatbuffers::Offset<wire::GuidResult>> results;
   {
     ObjectTable::FreeBatch batch(table);  // one read of the slots for all, before the reply
     for (const wire::Guid* g : *req.guids()) {
-      Guid guid = FromWire(*g);
+      Guid guid = proto::FromWire(*g);
       const StoredObject* o = table.Find(guid);
       Status st = o != nullptr && !access_.MayDelete(session.creds, o->creator_uid)
                       ? Status::PermissionDenied(fmt::format(
@@ -392,11 +388,11 @@ void Store::OnDelete(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
                             guid.ToString(), o->creator_uid))
                       : table.Delete(guid, s);
       auto msg = fbb.CreateString(st.message());
-      results.push_back(wire::CreateGuidResult(fbb, g, ToWire(st.code()), msg));
+      results.push_back(wire::CreateGuidResult(fbb, g, proto::ToWire(st.code()), msg));
     }
   }
   fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
-  Reply(s, id, MsgType::kDelete, fbb);
+  Reply(s, id, proto::MsgType::kDelete, fbb);
   WatchPins();
 }
 

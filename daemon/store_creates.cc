@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "daemon/replies.h"
 #include "daemon/request_limits.h"
 #include "daemon/store.h"
+#include "proto/wire.h"
 
 namespace depot {
 
@@ -27,7 +29,7 @@ void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body, bo
   if (req.frame_pools()) pools.assign(req.frame_pools()->begin(), req.frame_pools()->end());
   uint64_t total = 0;
   for (uint64_t size : sizes) total += size;
-  Guid guid = req.guid() ? FromWire(*req.guid()) : Guid::Random();
+  Guid guid = req.guid() ? proto::FromWire(*req.guid()) : Guid::Random();
   if (guid.is_nil()) {
     return ReplyError(s, id, Status::InvalidArgument("the nil GUID cannot name an object"));
   }
@@ -97,7 +99,7 @@ void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body, bo
   quotas_.Charge(st.creds.uid, s, total);
   counters_.ObserveObject(total);
 
-  fb::FlatBufferBuilder fbb;
+  flatbuffers::FlatBufferBuilder fbb;
   std::vector<uint64_t> keys;
   std::vector<UniqueFd> fds;
   if (inline_data) {
@@ -113,9 +115,9 @@ void Store::OnCreate(SessionId s, uint64_t id, std::span<const uint8_t> body, bo
   }
   auto segments = replies::Segments(fbb, ns, keys);
   auto locations = replies::Frames(fbb, obj->frames());
-  wire::Guid g = ToWire(guid);
+  wire::Guid g = proto::ToWire(guid);
   fbb.Finish(wire::CreateCreateReply(fbb, &g, locations, segments));
-  Reply(s, id, MsgType::kCreate, fbb, std::move(fds));
+  Reply(s, id, proto::MsgType::kCreate, fbb, std::move(fds));
 }
 
 }  // namespace depot

@@ -18,10 +18,6 @@
 
 namespace depot {
 
-using proto::FromWire;
-using proto::MsgType;
-namespace fb = flatbuffers;
-
 namespace {
 constexpr uint64_t kMinLeaseGrant = uint64_t{64} << 10;
 }  // namespace
@@ -64,14 +60,14 @@ void Store::OnLease(SessionId s, uint64_t id, const wire::LeaseRequest& req) {
     quotas_.CreditBytes(uid, s, leases_.End(s));
     return ReplyError(s, id, c);
   }
-  fb::FlatBufferBuilder fbb(256);
+  flatbuffers::FlatBufferBuilder fbb(256);
   auto segments = replies::Segments(fbb, *st.ns, keys);
   auto locations = replies::Frames(fbb, *frames);
   wire::CreateReplyBuilder b(fbb);
   b.add_frames(locations);
   b.add_segments(segments);
   fbb.Finish(b.Finish());
-  Reply(s, id, MsgType::kLease, fbb, std::move(fds));
+  Reply(s, id, proto::MsgType::kLease, fbb, std::move(fds));
 }
 
 Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
@@ -87,7 +83,7 @@ Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
   if (Status invalid = CheckPut(req, {options_.max_frames, options_.max_metadata}); !invalid.ok()) {
     return refuse(invalid.message());
   }
-  Guid guid = FromWire(*req.guid());
+  Guid guid = proto::FromWire(*req.guid());
   if (table.Find(guid) != nullptr) {
     return refuse(fmt::format("put of object {}, which exists already", guid.ToString()));
   }
@@ -126,7 +122,7 @@ Status Store::OnPut(SessionId s, const wire::PutRequest& req) {
 }
 
 Status Store::OnRingPut(SessionId s, std::span<const uint8_t> body, bool held) {
-  auto put = static_cast<uint16_t>(MsgType::kPut);
+  auto put = static_cast<uint16_t>(proto::MsgType::kPut);
   if (!proto::VerifyBody(put, body)) {
     NoteProtocolError();
     return Status::ProtocolError("a put in the put ring does not verify");
@@ -139,7 +135,7 @@ Status Store::OnRingPut(SessionId s, std::span<const uint8_t> body, bool held) {
   counters_.ObserveRequest(put, std::chrono::steady_clock::now() - start);
   if (!st.ok() || !held) return st;
   SessionState& state = sessions_.at(s);
-  Guid guid = FromWire(*req.guid());
+  Guid guid = proto::FromWire(*req.guid());
   auto obj = state.ns->table().Acquire(s, guid);  // it was sealed just now
   if (obj.ok() && state.guid_holds.emplace(guid, (*obj)->id).second) return st;
   if (obj.ok()) (void)state.ns->table().Release(s, (*obj)->id);
@@ -182,21 +178,21 @@ bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint
   if (drain_replaying_ || leases_.empty()) return false;
   const ObjectTable& table = sessions_.at(s).ns->table();
   auto missing = [&table](const wire::Guid* g) {
-    return g != nullptr && table.Find(FromWire(*g)) == nullptr;
+    return g != nullptr && table.Find(proto::FromWire(*g)) == nullptr;
   };
-  auto any_missing = [&](const fb::Vector<const wire::Guid*>* guids) {
+  auto any_missing = [&](const flatbuffers::Vector<const wire::Guid*>* guids) {
     return guids != nullptr && std::any_of(guids->begin(), guids->end(), missing);
   };
   bool miss = false;
-  switch (static_cast<MsgType>(h.type)) {
-    case MsgType::kGet:
+  switch (static_cast<proto::MsgType>(h.type)) {
+    case proto::MsgType::kGet:
       miss = any_missing(proto::Body<wire::GetRequest>(body)->guids());
       break;
-    case MsgType::kDelete:
-    case MsgType::kContains:
+    case proto::MsgType::kDelete:
+    case proto::MsgType::kContains:
       miss = any_missing(proto::Body<wire::GuidsRequest>(body)->guids());
       break;
-    case MsgType::kStat:
+    case proto::MsgType::kStat:
       miss = missing(proto::Body<wire::GuidRequest>(body)->guid());
       break;
     default:
@@ -220,7 +216,7 @@ bool Store::DrainFirst(SessionId s, const proto::Header& h, std::span<const uint
   bool took = rings_.TakePolled();
   drain_reading_ = false;
   // A get that the rings answered: a process gets what others put, as soon as they return.
-  if (took && static_cast<MsgType>(h.type) == MsgType::kGet &&
+  if (took && static_cast<proto::MsgType>(h.type) == proto::MsgType::kGet &&
       !any_missing(proto::Body<wire::GetRequest>(body)->guids())) {
     rings_.NoteHandOff();
   }

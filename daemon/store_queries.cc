@@ -15,17 +15,13 @@
 
 namespace depot {
 
-using proto::FromWire;
-using proto::MsgType;
-namespace fb = flatbuffers;
-
 void Store::OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
   if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
-  fb::FlatBufferBuilder fbb(256);
-  std::vector<fb::Offset<wire::GuidResult>> results;
+  flatbuffers::FlatBufferBuilder fbb(256);
+  std::vector<flatbuffers::Offset<wire::GuidResult>> results;
   const ObjectTable& table = sessions_.at(s).ns->table();
   for (const wire::Guid* g : *req.guids()) {
-    const StoredObject* o = table.Find(FromWire(*g));
+    const StoredObject* o = table.Find(proto::FromWire(*g));
     wire::Code code = o && o->state == ObjectState::kSealed ? wire::Code::Ok : wire::Code::NotFound;
     auto msg = fbb.CreateString(!o                       ? "does not exist"
                                 : code == wire::Code::Ok ? ""
@@ -33,22 +29,22 @@ void Store::OnContains(SessionId s, uint64_t id, const wire::GuidsRequest& req) 
     results.push_back(wire::CreateGuidResult(fbb, g, code, msg));
   }
   fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
-  Reply(s, id, MsgType::kContains, fbb);
+  Reply(s, id, proto::MsgType::kContains, fbb);
 }
 
 void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
   rings_.TakeAll();  // a list shows every put that returned before it
   size_t limit = req.limit() == 0 ? 1000 : std::min(req.limit(), proto::kMaxListLimit);
   std::optional<Guid> after;
-  if (req.after()) after = FromWire(*req.after());
+  if (req.after()) after = proto::FromWire(*req.after());
   const ObjectTable& table = sessions_.at(s).ns->table();
   std::vector<const StoredObject*> objects =
       req.holder_pid() == 0 ? table.List(after, limit + 1)
                             : HeldByProcess(table, req.holder_pid(), after, limit + 1);
   bool more = objects.size() > limit;
   if (more) objects.pop_back();
-  fb::FlatBufferBuilder fbb(256 * objects.size() + 64);
-  std::vector<fb::Offset<wire::ObjectInfo>> infos;
+  flatbuffers::FlatBufferBuilder fbb(256 * objects.size() + 64);
+  std::vector<flatbuffers::Offset<wire::ObjectInfo>> infos;
   infos.reserve(objects.size());
   // The records lie in id order and the listing goes in GUID order: at a million objects each
   // record is a cache miss, which cost most of a page. Fetched a few objects ahead, the misses
@@ -63,7 +59,7 @@ void Store::OnList(SessionId s, uint64_t id, const wire::ListRequest& req) {
     infos.push_back(replies::ObjectInfo(fbb, *objects[i], false));
   }
   fbb.Finish(wire::CreateListReply(fbb, fbb.CreateVector(infos), more));
-  Reply(s, id, MsgType::kList, fbb);
+  Reply(s, id, proto::MsgType::kList, fbb);
 }
 
 std::vector<const StoredObject*> Store::HeldByProcess(const ObjectTable& table, int32_t pid,
@@ -95,15 +91,15 @@ std::vector<const StoredObject*> Store::HeldByProcess(const ObjectTable& table, 
 
 void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
   if (!req.guid()) return ReplyError(s, id, Status::InvalidArgument("no GUID given"));
-  Guid guid = FromWire(*req.guid());
+  Guid guid = proto::FromWire(*req.guid());
   const ObjectTable& table = sessions_.at(s).ns->table();
   const StoredObject* o = table.Find(guid);
   if (!o) {
     return ReplyError(s, id,
                       Status::NotFound(fmt::format("object {} does not exist", guid.ToString())));
   }
-  fb::FlatBufferBuilder fbb(512 + o->metadata().size());
-  std::vector<fb::Offset<wire::HolderInfo>> holders;
+  flatbuffers::FlatBufferBuilder fbb(512 + o->metadata().size());
+  std::vector<flatbuffers::Offset<wire::HolderInfo>> holders;
   replies::Holders extra;
   for (const Holder& h : table.HoldersOf(o->id)) {
     const SessionState& holder = sessions_.at(h.session);
@@ -129,7 +125,7 @@ void Store::OnStat(SessionId s, uint64_t id, const wire::GuidRequest& req) {
     extra.creator_process = fbb.CreateString(creator->second.process);
   }
   fbb.Finish(wire::CreateStatReply(fbb, replies::ObjectInfo(fbb, *o, true, &extra)));
-  Reply(s, id, MsgType::kStat, fbb);
+  Reply(s, id, proto::MsgType::kStat, fbb);
 }
 
 StoreStatus Store::Snapshot() const {
@@ -176,9 +172,9 @@ StoreStatus Store::Snapshot() const {
 void Store::OnStatus(SessionId s, uint64_t id) {
   rings_.TakeAll();
   StoreStatus st = Snapshot();
-  fb::FlatBufferBuilder fbb(512 + 32 * st.users.size());
+  flatbuffers::FlatBufferBuilder fbb(512 + 32 * st.users.size());
   fbb.Finish(BuildStatusReply(fbb, st));
-  Reply(s, id, MsgType::kStatus, fbb);
+  Reply(s, id, proto::MsgType::kStatus, fbb);
 }
 
 std::string Store::Metrics() const {
@@ -201,14 +197,14 @@ std::string Store::Metrics() const {
 
 void Store::OnMetrics(SessionId s, uint64_t id) {
   std::string text = Metrics();
-  fb::FlatBufferBuilder fbb(text.size() + 64);
+  flatbuffers::FlatBufferBuilder fbb(text.size() + 64);
   fbb.Finish(wire::CreateMetricsReply(fbb, fbb.CreateString(text)));
-  Reply(s, id, MsgType::kMetrics, fbb);
+  Reply(s, id, proto::MsgType::kMetrics, fbb);
 }
 
 void Store::OnClients(SessionId s, uint64_t id) {
-  fb::FlatBufferBuilder fbb(256 * sessions_.size() + 64);
-  std::vector<fb::Offset<wire::ClientInfo>> infos;
+  flatbuffers::FlatBufferBuilder fbb(256 * sessions_.size() + 64);
+  std::vector<flatbuffers::Offset<wire::ClientInfo>> infos;
   for (const auto& [sid, st] : sessions_) {
     if (st.ns == nullptr) continue;  // not greeted
     Holdings h = st.ns->table().HoldingsOf(sid);
@@ -234,7 +230,7 @@ void Store::OnClients(SessionId s, uint64_t id) {
                                            created.objects, created.bytes));
   }
   fbb.Finish(wire::CreateClientsReply(fbb, fbb.CreateVector(infos)));
-  Reply(s, id, MsgType::kClients, fbb);
+  Reply(s, id, proto::MsgType::kClients, fbb);
 }
 
 }  // namespace depot

@@ -19,9 +19,6 @@
 
 namespace depot {
 
-using proto::MsgType;
-namespace fb = flatbuffers;
-
 SessionId Store::Open(Peer* peer, PeerCredentials creds) {
   SessionId id = next_session_++;
   ++connections_;
@@ -169,7 +166,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
     namespaces_.kept().KeepRing(st.ns->key(), st.creds.uid, st.creds.pid, s, -1);
     spdlog::warn("session {}: puts go in messages: {}", s, ring.status().message());
   }
-  fb::FlatBufferBuilder fbb;
+  flatbuffers::FlatBufferBuilder fbb;
   auto version = fbb.CreateString(options_.version);
   auto pools = replies::DevicePools(fbb, namespaces_.DevicePools());
   auto unavailable = fbb.CreateString(devices_.unavailable());
@@ -178,7 +175,7 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
       proto::kMaxInlineSize, options_.hugepages, pools, unavailable, sets, arena,
       sets > 0 ? index::kSlotCount : 0, /*leases=*/true, ring_bytes, options_.max_frames,
       options_.max_metadata, sets > 0 ? st.ns->gets()->generation() : 0, /*resumes=*/true));
-  Reply(s, id, MsgType::kHello, fbb, std::move(fds));
+  Reply(s, id, proto::MsgType::kHello, fbb, std::move(fds));
   return Status::OK();
 }
 
@@ -186,8 +183,8 @@ void Store::OnHold(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
   if (Status st = CheckGuidCount(req.guids()); !st.ok()) return ReplyError(s, id, st);
   SessionState& state = sessions_.at(s);
   ObjectTable& table = state.ns->table();
-  fb::FlatBufferBuilder fbb(64 + 48 * req.guids()->size());
-  std::vector<fb::Offset<wire::GuidResult>> results;
+  flatbuffers::FlatBufferBuilder fbb(64 + 48 * req.guids()->size());
+  std::vector<flatbuffers::Offset<wire::GuidResult>> results;
   results.reserve(req.guids()->size());
   for (const wire::Guid* g : *req.guids()) {
     Guid guid = proto::FromWire(*g);
@@ -202,7 +199,7 @@ void Store::OnHold(SessionId s, uint64_t id, const wire::GuidsRequest& req) {
         wire::CreateGuidResult(fbb, g, proto::ToWire(st.code()), fbb.CreateString(st.message())));
   }
   fbb.Finish(wire::CreateGuidsReply(fbb, fbb.CreateVector(results)));
-  Reply(s, id, MsgType::kHold, fbb);
+  Reply(s, id, proto::MsgType::kHold, fbb);
 }
 
 void Store::OnResume(SessionId s, uint64_t id, const wire::ResumeRequest& req) {
@@ -216,7 +213,7 @@ void Store::OnResume(SessionId s, uint64_t id, const wire::ResumeRequest& req) {
   }
   spdlog::info("session {}: process {} resumed session {} of the last depotd", s, creds.pid,
                req.session_id());
-  sessions_.at(s).peer->Send(replies::Empty(MsgType::kResume, id), {});
+  sessions_.at(s).peer->Send(replies::Empty(proto::MsgType::kResume, id), {});
 }
 
 size_t Store::DropOrphans(int32_t pid, uint32_t uid) {
@@ -255,10 +252,10 @@ void Store::OnIndex(SessionId s, SessionState& st, uint64_t id, const wire::Inde
       return ReplyError(s, id, Status::Unavailable("cannot pass the shared index"));
     }
   }
-  fb::FlatBufferBuilder fbb;
+  flatbuffers::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateIndexReply(fbb, slots, index.sets(), index.arena_bytes(),
                                     gets->generation(), !fds.empty()));
-  Reply(s, id, MsgType::kIndex, fbb, std::move(fds));
+  Reply(s, id, proto::MsgType::kIndex, fbb, std::move(fds));
 }
 
 }  // namespace depot

@@ -16,20 +16,11 @@
 namespace depot {
 namespace {
 
-using internal::Connection;
-using internal::GuidVector;
-using internal::InBatches;
-using internal::Link;
-using proto::MsgType;
-using proto::ToStatus;
-using proto::ToWire;
-namespace fb = flatbuffers;
-
 Guid FromWire(const wire::Guid* g) { return g ? proto::FromWire(*g) : Guid{}; }
 
 // Requests without arguments (status, ping, clients, subscribe, metrics) carry an empty table.
-Result<internal::Message> CallWithoutArguments(Connection& conn, MsgType type) {
-  fb::FlatBufferBuilder fbb(64);
+Result<internal::Message> CallWithoutArguments(internal::Connection& conn, proto::MsgType type) {
+  flatbuffers::FlatBufferBuilder fbb(64);
   fbb.Finish(wire::CreateEmptyReply(fbb));
   return conn.Call(type, fbb);
 }
@@ -81,17 +72,17 @@ ObjectInfo FromWire(const wire::ObjectInfo& w) {
 
 // One get request's worth of `guids` (at most proto::kMaxGuidsPerRequest) on `conn`: what this
 // process holds or finds in the shared index, and the rest in one round trip.
-std::vector<Result<Object>> GetBatch(Connection& conn, std::span<const Guid> guids,
+std::vector<Result<Object>> GetBatch(internal::Connection& conn, std::span<const Guid> guids,
                                      std::chrono::milliseconds timeout) {
   std::vector<Result<Object>> out(guids.size(), Status::NotFound("not requested"));
   std::vector<size_t> wanted;  // indexes of GUIDs not held already, asked in one round trip
   conn.GetLocal(guids, out, wanted);
   if (wanted.empty()) return out;
-  fb::FlatBufferBuilder fbb(64 + 16 * wanted.size());
+  flatbuffers::FlatBufferBuilder fbb(64 + 16 * wanted.size());
   std::vector<Guid> asked;
   for (size_t i : wanted) asked.push_back(guids[i]);
-  fbb.Finish(wire::CreateGetRequest(fbb, GuidVector(fbb, asked), timeout.count()));
-  auto reply = conn.Call(MsgType::kGet, fbb);
+  fbb.Finish(wire::CreateGetRequest(fbb, internal::GuidVector(fbb, asked), timeout.count()));
+  auto reply = conn.Call(proto::MsgType::kGet, fbb);
   if (!reply.ok()) {
     for (size_t i : wanted) out[i] = reply.status();
     return out;
@@ -105,7 +96,7 @@ std::vector<Result<Object>> GetBatch(Connection& conn, std::span<const Guid> gui
   for (size_t k = 0; k < wanted.size(); ++k) {
     const wire::GetResult* r = results->Get(k);
     if (r->code() != wire::Code::Ok) {
-      out[wanted[k]] = ToStatus(r->code(), r->message());
+      out[wanted[k]] = proto::ToStatus(r->code(), r->message());
     } else {
       out[wanted[k]] = conn.Adopt(guids[wanted[k]], *r, *reply);
     }
@@ -126,10 +117,10 @@ Result<Client> Client::Connect(const ConnectOptions& options) {
   }
   auto trusted = internal::NamedDaemonUid(options.trusted_daemon_uid);
   if (!trusted.ok()) return trusted.status();
-  auto link = Link::Open({.path = path,
-                          .name = options.client_name,
-                          .trusted_daemon_uid = *trusted,
-                          .reconnect_wait = options.reconnect_wait});
+  auto link = internal::Link::Open({.path = path,
+                                    .name = options.client_name,
+                                    .trusted_daemon_uid = *trusted,
+                                    .reconnect_wait = options.reconnect_wait});
   if (!link.ok()) return link.status();
   return Client(std::move(*link));
 }
@@ -137,7 +128,7 @@ Result<Client> Client::Connect(const ConnectOptions& options) {
 const std::string& Client::socket_path() const { return link_->options().path; }
 
 Result<Object> Client::Get(const Guid& guid, std::chrono::milliseconds timeout) {
-  Connection& conn = link_->now();
+  internal::Connection& conn = link_->now();
   if (auto held = conn.Cached(guid)) return std::move(*held);
   if (auto found = conn.FromIndex(guid)) return std::move(*found);
   if (auto found = conn.FromOwnPut(guid)) return std::move(*found);
@@ -152,30 +143,31 @@ std::vector<Result<Object>> Client::Get(std::span<const Guid> guids,
     // a millisecond, so that an object still missing is a Timeout as in one request, not the
     // NotFound of a poll.
     auto deadline = std::chrono::steady_clock::now() + timeout;
-    return InBatches(guids, [&](std::span<const Guid> part) {
+    return internal::InBatches(guids, [&](std::span<const Guid> part) {
       auto left =
           std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       return Get(part, timeout <= kNoWait ? timeout : std::max(left, std::chrono::milliseconds(1)));
     });
   }
-  return internal::Retry(*link_, [&](Connection& conn) { return GetBatch(conn, guids, timeout); });
+  return internal::Retry(
+      *link_, [&](internal::Connection& conn) { return GetBatch(conn, guids, timeout); });
 }
 
 Status Client::Delete(const Guid& guid) { return Delete(std::span<const Guid>(&guid, 1)).front(); }
 
 std::vector<Status> Client::Delete(std::span<const Guid> guids) {
   if (guids.size() > proto::kMaxGuidsPerRequest) {
-    return InBatches(guids, [&](std::span<const Guid> part) { return Delete(part); });
+    return internal::InBatches(guids, [&](std::span<const Guid> part) { return Delete(part); });
   }
-  auto once = [&](Connection& conn) {
-    fb::FlatBufferBuilder fbb(64 + 16 * guids.size());
-    fbb.Finish(wire::CreateGuidsRequest(fbb, GuidVector(fbb, guids)));
-    auto reply = conn.Call(MsgType::kDelete, fbb);
+  auto once = [&](internal::Connection& conn) {
+    flatbuffers::FlatBufferBuilder fbb(64 + 16 * guids.size());
+    fbb.Finish(wire::CreateGuidsRequest(fbb, internal::GuidVector(fbb, guids)));
+    auto reply = conn.Call(proto::MsgType::kDelete, fbb);
     std::vector<Status> out(guids.size(), reply.status());
     if (!reply.ok()) return out;
     const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
     for (size_t i = 0; results && i < results->size() && i < out.size(); ++i) {
-      out[i] = ToStatus(results->Get(i)->code(), results->Get(i)->message());
+      out[i] = proto::ToStatus(results->Get(i)->code(), results->Get(i)->message());
       if (out[i].ok()) conn.Deleted(guids[i]);
     }
     return out;
@@ -191,18 +183,20 @@ std::vector<Status> Client::Delete(std::span<const Guid> guids) {
 }
 
 Result<bool> Client::Contains(const Guid& guid) {
-  if (Connection& conn = link_->now(); conn.Cached(guid) || conn.Indexed(guid)) return true;
+  if (internal::Connection& conn = link_->now(); conn.Cached(guid) || conn.Indexed(guid))
+    return true;
   return std::move(Contains(std::span<const Guid>(&guid, 1)).front());
 }
 
 std::vector<Result<bool>> Client::Contains(std::span<const Guid> guids) {
   if (guids.size() > proto::kMaxGuidsPerRequest) {
-    return InBatches(guids, [&](std::span<const Guid> part) { return Contains(part); });
+    return internal::InBatches(guids, [&](std::span<const Guid> part) { return Contains(part); });
   }
-  fb::FlatBufferBuilder fbb(64 + 16 * guids.size());
-  fbb.Finish(wire::CreateGuidsRequest(fbb, GuidVector(fbb, guids)));
-  auto reply =
-      internal::Retry(*link_, [&](Connection& conn) { return conn.Call(MsgType::kContains, fbb); });
+  flatbuffers::FlatBufferBuilder fbb(64 + 16 * guids.size());
+  fbb.Finish(wire::CreateGuidsRequest(fbb, internal::GuidVector(fbb, guids)));
+  auto reply = internal::Retry(*link_, [&](internal::Connection& conn) {
+    return conn.Call(proto::MsgType::kContains, fbb);
+  });
   if (!reply.ok()) return std::vector<Result<bool>>(guids.size(), reply.status());
   const auto* results = proto::Body<wire::GuidsReply>(reply->body)->results();
   if (results == nullptr || results->size() != guids.size()) {
@@ -218,11 +212,11 @@ std::vector<Result<bool>> Client::Contains(std::span<const Guid> guids) {
 }
 
 Result<ObjectInfo> Client::Stat(const Guid& guid) {
-  fb::FlatBufferBuilder fbb(64);
-  wire::Guid g = ToWire(guid);
+  flatbuffers::FlatBufferBuilder fbb(64);
+  wire::Guid g = proto::ToWire(guid);
   fbb.Finish(wire::CreateGuidRequest(fbb, &g));
-  auto reply =
-      internal::Retry(*link_, [&](Connection& conn) { return conn.Call(MsgType::kStat, fbb); });
+  auto reply = internal::Retry(
+      *link_, [&](internal::Connection& conn) { return conn.Call(proto::MsgType::kStat, fbb); });
   if (!reply.ok()) return reply.status();
   const auto* info = proto::Body<wire::StatReply>(reply->body)->info();
   if (info == nullptr) return Status::ProtocolError("depotd sent a stat reply without the object");
@@ -234,12 +228,12 @@ Result<ListPage> Client::List(std::optional<Guid> after, uint32_t limit) {
 }
 
 Result<ListPage> Client::ListHeldBy(int32_t pid, std::optional<Guid> after, uint32_t limit) {
-  fb::FlatBufferBuilder fbb(64);
+  flatbuffers::FlatBufferBuilder fbb(64);
   wire::Guid g;
-  if (after) g = ToWire(*after);
+  if (after) g = proto::ToWire(*after);
   fbb.Finish(wire::CreateListRequest(fbb, after ? &g : nullptr, limit, pid));
-  auto reply =
-      internal::Retry(*link_, [&](Connection& conn) { return conn.Call(MsgType::kList, fbb); });
+  auto reply = internal::Retry(
+      *link_, [&](internal::Connection& conn) { return conn.Call(proto::MsgType::kList, fbb); });
   if (!reply.ok()) return reply.status();
   const auto* r = proto::Body<wire::ListReply>(reply->body);
   ListPage page;
@@ -260,8 +254,9 @@ Result<std::vector<DevicePoolInfo>> Client::DevicePools() const {
 }
 
 Result<StoreStatus> Client::GetStatus() {
-  auto reply = internal::Retry(
-      *link_, [](Connection& conn) { return CallWithoutArguments(conn, MsgType::kStatus); });
+  auto reply = internal::Retry(*link_, [](internal::Connection& conn) {
+    return CallWithoutArguments(conn, proto::MsgType::kStatus);
+  });
   if (!reply.ok()) return reply.status();
   return internal::StoreStatusFromReply(*proto::Body<wire::StatusReply>(reply->body));
 }
@@ -269,22 +264,26 @@ Result<StoreStatus> Client::GetStatus() {
 uint64_t Client::index_gets() const { return link_->now().index_gets(); }
 
 Result<std::string> Client::Metrics() {
-  auto reply = internal::Retry(
-      *link_, [](Connection& conn) { return CallWithoutArguments(conn, MsgType::kMetrics); });
+  auto reply = internal::Retry(*link_, [](internal::Connection& conn) {
+    return CallWithoutArguments(conn, proto::MsgType::kMetrics);
+  });
   if (!reply.ok()) return reply.status();
   const auto* text = proto::Body<wire::MetricsReply>(reply->body)->text();
   return text ? text->str() : std::string();
 }
 
 Status Client::Ping() {
-  return internal::Retry(
-             *link_, [](Connection& conn) { return CallWithoutArguments(conn, MsgType::kPing); })
+  return internal::Retry(*link_,
+                         [](internal::Connection& conn) {
+                           return CallWithoutArguments(conn, proto::MsgType::kPing);
+                         })
       .status();
 }
 
 Result<std::vector<ClientInfo>> Client::Clients() {
-  auto reply = internal::Retry(
-      *link_, [](Connection& conn) { return CallWithoutArguments(conn, MsgType::kClients); });
+  auto reply = internal::Retry(*link_, [](internal::Connection& conn) {
+    return CallWithoutArguments(conn, proto::MsgType::kClients);
+  });
   if (!reply.ok()) return reply.status();
   std::vector<ClientInfo> out;
   const auto* r = proto::Body<wire::ClientsReply>(reply->body);
@@ -312,9 +311,9 @@ Result<std::vector<ClientInfo>> Client::Clients() {
 
 Result<Subscription> Client::Subscribe() {
   const internal::Link::Options& o = link_->options();
-  auto conn = Connection::Open(o.path, "events", o.trusted_daemon_uid);
+  auto conn = internal::Connection::Open(o.path, "events", o.trusted_daemon_uid);
   if (!conn.ok()) return conn.status();
-  auto reply = CallWithoutArguments(**conn, MsgType::kSubscribe);
+  auto reply = CallWithoutArguments(**conn, proto::MsgType::kSubscribe);
   if (!reply.ok()) return reply.status();
   return Subscription(std::move(*conn));
 }

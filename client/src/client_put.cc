@@ -14,24 +14,19 @@
 namespace depot {
 namespace {
 
-using internal::Checksum;
-using internal::Connection;
-using proto::ToWire;
-namespace fb = flatbuffers;
-
 // A create request, proposing `guid` when given.
-fb::Offset<wire::CreateRequest> BuildCreate(
-    fb::FlatBufferBuilder& fbb, std::span<const uint64_t> sizes, std::span<const uint32_t> pools,
-    const CreateOptions& o, const std::optional<Guid>& guid,
+flatbuffers::Offset<wire::CreateRequest> BuildCreate(
+    flatbuffers::FlatBufferBuilder& fbb, std::span<const uint64_t> sizes,
+    std::span<const uint32_t> pools, const CreateOptions& o, const std::optional<Guid>& guid,
     std::span<const std::span<const std::byte>> inline_frames) {
   auto frame_sizes = fbb.CreateVector(sizes.data(), sizes.size());
-  fb::Offset<fb::Vector<uint32_t>> frame_pools;
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> frame_pools;
   if (!pools.empty()) frame_pools = fbb.CreateVector(pools.data(), pools.size());
   auto metadata =
       fbb.CreateVector(reinterpret_cast<const uint8_t*>(o.metadata.data()), o.metadata.size());
-  fb::Offset<fb::String> name;
+  flatbuffers::Offset<flatbuffers::String> name;
   if (!o.name.empty()) name = fbb.CreateString(o.name);
-  fb::Offset<fb::Vector<uint8_t>> data;
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> data;
   if (!inline_frames.empty()) {
     uint64_t total = 0;
     for (auto f : inline_frames) total += f.size();
@@ -49,7 +44,7 @@ fb::Offset<wire::CreateRequest> BuildCreate(
   if (!o.name.empty()) b.add_name(name);
   wire::Guid g;
   if (guid) {
-    g = ToWire(*guid);
+    g = proto::ToWire(*guid);
     b.add_guid(&g);
   }
   b.add_evictable(o.evictable);
@@ -57,13 +52,13 @@ fb::Offset<wire::CreateRequest> BuildCreate(
   if (!inline_frames.empty()) {
     b.add_inline_data(data);
     b.add_seal(true);
-    if (o.checksum) b.add_checksum(Checksum(inline_frames));
+    if (o.checksum) b.add_checksum(internal::Checksum(inline_frames));
   }
   return b.Finish();
 }
 
 // A create on `conn`, proposing `guid` when given.
-Result<Draft> CreateOn(Connection& conn, std::span<const uint64_t> sizes,
+Result<Draft> CreateOn(internal::Connection& conn, std::span<const uint64_t> sizes,
                        const CreateOptions& options, const std::optional<Guid>& guid) {
   std::vector<uint32_t> pools;
   if (!options.places.empty()) {
@@ -82,7 +77,7 @@ Result<Draft> CreateOn(Connection& conn, std::span<const uint64_t> sizes,
       pools.push_back(*pool);
     }
   }
-  fb::FlatBufferBuilder fbb(256);
+  flatbuffers::FlatBufferBuilder fbb(256);
   fbb.Finish(BuildCreate(fbb, sizes, pools, options, guid, {}));
   auto reply = conn.CallCreate(fbb);
   if (!reply.ok()) return reply.status();
@@ -92,7 +87,7 @@ Result<Draft> CreateOn(Connection& conn, std::span<const uint64_t> sizes,
 
 // A put on `conn` as `guid`: into the lease when the caller proposed no GUID, else created (inline
 // when small) and sealed.
-Result<Guid> PutOn(Connection& conn, std::span<const std::span<const std::byte>> frames,
+Result<Guid> PutOn(internal::Connection& conn, std::span<const std::span<const std::byte>> frames,
                    const CreateOptions& options, const Guid& guid) {
   if (!options.guid) {
     if (auto put = conn.PutInLease(frames, options, guid)) return std::move(*put);
@@ -105,7 +100,7 @@ Result<Guid> PutOn(Connection& conn, std::span<const std::span<const std::byte>>
   }
   if (total <= proto::kMaxInlineSize && !frames.empty() && options.places.empty()) {
     // Create, fill and seal in one round trip.
-    fb::FlatBufferBuilder fbb(total + 256);
+    flatbuffers::FlatBufferBuilder fbb(total + 256);
     fbb.Finish(BuildCreate(fbb, sizes, {}, options, guid, frames));
     auto reply = conn.CallCreate(fbb);
     if (!reply.ok()) return reply.status();
@@ -132,7 +127,7 @@ Result<Guid> Client::Put(std::span<const std::byte> data, const CreateOptions& o
 
 Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
                          const CreateOptions& options) {
-  Connection& conn = link_->now();
+  internal::Connection& conn = link_->now();
   // Every rule the daemon keeps, before anything is written: a put it would refuse in its ring
   // must not return a GUID.
   if (Status shape = proto::CheckObjectShape(frames.size(), options.metadata.size(),
@@ -150,7 +145,7 @@ Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
   // The last daemon may have made the object before it went: its catalog, or the put ring it
   // left, gave it to the next one, which took both before it answered anyone.
   flatbuffers::FlatBufferBuilder fbb(64);
-  wire::Guid g = ToWire(guid);
+  wire::Guid g = proto::ToWire(guid);
   fbb.Finish(wire::CreateGuidRequest(fbb, &g));
   auto stat = (*next)->Call(proto::MsgType::kStat, fbb);
   if (stat.ok()) {
@@ -164,8 +159,9 @@ Result<Guid> Client::Put(std::span<const std::span<const std::byte>> frames,
 }
 
 Result<Draft> Client::Create(std::span<const uint64_t> sizes, const CreateOptions& options) {
-  return internal::Retry(
-      *link_, [&](Connection& conn) { return CreateOn(conn, sizes, options, options.guid); });
+  return internal::Retry(*link_, [&](internal::Connection& conn) {
+    return CreateOn(conn, sizes, options, options.guid);
+  });
 }
 
 }  // namespace depot

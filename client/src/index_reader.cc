@@ -12,8 +12,6 @@
 namespace depot::internal {
 namespace {
 
-using index::Load;
-
 // Reads of an entry that keeps changing give up after this many tries: the daemon answers.
 constexpr int kTries = 8;
 
@@ -60,7 +58,7 @@ bool IndexReader::FindInto(const Guid& guid, IndexHit& hit, uint64_t entry) cons
       const uint64_t* tag = map_.words() + index::TagWord(n);
       // Only an entry whose tag names `guid` can hold it: the others' lines are not read. (The
       // tag is checked again under the entry's seqlock.)
-      if (Load(&tag[0]) != guid.hi || Load(&tag[1]) != guid.lo) continue;
+      if (index::Load(&tag[0]) != guid.hi || index::Load(&tag[1]) != guid.lo) continue;
       if (ReadSteady(index::EntryWord(n), guid, hit)) return true;
     }
   }
@@ -79,7 +77,7 @@ uint64_t IndexReader::Locate(const Guid& guid, Set set) const {
   const uint64_t number = SetNumber(guid, set);
   for (uint64_t n = First(number); n < First(number + 1); ++n) {
     const uint64_t* tag = map_.words() + index::TagWord(n);
-    if (Load(&tag[0]) != guid.hi || Load(&tag[1]) != guid.lo) continue;
+    if (index::Load(&tag[0]) != guid.hi || index::Load(&tag[1]) != guid.lo) continue;
     depot::Prefetch(map_.words() + index::EntryWord(n));
     return index::EntryWord(n);
   }
@@ -90,18 +88,18 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, IndexHit& hit, bool& fo
   const uint64_t* e = map_.words() + entry;
   const uint64_t* tag = map_.words() + index::TagWord(index::EntryNumber(entry));
   found = false;
-  uint64_t seq = Load(&e[index::kSeq], std::memory_order_acquire);
+  uint64_t seq = index::Load(&e[index::kSeq], std::memory_order_acquire);
   if (seq & 1) return false;
-  if (Load(&tag[0]) != guid.hi || Load(&tag[1]) != guid.lo) {
+  if (index::Load(&tag[0]) != guid.hi || index::Load(&tag[1]) != guid.lo) {
     std::atomic_thread_fence(std::memory_order_acquire);
-    return Load(&e[index::kSeq]) == seq;  // another object's (or none): a miss, if stable
+    return index::Load(&e[index::kSeq]) == seq;  // another object's (or none): a miss, if stable
   }
   hit.entry = entry;
   hit.seq = seq;
-  hit.id = Load(&e[index::kId]);
-  uint64_t shape = Load(&e[index::kShape]);
-  uint64_t creator = Load(&e[index::kCreator]);
-  uint64_t checksum = Load(&e[index::kChecksum]);
+  hit.id = index::Load(&e[index::kId]);
+  uint64_t shape = index::Load(&e[index::kShape]);
+  uint64_t creator = index::Load(&e[index::kCreator]);
+  uint64_t checksum = index::Load(&e[index::kChecksum]);
   uint64_t frames = index::ShapeFrames(shape);
   uint64_t metadata = index::ShapeMetadata(shape);
   bool inlined = (index::ShapeFlags(shape) & index::kInline) != 0;
@@ -113,7 +111,7 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, IndexHit& hit, bool& fo
   if (inlined) {
     sane = sane && index::Inlined(frames, metadata);
   } else {
-    uint64_t record = Load(r);
+    uint64_t record = index::Load(r);
     sane = sane && record % 8 == 0 && record <= arena_bytes_ &&
            index::RecordBytes(frames, metadata) <= arena_bytes_ - record;
     if (sane) r = map_.words() + index::ArenaWord(sets_) + record / 8;  // only then: in the arena
@@ -121,14 +119,14 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, IndexHit& hit, bool& fo
   if (sane) {
     hit.frames.clear();
     for (uint64_t i = 0; i < frames; ++i, r += index::kFrameWords) {
-      uint64_t place = Load(&r[2]);
-      hit.frames.emplace_back(Load(&r[0]), Load(&r[1]), static_cast<uint32_t>(place),
+      uint64_t place = index::Load(&r[2]);
+      hit.frames.emplace_back(index::Load(&r[0]), index::Load(&r[1]), static_cast<uint32_t>(place),
                               static_cast<uint32_t>(place >> 32));
     }
     // Word by word: the arena is written concurrently, so each word is one atomic load.
     hit.metadata.resize(metadata);
     for (uint64_t at = 0; at < metadata; at += 8) {
-      uint64_t w = Load(r++);
+      uint64_t w = index::Load(r++);
       std::memcpy(hit.metadata.data() + at, &w, std::min<uint64_t>(8, metadata - at));
     }
     hit.checksum.reset();
@@ -137,7 +135,7 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, IndexHit& hit, bool& fo
     hit.creator_pid = static_cast<int32_t>(creator >> 32);
   }
   std::atomic_thread_fence(std::memory_order_acquire);
-  if (Load(&e[index::kSeq]) != seq) return false;
+  if (index::Load(&e[index::kSeq]) != seq) return false;
   found = sane;
   return true;
 }
@@ -145,14 +143,14 @@ bool IndexReader::Read(uint64_t entry, const Guid& guid, IndexHit& hit, bool& fo
 bool IndexReader::HasRoomFor(const Guid& guid) const {
   for (uint64_t set : {index::SetOf(guid, sets_), index::SecondSetOf(guid, sets_)}) {
     for (uint64_t n = First(set); n < First(set + 1); ++n) {
-      if (Load(map_.words() + index::EntryWord(n) + index::kId) == 0) return true;
+      if (index::Load(map_.words() + index::EntryWord(n) + index::kId) == 0) return true;
     }
   }
   return false;
 }
 
 bool IndexReader::Unchanged(uint64_t entry, uint64_t seq) const {
-  return Load(map_.words() + entry + index::kSeq) == seq;
+  return index::Load(map_.words() + entry + index::kSeq) == seq;
 }
 
 }  // namespace depot::internal

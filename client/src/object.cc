@@ -15,15 +15,7 @@
 
 namespace depot {
 
-namespace {
-
-using internal::Checksum;
-using internal::Connection;
-using proto::MsgType;
-using proto::ToWire;
-namespace fb = flatbuffers;
-
-}  // namespace
+namespace {}  // namespace
 
 const Guid& Object::guid() const { return h_->guid; }
 size_t Object::frame_count() const { return h_->frames.size(); }
@@ -42,7 +34,7 @@ Status Object::Verify() const {
     return Status::InvalidArgument(
         fmt::format("object {} was sealed without a checksum", h_->guid.ToString()));
   }
-  uint64_t now = Checksum(h_->frames);
+  uint64_t now = internal::Checksum(h_->frames);
   if (now != *h_->checksum) {
     return Status::DataLoss(
         fmt::format("object {}: its bytes hash to {:016x}, not the {:016x} "
@@ -67,8 +59,9 @@ Status Object::Populate() const {
   return Status::OK();
 }
 
-Draft::Draft(std::shared_ptr<Connection> conn, Guid guid, std::vector<std::span<std::byte>> frames,
-             std::vector<uint64_t> segment_uses, std::vector<Place> places)
+Draft::Draft(std::shared_ptr<internal::Connection> conn, Guid guid,
+             std::vector<std::span<std::byte>> frames, std::vector<uint64_t> segment_uses,
+             std::vector<Place> places)
     : conn_(std::move(conn)),
       guid_(guid),
       frames_(std::move(frames)),
@@ -115,17 +108,17 @@ Status Draft::Finish(bool seal, void* cuda_stream) {
     if (Status synced = conn_->SyncDevices(places_, cuda_stream); !synced.ok()) return synced;
   }
   open_ = false;
-  fb::FlatBufferBuilder fbb(64);
-  wire::Guid g = ToWire(guid_);
-  fb::Optional<uint64_t> checksum;
-  if (seal && checksum_) checksum = Checksum(frames_);
+  flatbuffers::FlatBufferBuilder fbb(64);
+  wire::Guid g = proto::ToWire(guid_);
+  flatbuffers::Optional<uint64_t> checksum;
+  if (seal && checksum_) checksum = internal::Checksum(frames_);
   fbb.Finish(wire::CreateGuidRequest(fbb, &g, checksum));
   // Unmapped before the daemon hears of it: once sealed, a reader may release and delete the
   // object at once, and a dedicated segment is then given back without a retire notice.
   frames_.clear();
   conn_->DropUses(segment_uses_);
   segment_uses_.clear();
-  Status told = conn_->Call(seal ? MsgType::kSeal : MsgType::kAbort, fbb).status();
+  Status told = conn_->Call(seal ? proto::MsgType::kSeal : proto::MsgType::kAbort, fbb).status();
   conn_->DraftEnded();  // after the seal: a daemon that took it made an object of those bytes
   return told;
 }

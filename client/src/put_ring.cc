@@ -12,9 +12,6 @@
 
 namespace depot::internal {
 
-using index::Load;
-using index::Store;
-
 Result<PutRing> PutRing::Map(const UniqueFd& fd, uint64_t bytes) {
   struct stat st {};
   if (bytes != put_ring::kRingFileBytes || ::fstat(fd.get(), &st) != 0 ||
@@ -32,20 +29,21 @@ Result<PutRing> PutRing::Map(const UniqueFd& fd, uint64_t bytes) {
 }
 
 std::optional<uint64_t> PutRing::Append(std::span<const uint8_t> body) {
-  uint64_t tail = Load(map_.words() + put_ring::kTail, std::memory_order_acquire);
+  uint64_t tail = index::Load(map_.words() + put_ring::kTail, std::memory_order_acquire);
   uint64_t span = put_ring::RecordSpan(body.size());
   if (body.empty() || tail > head_ || head_ + span - tail > put_ring::kRecordBytes) {
     return std::nullopt;
   }
   auto* records = reinterpret_cast<uint8_t*>(map_.words() + put_ring::kRecordsWord);
-  Store(map_.words() + put_ring::kRecordsWord + (head_ % put_ring::kRecordBytes) / 8, body.size());
+  index::Store(map_.words() + put_ring::kRecordsWord + (head_ % put_ring::kRecordBytes) / 8,
+               body.size());
   uint64_t at = (head_ + put_ring::kHeaderBytes) % put_ring::kRecordBytes;
   uint64_t first = std::min<uint64_t>(body.size(), put_ring::kRecordBytes - at);
   std::memcpy(records + at, body.data(), first);
   std::memcpy(records, body.data() + first, body.size() - first);
   uint64_t position = head_;
   head_ += span;
-  Store(map_.words() + put_ring::kHead, head_, std::memory_order_release);
+  index::Store(map_.words() + put_ring::kHead, head_, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   return position;
 }
@@ -53,7 +51,8 @@ std::optional<uint64_t> PutRing::Append(std::span<const uint8_t> body) {
 bool PutRing::Hold(uint64_t position, uint64_t length) {
   // Taken, and maybe its space written again by a later record: not this one's header any more.
   // (Only this connection's puts write records, under the same lock as this call.)
-  if (Load(map_.words() + put_ring::kTail, std::memory_order_acquire) > position) return false;
+  if (index::Load(map_.words() + put_ring::kTail, std::memory_order_acquire) > position)
+    return false;
   uint64_t* header =
       map_.words() + put_ring::kRecordsWord + (position % put_ring::kRecordBytes) / 8;
   uint64_t expected = length;
@@ -62,7 +61,7 @@ bool PutRing::Hold(uint64_t position, uint64_t length) {
 }
 
 bool PutRing::NeedsDoorbell() {
-  uint64_t word = Load(map_.words() + put_ring::kPolled);
+  uint64_t word = index::Load(map_.words() + put_ring::kPolled);
   uint64_t state = word & put_ring::kStateMask;
   if (state == put_ring::kPolling || (state == put_ring::kIdle && word == rang_)) return false;
   rang_ = word;
@@ -70,16 +69,17 @@ bool PutRing::NeedsDoorbell() {
 }
 
 void PutRing::TakeReturns(std::vector<Block>& out) {
-  uint64_t head = Load(map_.words() + put_ring::kReturnHead, std::memory_order_acquire);
+  uint64_t head = index::Load(map_.words() + put_ring::kReturnHead, std::memory_order_acquire);
   if (head < returns_ || head - returns_ > put_ring::kReturnSlots) {
     returns_ = head;  // the daemon's count makes no sense: take none of them
   }
   for (; returns_ < head; ++returns_) {
     const uint64_t* entry = map_.words() + put_ring::kReturnsWord +
                             (returns_ % put_ring::kReturnSlots) * put_ring::kReturnWords;
-    out.push_back({static_cast<uint32_t>(Load(entry + 2)), Load(entry), Load(entry + 1)});
+    out.push_back({static_cast<uint32_t>(index::Load(entry + 2)), index::Load(entry),
+                   index::Load(entry + 1)});
   }
-  Store(map_.words() + put_ring::kReturnTail, returns_, std::memory_order_release);
+  index::Store(map_.words() + put_ring::kReturnTail, returns_, std::memory_order_release);
 }
 
 bool PutRing::BeginWrite() {
@@ -89,12 +89,12 @@ bool PutRing::BeginWrite() {
 }
 
 void PutRing::EndWrite() {
-  Store(map_.words() + put_ring::kLease, put_ring::kLeaseIdle, std::memory_order_release);
+  index::Store(map_.words() + put_ring::kLease, put_ring::kLeaseIdle, std::memory_order_release);
 }
 
 void PutRing::SkipReturns() {
-  returns_ = Load(map_.words() + put_ring::kReturnHead, std::memory_order_acquire);
-  Store(map_.words() + put_ring::kReturnTail, returns_, std::memory_order_release);
+  returns_ = index::Load(map_.words() + put_ring::kReturnHead, std::memory_order_acquire);
+  index::Store(map_.words() + put_ring::kReturnTail, returns_, std::memory_order_release);
 }
 
 }  // namespace depot::internal

@@ -10,7 +10,7 @@ namespace depot::python {
 // Runs f with the GIL released: f must not touch Python objects.
 template <typename F>
 auto WithoutGil(F&& f) {
-  py::gil_scoped_release release;
+  pybind11::gil_scoped_release release;
   return f();
 }
 
