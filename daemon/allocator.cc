@@ -24,10 +24,8 @@ std::optional<uint64_t> Allocator::Allocate(uint64_t bytes) {
 }
 
 bool Allocator::Free(uint64_t offset, uint64_t bytes) {
+  if (!InRegion(offset, bytes)) return false;
   uint64_t size = BlockSize(bytes);
-  if (bytes == 0 || offset % alignment_ != 0 || offset > size_ || size > size_ - offset) {
-    return false;
-  }
   // The block must not overlap free space: the free blocks around it end before it and start
   // after it.
   auto next = free_by_offset_.lower_bound(offset);
@@ -58,10 +56,8 @@ bool Allocator::Free(uint64_t offset, uint64_t bytes) {
 }
 
 bool Allocator::Reserve(uint64_t offset, uint64_t bytes) {
+  if (!InRegion(offset, bytes)) return false;
   uint64_t size = BlockSize(bytes);
-  if (bytes == 0 || offset % alignment_ != 0 || offset > size_ || size > size_ - offset) {
-    return false;
-  }
   // The free block that holds it starts at or before it and ends at or after its end.
   auto it = free_by_offset_.upper_bound(offset);
   if (it == free_by_offset_.begin()) return false;
@@ -77,9 +73,7 @@ bool Allocator::Reserve(uint64_t offset, uint64_t bytes) {
 }
 
 bool Allocator::Split(uint64_t offset, uint64_t bytes, uint64_t head) {
-  uint64_t size = BlockSize(bytes);
-  if (head == 0 || head % alignment_ != 0 || head >= size || offset % alignment_ != 0 ||
-      offset > size_ || size > size_ - offset) {
+  if (!InRegion(offset, bytes) || head == 0 || head % alignment_ != 0 || head >= BlockSize(bytes)) {
     return false;
   }
   // Only the count of blocks changes: the allocator keeps free space, not the blocks themselves.

@@ -41,7 +41,7 @@ class Allocator {
   // a block a previous daemon allocated, adopted from the memory it left (see KeptMemory). False
   // (and nothing changes) when it is misaligned, leaves the region or is not all free.
   bool Reserve(uint64_t offset, uint64_t bytes);
-  // The bytes Allocate(bytes) reserves.
+  // The bytes Allocate(bytes) reserves: for `bytes` up to size(), which is all a block can be.
   uint64_t BlockSize(uint64_t bytes) const { return (bytes + alignment_ - 1) & ~(alignment_ - 1); }
 
   uint64_t size() const { return size_; }
@@ -53,6 +53,12 @@ class Allocator {
   bool empty() const { return allocated_blocks_ == 0; }
 
  private:
+  // Whether [offset, offset + BlockSize(bytes)) is an aligned, non-empty block of the region.
+  // `bytes` is compared with the region before it is rounded: near 2^64 it would wrap to 0.
+  bool InRegion(uint64_t offset, uint64_t bytes) const {
+    return bytes != 0 && bytes <= size_ && offset % alignment_ == 0 && offset <= size_ &&
+           BlockSize(bytes) <= size_ - offset;
+  }
   void InsertFree(uint64_t offset, uint64_t size);
   void EraseFree(std::map<uint64_t, uint64_t>::iterator it);
 

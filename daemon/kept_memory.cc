@@ -13,6 +13,7 @@
 
 #include "common/wall_clock.h"
 #include "daemon/put_ring.h"
+#include "daemon/request_limits.h"
 #include "depot/units.h"
 #include "proto/wire.h"
 
@@ -224,7 +225,8 @@ void KeptMemory::Take(std::vector<KeptFd> kept) {
   report_.milliseconds = MillisecondsSince(start);
 }
 
-AdoptionReport KeptMemory::Adopt(const NamespaceFor& ns_for, const PoolOfGpu& pool_of_gpu) {
+AdoptionReport KeptMemory::Adopt(const NamespaceFor& ns_for, const PoolOfGpu& pool_of_gpu,
+                                 const proto::ObjectLimits& limits) {
   auto start = std::chrono::steady_clock::now();
   if (!taken_) taken_ = std::make_unique<Taken>();
   auto& [found, census, sessions, gpus] = *taken_;
@@ -287,7 +289,7 @@ AdoptionReport KeptMemory::Adopt(const NamespaceFor& ns_for, const PoolOfGpu& po
       if (!AdoptObject(*ns, std::move(c.object), c.facts, renumbered)) ++report_.dropped;
     }
     // Then the puts the last daemon had not taken: their bytes are in blocks it had leased.
-    for (KeptRing& ring : kn.rings) AdoptRing(*ns, ring);
+    for (KeptRing& ring : kn.rings) AdoptRing(*ns, ring, limits);
     for (uint32_t n = 0; n < ns->pools(); ++n) {
       auto before = ns->pool(n).closed().first;
       ns->pool(n).ReleaseEmptyKept();
@@ -394,7 +396,7 @@ bool KeptMemory::AdoptObject(Namespace& ns, NewObject n, const SpilledFacts& fac
   return true;
 }
 
-void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring) {
+void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring, const proto::ObjectLimits& limits) {
   std::string name = ring.kept.name;
   auto adopted = PutRing::Adopt(std::move(ring.kept.fd));
   if (!adopted.ok()) {
@@ -403,17 +405,24 @@ void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring) {
     return;
   }
   (*adopted)->Close();
-  // Each record is checked as the last daemon would have (it is the client's to write), and its
-  // frames against the segments of the ring's user; a put of an object that exists already was
-  // taken just before the crash, and its record is done with.
+  // Each record is checked as the last daemon would have (it is the client's to write, and its
+  // client may have written it after that daemon died): by the put path's own check, then its
+  // frames against the segments of the ring's user. A record that fails is dropped and the next
+  // is read, as the record boundaries are the ring's and not the record's; a put of an object
+  // that exists already was taken just before the crash, and its record is done with.
+  uint64_t refused = 0;
+  auto refuse = [&](const std::string& why) {
+    // One line a ring: a hostile client can write thousands of records.
+    if (refused++ == 0) spdlog::warn("kept memory: {}: a put refused: {}", name, why);
+    ++report_.dropped;
+    return Status::OK();
+  };
   Status taken = (*adopted)->Take([&](std::span<const uint8_t> body, bool) {
     if (!proto::VerifyBody(static_cast<uint16_t>(proto::MsgType::kPut), body)) {
-      return Status::ProtocolError("a put that does not verify");
+      return refuse("it does not verify as a put");
     }
     const wire::PutRequest& req = *proto::Body<wire::PutRequest>(body);
-    if (req.guid() == nullptr || req.frames() == nullptr) {
-      return Status::ProtocolError("a put without a GUID or frames");
-    }
+    if (Status invalid = CheckPut(req, limits); !invalid.ok()) return refuse(invalid.message());
     NewObject n;
     n.guid = proto::FromWire(*req.guid());
     // An owner-scoped put becomes an orphan of its process (OwnerScopes), which needs the pid: a
@@ -436,6 +445,7 @@ void KeptMemory::AdoptRing(Namespace& ns, KeptRing& ring) {
     if (!AdoptObject(ns, std::move(n), facts)) ++report_.dropped;
     return Status::OK();
   });
+  if (refused > 1) spdlog::warn("kept memory: {}: {} puts refused in all", name, refused);
   if (!taken.ok()) {
     ++report_.dropped;
     spdlog::warn("kept memory: {}: {}; the rest of it is dropped", name, taken.message());

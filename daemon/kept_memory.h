@@ -50,6 +50,7 @@
 #include "daemon/namespace.h"
 #include "daemon/session_census.h"
 #include "depot/store_status.h"
+#include "proto/object_rules.h"
 
 namespace depot {
 
@@ -122,8 +123,10 @@ class KeptMemory {
   void Take(std::vector<KeptFd> kept);
   // Adopts what Take read (see the class comment), making namespaces through `ns`. Closed
   // segments open after the grace period, or once every session of the last daemon's has ended
-  // with its process or resumed (SessionCensus).
-  AdoptionReport Adopt(const NamespaceFor& ns, const PoolOfGpu& pool_of_gpu);
+  // with its process or resumed (SessionCensus). A put-ring record is held to `limits` by the
+  // same check as a put of a live session (CheckPut).
+  AdoptionReport Adopt(const NamespaceFor& ns, const PoolOfGpu& pool_of_gpu,
+                       const proto::ObjectLimits& limits);
   const AdoptionReport& report() const { return report_; }
   // Whether the last daemon kept memory of namespace `key` that Take read and Adopt has yet to
   // adopt.
@@ -160,8 +163,9 @@ class KeptMemory {
   void StoreCatalog(uint32_t key, Place& place);
   // Namespace `key` is adopted (or refused): its catalog is stored, then `last` forgotten.
   void Adopted(uint32_t key, const std::optional<KeptFd>& last);
-  // The puts of a ring of the last daemon that it had not taken, as objects of `ns`.
-  void AdoptRing(Namespace& ns, KeptRing& ring);
+  // The puts of a ring of the last daemon that it had not taken, as objects of `ns`: each
+  // record that a live put would have refused is dropped, and the rest are adopted.
+  void AdoptRing(Namespace& ns, KeptRing& ring, const proto::ObjectLimits& limits);
   // Makes `n` an object of `ns` at the memory the last daemon left (its frames in closed
   // segments of `n.creator_uid`; a device frame's pool, the last daemon's number, renumbered
   // through `pools`); when the spill directory has brought the same object back (it was read

@@ -41,7 +41,7 @@ NamespaceSet::~NamespaceSet() {
   kept_.Stop();  // the daemon stops: its segments stay in the store for the next one
 }
 
-AdoptionReport NamespaceSet::AdoptKept() {
+AdoptionReport NamespaceSet::AdoptKept(const proto::ObjectLimits& limits) {
   auto pool_of_gpu = [this](const std::string& uuid) -> std::optional<uint32_t> {
     for (size_t i = 0; i < devices_.size(); ++i) {
       if (devices_.device(i).uuid == uuid) return static_cast<uint32_t>(i + 1);
@@ -65,7 +65,7 @@ AdoptionReport NamespaceSet::AdoptKept() {
     }
     return *ns;
   };
-  return kept_.Adopt(ns_for, pool_of_gpu);
+  return kept_.Adopt(ns_for, pool_of_gpu, limits);
 }
 
 Status NamespaceSet::LoadSpilled() {

@@ -117,7 +117,7 @@ class NamespaceSet {
   void Persist();
   // Adopts the memory a previous daemon kept (see KeptMemory; kept().Take has read its names),
   // before anything is served.
-  AdoptionReport AdoptKept();
+  AdoptionReport AdoptKept(const proto::ObjectLimits& limits);
   KeptMemory& kept() { return kept_; }
   const KeptMemory& kept() const { return kept_; }
   // The disk behind the host pools: MakeRoom for creates, Acquire for gets.

@@ -62,7 +62,7 @@ Result<std::unique_ptr<Store>> Store::Create(boost::asio::io_context& io, StoreO
   // namespace; its memory is adopted after the directory is read.
   store->namespaces_.kept().Take(std::move(kept));
   if (Status st = store->namespaces_.LoadSpilled(); !st.ok()) return st;
-  store->namespaces_.AdoptKept();
+  store->namespaces_.AdoptKept({store->options_.max_frames, store->options_.max_metadata});
   // Numbered above the last daemon's, so that a resume names one of its sessions only.
   store->next_session_ = store->namespaces_.kept().last_session() + 1;
   // What the last daemon stored counts against its users' quotas again; its owner-scoped objects

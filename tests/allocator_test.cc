@@ -269,3 +269,26 @@ TEST_CASE("Reserve takes exactly the block named, and only free space", "[alloca
   REQUIRE(a.Free(64, 64));
   CHECK(a.largest_free() == 256);
 }
+
+TEST_CASE("Sizes past the region are refused on every path before they are rounded",
+          "[allocator]") {
+  // A size within an alignment of 2^64 rounds up to 0: a block that reserves nothing, whose
+  // Free later fails and leaves its segment taken for good (kept put-ring records carry sizes a
+  // client wrote).
+  depot::Allocator a(1024, 64);
+  for (uint64_t huge : {UINT64_MAX, UINT64_MAX - 62, uint64_t{1} << 63, uint64_t{1025}}) {
+    INFO(huge);
+    CHECK_FALSE(a.Allocate(huge).has_value());
+    CHECK_FALSE(a.Reserve(0, huge));
+    CHECK_FALSE(a.Free(0, huge));
+    CHECK_FALSE(a.Split(0, huge, 64));
+    CHECK(a.used() == 0);
+    CHECK(a.allocated_blocks() == 0);
+  }
+  REQUIRE(a.Reserve(0, 1024));
+  CHECK_FALSE(a.Free(0, UINT64_MAX));
+  CHECK_FALSE(a.Split(0, UINT64_MAX, 64));
+  CHECK(a.allocated_blocks() == 1);
+  REQUIRE(a.Free(0, 1024));
+  CHECK(a.empty());
+}

@@ -26,6 +26,7 @@
 #include "tests/daemon_fixture.h"
 #include "tests/other_users.h"
 #include "tests/raw_connection.h"
+#include "tests/raw_ring.h"
 
 namespace depot::test {
 namespace {
@@ -325,51 +326,6 @@ TEST_CASE("a get of an own put still in the ring is served from the put and hold
   }
 }
 
-// Mallory's raw connection with its put ring mapped read-write, as a client library maps it.
-class RawRing {
- public:
-  explicit RawRing(Raw& raw) {
-    std::vector<uint8_t> reply;
-    std::vector<UniqueFd> fds = raw.HelloWithFds(reply);
-    REQUIRE(proto::Body<wire::HelloReply>(reply)->put_ring_bytes() == put_ring::kRingFileBytes);
-    REQUIRE(!fds.empty());
-    void* p = ::mmap(nullptr, put_ring::kRingFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fds.back().get(), 0);
-    REQUIRE(p != MAP_FAILED);
-    words_ = static_cast<uint64_t*>(p);
-  }
-  ~RawRing() { ::munmap(words_, put_ring::kRingFileBytes); }
-  RawRing(const RawRing&) = delete;
-  RawRing& operator=(const RawRing&) = delete;
-
-  std::atomic_ref<uint64_t> Word(uint64_t word) { return std::atomic_ref<uint64_t>(words_[word]); }
-  // Writes a record at `position` whose header is `header` and whose body is `body`.
-  void Write(uint64_t position, uint64_t header, std::span<const uint8_t> body) {
-    Word(put_ring::kRecordsWord + (position % put_ring::kRecordBytes) / 8).store(header);
-    auto* records = reinterpret_cast<uint8_t*>(words_ + put_ring::kRecordsWord);
-    if (body.empty()) return;
-    std::memcpy(records + (position + put_ring::kHeaderBytes) % put_ring::kRecordBytes, body.data(),
-                body.size());
-  }
-  void Publish(uint64_t head) { Word(put_ring::kHead).store(head, std::memory_order_release); }
-
- private:
-  uint64_t* words_ = nullptr;
-};
-
-// The body of a put (no message header) of `frames` named `guid`.
-std::vector<uint8_t> PutBody(const Guid& guid, const std::vector<wire::FrameLocation>& frames) {
-  flatbuffers::FlatBufferBuilder fbb(256);
-  BuildPut(fbb, guid, frames);
-  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
-}
-
-// Writes `body` as the ring's first record with `flags` in its header, and publishes it.
-void FirstRecord(RawRing& ring, std::span<const uint8_t> body, uint64_t flags = 0) {
-  ring.Write(0, body.size() | flags, body);
-  ring.Publish(put_ring::RecordSpan(body.size()));
-}
-
 // A message of `type` with an empty body (a ping, a doorbell).
 std::vector<uint8_t> Empty(proto::MsgType type, uint64_t request_id) {
   flatbuffers::FlatBufferBuilder fbb(16);
@@ -478,24 +434,24 @@ TEST_CASE("hostile rings close their own connection and harm nobody", "[put][rin
             ring.Publish(put_ring::RecordSpan(garbage.size()));
             break;
           case Scribble::kGarbage:
-            FirstRecord(ring, garbage);
+            ring.Append(garbage);
             break;
           case Scribble::kNoLease:
-            FirstRecord(ring, PutBody(Guid::Random(), {frame(0, 64, 1)}));
+            ring.Append(PutBody(Guid::Random(), {frame(0, 64, 1)}));
             break;
           case Scribble::kOutsideLease: {
             wire::FrameLocation lease = r.Lease(4 * kMiB);
-            FirstRecord(ring, PutBody(Guid::Random(), {frame(lease.offset() + lease.size() - 64,
-                                                             128, lease.segment())}));
+            ring.Append(PutBody(Guid::Random(),
+                                {frame(lease.offset() + lease.size() - 64, 128, lease.segment())}));
             break;
           }
           case Scribble::kVictimFrame:
             r.Lease(4 * kMiB);
-            FirstRecord(ring, PutBody(Guid::Random(), {frame(victim.offset, 64, victim.segment)}));
+            ring.Append(PutBody(Guid::Random(), {frame(victim.offset, 64, victim.segment)}));
             break;
           case Scribble::kHeldAlicesGuid: {
             wire::FrameLocation lease = r.Lease(4 * kMiB);
-            FirstRecord(ring, PutBody(alice, {frame(lease.offset(), 64, lease.segment())}),
+            ring.Append(PutBody(alice, {frame(lease.offset(), 64, lease.segment())}),
                         put_ring::kHeld);
             break;
           }
