@@ -12,12 +12,18 @@
 //                ring and read every leaseholder's socket, once)
 //   index        300 objects of 1 byte with 16 KiB of metadata each (the shared index's arena
 //                filled, once: the honest gets then all took a round trip)
+//   silent connections  900 connections that never say hello (max_handshakes_per_user keeps
+//                64 of them; the handshake timeout is raised so that none is closed meanwhile)
+//   references   gets through the daemon of 70,000 objects of the attacker's own, each held
+//                (this tree: max_references_per_user of 65,536 keeps that many)
 // With --depotd LABEL=PATH (repeatable) the same runs on depotd builds of earlier commits.
 //
 // Usage: noisy_neighbours_bench [--quick] [--only ATTACK] [--depotd LABEL=PATH]...
-//   --only ATTACK      one attack: slots, "parked gets", leases or index
+//   --only ATTACK      one attack: slots, "parked gets", leases, index, "silent connections" or
+//                      references
 #include <fmt/format.h>
 #include <grp.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,9 +48,11 @@ namespace {
 enum Op { kPing, kPut, kGet, kMiss, kOps };
 constexpr std::array<const char*, kOps> kOpNames = {"ping", "put 1 KiB", "first get",
                                                     "contains (miss)"};
-enum Attack { kSlots, kParkedGets, kLeases, kIndex, kAttacks };
-constexpr std::array<const char*, kAttacks> kAttackNames = {"slots", "parked gets", "leases",
-                                                            "index"};
+enum Attack { kSlots, kParkedGets, kLeases, kIndex, kSilent, kReferences, kAttacks };
+constexpr std::array<const char*, kAttacks> kAttackNames = {
+    "slots", "parked gets", "leases", "index", "silent connections", "references"};
+// The references attack against this tree: the user's cap, set low enough to reach in a bench.
+constexpr int kReferenceCap = 65536;
 constexpr uid_t kAttacker = 41003;
 
 struct Build {
@@ -144,6 +152,61 @@ void RunAttack(Attack attack, const std::string& socket, bool quick, Channel& ch
         }
       }
       break;
+    case kSilent: {
+      for (int i = 0; i < 900; ++i) raw.push_back(ConnectUnix(socket));
+      // In place once the daemon has taken them all: those it refuses are answered at once, so
+      // it is done when half a second passes with no answer.
+      std::vector<pollfd> waiting;
+      for (const UniqueFd& fd : raw) waiting.push_back({fd.get(), POLLIN, 0});
+      while (::poll(waiting.data(), waiting.size(), 500) > 0) {
+        for (pollfd& p : waiting) {
+          if (p.revents != 0) p.fd = -1;  // answered (refused): poll skips it from now on
+        }
+      }
+      break;
+    }
+    case kReferences: {
+      connect();
+      std::vector<wire::Guid> guids;
+      for (int i = 0; i < kReferenceCap + 4464; ++i) {
+        guids.push_back(proto::ToWire(Check(conns[0].Put(small), "put")));
+      }
+      Check(conns[0].Ping(), "ping");
+      // Raw gets that do not wait: each object found is held through the daemon, not a slot.
+      raw.push_back(ConnectUnix(socket));
+      Hello(raw.back().get());
+      for (size_t at = 0; at < guids.size(); at += proto::kMaxGuidsPerRequest) {
+        size_t n = std::min<size_t>(proto::kMaxGuidsPerRequest, guids.size() - at);
+        flatbuffers::FlatBufferBuilder fbb;
+        fbb.Finish(wire::CreateGetRequest(fbb, fbb.CreateVectorOfStructs(&guids[at], n), 0));
+        auto m = proto::Encode(static_cast<uint16_t>(proto::MsgType::kGet), 2 + at, fbb);
+        if (::send(raw.back().get(), m.data(), m.size(), MSG_NOSIGNAL) < 0) {
+          throw BenchError("get failed");
+        }
+      }
+      // Read through to the pong after them: every get was answered, its objects held.
+      flatbuffers::FlatBufferBuilder fbb;
+      fbb.Finish(wire::CreateEmptyReply(fbb));
+      constexpr uint64_t kPingId = 1'000'000;  // after the hello's and the gets' ids
+      auto ping = proto::Encode(static_cast<uint16_t>(proto::MsgType::kPing), kPingId, fbb);
+      if (::send(raw.back().get(), ping.data(), ping.size(), MSG_NOSIGNAL) < 0) {
+        throw BenchError("ping failed");
+      }
+      auto read = [&](void* p, size_t n) {
+        for (auto* b = static_cast<uint8_t*>(p); n > 0;) {
+          ssize_t got = ::recv(raw.back().get(), b, n, 0);
+          if (got <= 0) throw BenchError("the daemon closed the attacker's connection");
+          b += got;
+          n -= static_cast<size_t>(got);
+        }
+      };
+      for (proto::Header h{}; h.request_id != kPingId;) {
+        read(&h, sizeof h);
+        std::vector<uint8_t> body(h.length);
+        read(body.data(), body.size());
+      }
+      break;
+    }
     case kIndex: {
       connect();
       std::vector<std::byte> metadata(16 << 10, std::byte{7});
@@ -202,7 +265,11 @@ struct Figures {
 Figures Measure(const std::string& dir, const Build& build, Attack attack, bool quick) {
   int rounds = quick ? 2 : 5;
   int per_round = quick ? 200 : 1000;
-  std::vector<std::string> args = {"--socket-mode", "0666", "--log-level", "error"};
+  std::vector<std::string> args = {"--socket-mode",          "0666",  "--log-level", "error",
+                                   "--handshake-timeout-ms", "600000"};
+  if (attack == kReferences && build.binary.empty()) {
+    args.insert(args.end(), {"--max-references-per-user", std::to_string(kReferenceCap)});
+  }
   if (::geteuid() == 0) args.insert(args.end(), {"--allow-users", fmt::format("0,{}", kAttacker)});
   DepotDaemon daemon(dir,
                      fmt::format("noisy-{}-{}", build.label == "this tree" ? "new" : build.label,

@@ -66,6 +66,11 @@ Status GetWaits::Park(GetWait& w, int64_t timeout_ms) {
 void GetWaits::Wake(ObjectTable& table, const Guid& guid) {
   Settle(table, guid, [&](GetWait& w, size_t i) {
     auto got = table.Acquire(w.session, guid);
+    if (got.status().IsQuotaExceeded()) {  // sealed, but its user holds its share already
+      w.errors[i] = got.status();
+      --w.missing;
+      return;
+    }
     if (!got.ok()) return;
     w.acquired[i] = *got;
     --w.missing;

@@ -201,6 +201,12 @@ void Daemon(PrometheusText& t, const MetricsSnapshot& m) {
   t.Family("depot_slots_granted", "gauge",
            "Reference slots granted past the first 1024 of each connection.");
   t.Sample("depot_slots_granted", {}, s.slots_granted);
+  t.Family("depot_handshakes_refused_total", "counter",
+           "Connections refused: their user had max_handshakes_per_user yet to say hello.");
+  t.Sample("depot_handshakes_refused_total", {}, s.handshakes_refused);
+  t.Family("depot_references_refused_total", "counter",
+           "Gets and holds refused: their user held max_references_per_user objects already.");
+  t.Sample("depot_references_refused_total", {}, s.references_refused);
   t.Family("depot_slot_grants_refused_total", "counter",
            "Asks for more reference slots refused: the user's part was spent.");
   t.Sample("depot_slot_grants_refused_total", {}, s.slot_grants_refused);
@@ -274,6 +280,9 @@ void Limits(PrometheusText& t, const MetricsSnapshot& m) {
            uint64_t{s.max_pending_guids_per_user});
   t.Sample("depot_limit", {{"key", "max_parked_bytes_per_user"}}, s.max_parked_bytes_per_user);
   t.Sample("depot_limit", {{"key", "max_sessions_per_user"}}, uint64_t{s.max_sessions_per_user});
+  t.Sample("depot_limit", {{"key", "max_handshakes_per_user"}},
+           uint64_t{s.max_handshakes_per_user});
+  t.Sample("depot_limit", {{"key", "max_references_per_user"}}, s.max_references_per_user);
   t.Sample("depot_limit", {{"key", "max_slots_per_user"}}, s.max_slots_per_user);
 }
 

@@ -119,6 +119,12 @@ Status ObjectTable::Abort(SessionId session, const Guid& guid) {
   return Status::OK();
 }
 
+void ObjectTable::Join(SessionId session, uid_t uid, UserCap* cap) {
+  SessionRefs& refs = sessions_[session];
+  refs.uid = uid;
+  refs.cap = cap;
+}
+
 Result<const StoredObject*> ObjectTable::Acquire(SessionId session, const Guid& guid) {
   auto slot = index_.Find(guid);
   if (!slot) return Status::NotFound(fmt::format("object {} does not exist", guid.ToString()));
@@ -134,8 +140,15 @@ Result<const StoredObject*> ObjectTable::Acquire(SessionId session, const Guid& 
     return Status::Unavailable(
         fmt::format("object {} is on disk; it is being restored", guid.ToString()));
   }
-  HoldCount& held = sessions_[session].held[o.id];
-  if (held++ == 0 && o.refcount++ == 0) LruRemove(o);
+  SessionRefs& refs = sessions_[session];
+  auto [held, fresh] = refs.held.try_emplace(o.id, 0);
+  if (fresh && refs.cap != nullptr) {
+    if (Status st = refs.cap->Take(refs.uid); !st.ok()) {
+      refs.held.erase(held);
+      return st;
+    }
+  }
+  if (held->second++ == 0 && o.refcount++ == 0) LruRemove(o);
   return &o;
 }
 

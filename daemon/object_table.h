@@ -22,6 +22,8 @@
 #ifndef DEPOT_DAEMON_OBJECT_TABLE_H_
 #define DEPOT_DAEMON_OBJECT_TABLE_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -38,6 +40,7 @@
 #include "daemon/object_table_hash.h"
 #include "daemon/object_table_order.h"
 #include "daemon/slot_readers.h"
+#include "daemon/user_cap.h"
 #include "depot/guid.h"
 #include "depot/status.h"
 
@@ -239,8 +242,14 @@ class ObjectTable {
   // Creating -> freed. Same errors as Seal.
   Status Abort(SessionId session, const Guid& guid);
 
+  // `session` is of user `uid`: each object it comes to hold is counted in `cap` (shared by every
+  // table of the daemon), and refused with QuotaExceeded once the user holds its share.
+  // Sessions that never join hold without a cap.
+  void Join(SessionId session, uid_t uid, UserCap* cap);
+
   // Takes a reference for `session` on a sealed object. NotFound when absent; Timeout ("not sealed
-  // yet") when still being created; Unavailable while it is on disk; DataLoss when it is lost.
+  // yet") when still being created; Unavailable while it is on disk; DataLoss when it is lost;
+  // QuotaExceeded when the session's user holds its share of objects (Join).
   Result<const StoredObject*> Acquire(SessionId session, const Guid& guid);
 
   // Drops one acquire of `session` on object `id`. NotFound when the session holds no such
@@ -360,6 +369,8 @@ class ObjectTable {
     // without releasing must not wrap the count and free what others still hold.
     std::unordered_map<ObjectId, HoldCount> held;
     std::unordered_set<ObjectId> creating;
+    uid_t uid = 0;
+    UserCap* cap = nullptr;  // counts `held` for `uid` (Join)
   };
 
   Result<StoredObject*> FindCreating(SessionId session, const Guid& guid);

@@ -18,6 +18,7 @@ Status ObjectTable::Release(SessionId session, ObjectId id) {
   auto h = s->second.held.find(id);
   if (--h->second > 0) return Status::OK();
   s->second.held.erase(h);
+  if (s->second.cap != nullptr) s->second.cap->Give(s->second.uid);
   Unreference(Must(id), session);
   return Status::OK();
 }
@@ -208,6 +209,7 @@ void ObjectTable::DropSession(SessionId session) {
     Notify(TableEvent::kAborted, Must(id), session);
     Destroy(Must(id));
   }
+  if (refs.cap != nullptr) refs.cap->Give(refs.uid, refs.held.size());
   for (const auto& [id, count] : refs.held) Unreference(Must(id), session);
 }
 

@@ -252,6 +252,20 @@ const std::vector<Key>& Keys() {
          return SetUint(o.max_sessions_per_user, v, 1, 1 << 16);
        },
        [](const O& o) { return std::to_string(o.max_sessions_per_user); }},
+      {{"max_handshakes_per_user", "64",
+        "connections one user may have open that have not said hello yet (each is closed at "
+        "handshake_timeout_ms); more are refused with QuotaExceeded"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetUint(o.max_handshakes_per_user, v, 1, 1 << 16);
+       },
+       [](const O& o) { return std::to_string(o.max_handshakes_per_user); }},
+      {{"max_references_per_user", "2097152",
+        "objects one user's connections may hold through depotd at once (gets the daemon answers; "
+        "about 48 bytes of its memory each); more are refused with QuotaExceeded"},
+       [](O& o, const std::string& v, uint64_t) {
+         return SetUint(o.max_references_per_user, v, 1024, uint32_t{1} << 31);
+       },
+       [](const O& o) { return std::to_string(o.max_references_per_user); }},
       {{"max_slots_per_user", "1048576",
         "reference slots (objects held from the shared index without a round trip) one user may "
         "be granted past the first 1024 of each connection; 8 bytes each"},

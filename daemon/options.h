@@ -53,6 +53,8 @@ struct DaemonOptions {
   uint32_t max_pending_guids_per_user = 0;
   uint64_t max_parked_bytes_per_user = 0;
   uint32_t max_sessions_per_user = 0;
+  uint32_t max_handshakes_per_user = 0;
+  uint32_t max_references_per_user = 0;
   uint32_t handshake_timeout_ms = 0;
   std::string metrics_listen;  // empty: no HTTP metrics endpoint
   std::string spill_dir;       // empty: no spilling

@@ -30,7 +30,9 @@ void Session::Start(PeerCredentials creds) {
   creds_ = std::move(creds);
   boost::system::error_code ec;
   socket_.non_blocking(true, ec);
-  id_ = store_.Open(this, creds_);
+  auto opened = store_.Open(this, creds_);
+  if (!opened.ok()) return Fail(opened.status(), 0);
+  id_ = *opened;
   handshake_.expires_after(store_.options().handshake_timeout);
   handshake_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
     if (e || self->closed_ || self->failing_ || self->greeted_) return;

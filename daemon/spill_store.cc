@@ -292,7 +292,7 @@ void SpillStore::EndSpill(const std::shared_ptr<Job>& job) {
 Result<const StoredObject*> SpillStore::Acquire(Namespace& ns, SessionId session,
                                                 const Guid& guid) {
   auto got = ns.table().Acquire(session, guid);
-  if (got.ok() || !enabled()) return got;
+  if (got.ok() || !enabled() || got.status().IsQuotaExceeded()) return got;
   const StoredObject* o = ns.table().Find(guid);
   if (o != nullptr && o->residence == Residence::kDisk) {
     ns.table().StartRestore(o->id);

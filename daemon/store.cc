@@ -44,6 +44,10 @@ Store::Store(boost::asio::io_context& io, StoreOptions options)
         namespaces_.spill().SegmentDropped();
       }),
       started_(std::chrono::steady_clock::now()),
+      handshakes_(options_.max_handshakes_per_user, "connections that have not said hello",
+                  "max_handshakes_per_user"),
+      references_(options_.max_references_per_user, "objects held through depotd",
+                  "max_references_per_user"),
       pins_timer_(io),
       rings_(
           io,

@@ -52,6 +52,7 @@
 #include "daemon/segment_tracker.h"
 #include "daemon/store_counters.h"
 #include "daemon/store_options.h"
+#include "daemon/user_cap.h"
 #include "proto/wire.h"
 
 namespace depot {
@@ -68,8 +69,10 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  // Registers a connected peer; `peer` must outlive the session (until Close).
-  SessionId Open(Peer* peer, PeerCredentials creds);
+  // Registers a connected peer; `peer` must outlive the session (until Close). QuotaExceeded
+  // when the peer's user has max_handshakes_per_user connections that have not said hello (the
+  // access policy is asked at hello): then nothing is registered, and the connection closes.
+  Result<SessionId> Open(Peer* peer, PeerCredentials creds);
 
   // The session ended: aborts its creates, drops its references, forgets its waiting gets.
   void Close(SessionId session);
@@ -222,6 +225,8 @@ class Store {
   std::chrono::steady_clock::time_point started_;
   SessionId next_session_ = 1;
   std::unordered_map<SessionId, SessionState> sessions_;
+  UserCap handshakes_;  // sessions not greeted yet, by user
+  UserCap references_;  // objects held through the daemon, by user (ObjectTable::Join)
   uint64_t requests_ = 0;
   uint64_t connections_ = 0;
   std::array<uint64_t, 16> errors_{};  // by Status::Code

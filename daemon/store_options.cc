@@ -48,6 +48,8 @@ StoreOptions StoreOptionsFrom(const DaemonOptions& o, const std::string& socket_
                   .guids_per_session = o.max_pending_guids,
                   .guids_per_user = o.max_pending_guids_per_user};
   so.max_sessions_per_user = o.max_sessions_per_user;
+  so.max_handshakes_per_user = o.max_handshakes_per_user;
+  so.max_references_per_user = o.max_references_per_user;
   so.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
   return so;
 }

@@ -37,6 +37,10 @@ struct StoreOptions {
   GetWaitLimits get_waits;  // gets and GUIDs parked, per connection and per user
   // Connections one user may have open (the daemon's own user: any number).
   uint32_t max_sessions_per_user = 0;
+  // Connections one user may have open that have not said hello yet (Handshakes).
+  uint32_t max_handshakes_per_user = 64;
+  // Objects one user's connections may hold through the daemon at once (ObjectTable::Join).
+  uint64_t max_references_per_user = uint64_t{1} << 21;
   std::chrono::milliseconds handshake_timeout{0};
   // How long a lease must go without a put before memory running short takes it back: a client
   // that puts keeps its lease, and its puts their warm memory.

@@ -158,6 +158,12 @@ StoreStatus Store::Snapshot() const {
     st.sessions_top_user = std::max(st.sessions_top_user, n);
   }
   st.max_sessions_per_user = options_.max_sessions_per_user;
+  st.handshakes_top_user = static_cast<uint32_t>(handshakes_.top_user());
+  st.handshakes_refused = handshakes_.refused();
+  st.max_handshakes_per_user = static_cast<uint32_t>(handshakes_.per_user());
+  st.references_top_user = references_.top_user();
+  st.references_refused = references_.refused();
+  st.max_references_per_user = references_.per_user();
   st.max_slots_per_user = options_.namespaces.max_slots_per_user;
   // Leases are allocated blocks, but no object's: `used` counts objects, `leased` the rest.
   st.leased = leases_.leased();

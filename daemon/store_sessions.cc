@@ -19,7 +19,8 @@
 
 namespace depot {
 
-SessionId Store::Open(Peer* peer, PeerCredentials creds) {
+Result<SessionId> Store::Open(Peer* peer, PeerCredentials creds) {
+  if (Status st = handshakes_.Take(creds.uid); !st.ok()) return st;  // the session logs it
   SessionId id = next_session_++;
   ++connections_;
   SessionState& st = sessions_[id];
@@ -35,6 +36,7 @@ void Store::Close(SessionId session) {
   waits_.DropSession(session);
   Namespace* ns = it->second.ns;
   if (ns == nullptr) {  // never greeted
+    handshakes_.Give(it->second.creds.uid);
     sessions_.erase(it);
     return;
   }
@@ -113,6 +115,8 @@ Status Store::OnHello(SessionId s, uint64_t id, const wire::HelloRequest& req) {
   auto ns = namespaces_.For(st.creds.uid);
   if (!ns.ok()) return Status::Unavailable(ns.status().message());
   st.ns = *ns;
+  handshakes_.Give(st.creds.uid);
+  st.ns->table().Join(s, st.creds.uid, &references_);
   ++st.ns->sessions;
   events_.Join(s, st.peer, st.creds, st.ns);
   segments_.Join(s, st.ns);

@@ -196,7 +196,7 @@ uint64_t LeaseDriver::Open(int slot) {
   creds.pid = ::getpid();
   creds.uid = ::getuid();
   creds.gid = ::getgid();
-  sessions_[slot] = store_->Open(peers_[slot].get(), creds);
+  sessions_[slot] = *store_->Open(peers_[slot].get(), creds);  // said hello at once, below
   flatbuffers::FlatBufferBuilder fbb;
   fbb.Finish(wire::CreateHelloRequestDirect(fbb, proto::kProtocolVersion, "lease driver"));
   Deliver(slot, static_cast<uint16_t>(MsgType::kHello), fbb);

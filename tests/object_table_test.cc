@@ -161,6 +161,37 @@ TEST_CASE_METHOD(TableFixture, "Acquire needs a sealed object and counts per ses
 static_assert(std::numeric_limits<ObjectTable::HoldCount>::max() >= (uint64_t{1} << 63),
               "a session's hold count must not wrap at 2^32 acquires");
 
+TEST_CASE_METHOD(TableFixture,
+                 "Objects held by a user's joined sessions are counted against its cap",
+                 "[object_table]") {
+  UserCap cap(2, "objects held through depotd", "max_references_per_user");
+  for (uint64_t n = 1; n <= 3; ++n) CreateSealed(G(n), 10);
+  table_.Join(20, 1000, &cap);
+  table_.Join(21, 1000, &cap);  // the same user's other connection
+  Acquire(20, G(1));
+  Acquire(20, G(1));  // again: no new object held
+  Acquire(21, G(2));
+  CHECK(cap.top_user() == 2);
+  auto refused = table_.Acquire(21, G(3));
+  CHECK(refused.status().IsQuotaExceeded());
+  CHECK(table_.Find(G(3))->refcount == 0);  // nothing held by the refusal
+  CHECK(table_.HeldBy(21, table_.Find(G(3))->id) == 0);
+  // A session that did not join (another user's, here) is not counted.
+  Acquire(30, G(3));
+  CHECK(cap.top_user() == 2);
+  // The last release of an object, and the end of a session, give back what they held.
+  ObjectId one = table_.Find(G(1))->id;
+  REQUIRE(table_.Release(20, one).ok());
+  CHECK(cap.top_user() == 2);
+  REQUIRE(table_.Release(20, one).ok());
+  CHECK(cap.top_user() == 1);
+  Acquire(20, G(3));
+  table_.DropSession(21);
+  CHECK(cap.top_user() == 1);
+  table_.DropSession(20);
+  CHECK(cap.top_user() == 0);
+}
+
 TEST_CASE_METHOD(TableFixture, "Release drops one acquire at a time", "[object_table]") {
   ObjectId a = CreateSealed(G(1), 10);
   CHECK(table_.Release(20, a).IsNotFound());  // never acquired

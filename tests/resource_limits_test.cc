@@ -235,3 +235,135 @@ TEST_CASE("creates waiting for disk are bounded in bytes per connection and per 
   CHECK(st.IsQuotaExceeded());
   CHECK_THAT(st.message(), Contains("(max_pending)"));
 }
+
+TEST_CASE("connections that never say hello are bounded per user, admitted or not",
+          "[limits][hostile]") {
+  NeedRoot();
+  constexpr int kHandshakes = 8;
+  constexpr int kClients = 24;
+  // Mallory is admitted, Bob is not: before hello neither is known, and each can hold only its
+  // share of the connections the daemon serves.
+  Daemon d = StartOpen({"--allow-users", fmt::format("{},{}", kAlice, kMallory), "--max-clients",
+                        std::to_string(kClients), "--max-handshakes-per-user",
+                        std::to_string(kHandshakes)});
+  for (uid_t attacker : {kMallory, kBob}) {
+    INFO("uid " << attacker);
+    Channel full, done;
+    pid_t pid = Spawn([&] {
+      return RunAs(attacker, attacker, {}, [&] {
+        std::vector<UniqueFd> silent;
+        for (int i = 0; i < kClients; ++i) silent.push_back(ConnectUnix(d.socket()));
+        // The first kHandshakes wait for a hello; each one past them is refused at once.
+        std::string refusals;
+        for (int i = kHandshakes; i < kClients; ++i) {
+          proto::Header h{};
+          std::vector<uint8_t> body;
+          if (!silent[i].valid() || !ReadMessage(silent[i].get(), h, body) ||
+              h.type != static_cast<uint16_t>(proto::MsgType::kError)) {
+            return 1;
+          }
+          refusals = proto::Body<wire::ErrorReply>(body)->message()->str();
+        }
+        full.Send(refusals);
+        done.Receive();
+        return 0;
+      });
+    });
+    std::string refusal = full.Receive();
+    CHECK_THAT(refusal, Contains(fmt::format("already has {} connections that have not said hello",
+                                             kHandshakes)) &&
+                            Contains("(max_handshakes_per_user)"));
+    // Others connect and are served while the attacker's connections wait for their hello.
+    CHECK(PutAndGetAs(d, kAlice, 1) == 0);
+    Client admin = d.Connect();
+    StoreStatus st = StatusOf(admin);
+    CHECK(st.handshakes_top_user == kHandshakes);
+    CHECK(st.max_handshakes_per_user == kHandshakes);
+    done.Send("done");
+    CHECK(Wait(pid) == 0);
+  }
+  std::string out;
+  CHECK(Ctl(d, {"metrics"}, &out) == 0);
+  CHECK_THAT(out, Contains(fmt::format("depot_handshakes_refused_total {}",
+                                       2 * (kClients - kHandshakes))));
+  CHECK_THAT(
+      out, Contains(fmt::format("depot_limit{{key=\"max_handshakes_per_user\"}} {}", kHandshakes)));
+}
+
+TEST_CASE("objects one user holds through the daemon are bounded (max_references_per_user)",
+          "[limits][hostile]") {
+  NeedRoot();
+  constexpr size_t kLimit = 1024;  // the least the key takes
+  constexpr size_t kObjects = kLimit + 200;
+  // Without the shared index every get is answered by the daemon and holds through it.
+  Daemon d = StartOpen({"--allow-users", fmt::format("{},{}", kAlice, kMallory), "--index-entries",
+                        "0", "--max-references-per-user", std::to_string(kLimit)});
+  Client root = d.Connect();
+  std::vector<Guid> guids;
+  for (size_t i = 0; i < kObjects; ++i) {
+    auto id = root.Put(Pattern(64, static_cast<uint32_t>(i)));
+    REQUIRE(id.ok());
+    guids.push_back(*id);
+  }
+  Channel full, done;
+  pid_t attacker = Spawn([&] {
+    return RunAs(kMallory, kMallory, {}, [&] {
+      // Her references spread over two connections: the limit is the user's, not a connection's.
+      std::vector<Client> clients;
+      for (int i = 0; i < 2; ++i) {
+        auto c = Client::Connect({d.socket(), "mallory"});
+        if (!c.ok()) return 3;
+        clients.push_back(std::move(*c));
+      }
+      std::vector<Object> held;
+      std::string refusal;
+      size_t refused = 0;
+      for (size_t i = 0; i < guids.size(); ++i) {
+        auto got = clients[i % 2].Get(guids[i]);
+        if (got.ok()) {
+          held.push_back(std::move(*got));
+        } else if (got.status().IsQuotaExceeded()) {
+          ++refused;
+          refusal = got.status().ToString();
+        } else {
+          return 1;
+        }
+      }
+      full.Send(fmt::format("{} {} {}", held.size(), refused, refusal));
+      done.Receive();
+      // Released, they make room again.
+      held.clear();
+      bool again =
+          WaitFor([&] { return clients[0].Get(guids.back()).ok(); }, std::chrono::seconds(30));
+      return again ? 0 : 2;
+    });
+  });
+  std::string report = full.Receive();
+  CHECK_THAT(report,
+             Contains(fmt::format("{} {} ", kLimit, kObjects - kLimit)) &&
+                 Contains("QuotaExceeded") &&
+                 Contains(fmt::format("already has {} objects held through depotd", kLimit)) &&
+                 Contains("(max_references_per_user)"));
+  // Another user holds as many as it likes within its own share, meanwhile.
+  CHECK(RunAs(kAlice, kAlice, {}, [&] {
+          Client alice = d.Connect();
+          std::vector<Object> held;
+          for (size_t i = 0; i < 300; ++i) {
+            auto got = alice.Get(guids[i]);
+            if (!got.ok()) return 1;
+            held.push_back(std::move(*got));
+          }
+          return 0;
+        }) == 0);
+  StoreStatus st = StatusOf(root);
+  CHECK(st.references_top_user == kLimit);
+  CHECK(st.max_references_per_user == kLimit);
+  CHECK(st.references_refused == kObjects - kLimit);
+  std::string out;
+  CHECK(Ctl(d, {"metrics"}, &out) == 0);
+  CHECK_THAT(out, Contains(fmt::format("depot_references_refused_total {}", kObjects - kLimit)));
+  CHECK_THAT(out,
+             Contains(fmt::format("depot_limit{{key=\"max_references_per_user\"}} {}", kLimit)));
+  done.Send("done");
+  CHECK(Wait(attacker) == 0);
+}

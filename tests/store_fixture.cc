@@ -95,7 +95,9 @@ StoreHarness::~StoreHarness() {
 FakeClient& StoreHarness::Connect(uid_t uid, gid_t gid, std::vector<gid_t> groups) {
   FakeClient& c = clients_.emplace_back();
   c.creds = PeerCredentials{::getpid(), uid, gid, std::move(groups)};
-  c.id = store_->Open(&c.peer, c.creds);
+  auto opened = store_->Open(&c.peer, c.creds);
+  REQUIRE(opened.ok());
+  c.id = *opened;
   return c;
 }
 

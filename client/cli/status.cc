@@ -151,11 +151,15 @@ int Status(depot::Client& c, bool json) {
       "limits        {} GUIDs in gets waiting (busiest user {}; at most {} a connection, {} a "
       "user)\n"
       "              {} of creates waiting for disk (busiest user {}; at most {} a user)\n"
-      "              busiest user {} connections (at most {} a user)\n",
+      "              busiest user {} connections (at most {} a user), {} yet to say hello (at "
+      "most {} a user; {} refused)\n"
+      "              busiest user {} objects held through depotd (at most {} a user; {} refused)\n",
       s->pending_guids, s->pending_guids_top_user, s->max_pending_guids,
       s->max_pending_guids_per_user, FormatBytes(s->parked_create_bytes),
       FormatBytes(s->parked_create_bytes_top_user), FormatBytes(s->max_parked_bytes_per_user),
-      s->sessions_top_user, s->max_sessions_per_user);
+      s->sessions_top_user, s->max_sessions_per_user, s->handshakes_top_user,
+      s->max_handshakes_per_user, s->handshakes_refused, s->references_top_user,
+      s->max_references_per_user, s->references_refused);
   fmt::print("evictions     {} ({})\n", s->evictions, FormatBytes(s->evicted_bytes));
   if (s->spill_capacity == 0) {
     fmt::print("spill         off (no spill_dir)\n");

@@ -93,6 +93,18 @@
     "connections of the user with the most")                                                      \
   X(max_sessions_per_user, uint32_t, "limits", "max_sessions_per_user",                           \
     "connections one user may have (the daemon's own user: any number)")                          \
+  X(handshakes_top_user, uint32_t, "limits", "handshakes_top_user",                               \
+    "connections yet to say hello of the user with the most")                                     \
+  X(max_handshakes_per_user, uint32_t, "limits", "max_handshakes_per_user",                       \
+    "connections yet to say hello one user may have")                                             \
+  X(handshakes_refused, uint64_t, "limits", "handshakes_refused",                                 \
+    "connections refused since start: their user had max_handshakes_per_user yet to say hello")   \
+  X(references_top_user, uint64_t, "limits", "references_top_user",                               \
+    "objects held through depotd by the user with the most")                                      \
+  X(max_references_per_user, uint64_t, "limits", "max_references_per_user",                       \
+    "objects one user's connections may hold through depotd")                                     \
+  X(references_refused, uint64_t, "limits", "references_refused",                                 \
+    "references refused since start: their user held max_references_per_user")                    \
   X(indexed, uint64_t, "index", "indexed", "objects in the shared indexes now")                   \
   X(index_entries, uint64_t, "index", "entries", "entries of the shared indexes")                 \
   X(index_over_share, uint64_t, "index", "over_share",                                            \
