@@ -1,4 +1,4 @@
-// How depotd's config keys read their values (options.cc): sizes, counts, switches and lists of
+// How depotd's config keys read their values (option_keys.cc): sizes, counts, switches and lists of
 // users or groups. Each setter returns "" or what is wrong with the value.
 #ifndef DEPOT_DAEMON_OPTION_VALUES_H_
 #define DEPOT_DAEMON_OPTION_VALUES_H_

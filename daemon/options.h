@@ -16,7 +16,7 @@
 
 namespace depot {
 
-// Every setting of the daemon. The defaults are written once, in the key table (options.cc),
+// Every setting of the daemon. The defaults are written once, in the key table (option_keys.cc),
 // and applied by DefaultOptions: the members here start empty.
 struct DaemonOptions {
   std::string socket_path;

@@ -1,9 +1,7 @@
-// StoredObject (daemon/object_table.h): one object's record, with its frames inline or in the
-// one allocation it shares with its name and metadata.
+#include "daemon/stored_object.h"
+
 #include <algorithm>
 #include <new>
-
-#include "daemon/object_table.h"
 
 namespace depot {
 
