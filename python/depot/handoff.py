@@ -21,16 +21,14 @@ of a shared namespace could create one under the same GUID (a GUID belongs to wh
 first) with bytes of its choosing.
 """
 
-import bisect
 import os
 import pickle
-import threading
-import weakref
 
 import cloudpickle
 
 import depot
 from depot import connection
+from depot.holdings import HOLDINGS, exists
 
 __all__ = ["dumps", "loads", "through_depot", "DEFAULT_THRESHOLD", "HANDOFF_NAME"]
 
@@ -39,62 +37,6 @@ __all__ = ["dumps", "loads", "through_depot", "DEFAULT_THRESHOLD", "HANDOFF_NAME
 DEFAULT_THRESHOLD = 1 << 20
 #: The name of the objects that carry handed-off buffers (see ``depotctl ls``).
 HANDOFF_NAME = "handoff"
-
-
-class _Holdings:
-    """The depot frames this process has mapped through :func:`loads`, by address, so that
-    :func:`dumps` can name them instead of copying them. Thread-safe (one lock)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._starts = []  # sorted
-        self._frames = {}  # start -> (end, guid, the uid that created the object)
-
-    def add(self, frame, guid, owned, creator):
-        """Records a frame (a memoryview over a depot object) until its last view goes, then
-        deletes its object when this process owns it."""
-        start = _address(frame)
-        with self._lock:
-            if start not in self._frames:
-                bisect.insort(self._starts, start)
-            self._frames[start] = (start + frame.nbytes, guid, creator)
-        # The exporter behind the view lives as long as any view of the frame does (numpy's
-        # arrays hold views of views, which share the exporter but not the first view).
-        weakref.finalize(frame.obj, self._drop, start, guid, owned)
-
-    def find(self, buffer):
-        """(guid, offset, creator uid) of a held frame that contains ``buffer``, or None."""
-        start = _address(buffer)
-        with self._lock:
-            i = bisect.bisect_right(self._starts, start) - 1
-            if i < 0:
-                return None
-            frame_start = self._starts[i]
-            end, guid, creator = self._frames[frame_start]
-        if start + buffer.nbytes <= end:
-            return guid, start - frame_start, creator
-        return None
-
-    def _drop(self, start, guid, owned):
-        with self._lock:
-            if self._frames.get(start, (None, None, None))[1] == guid:
-                del self._frames[start]
-                self._starts.remove(start)
-        if owned:
-            try:
-                connection.client().delete(guid)
-            except depot.Error:
-                pass  # deleted already, or the daemon is gone: nothing left to free
-
-
-_holdings = _Holdings()
-
-
-def _address(buffer):
-    import numpy as np
-
-    return np.frombuffer(buffer, dtype=np.uint8).__array_interface__["data"][0] \
-        if buffer.nbytes else 0
 
 
 def dumps(value, threshold=DEFAULT_THRESHOLD):
@@ -118,11 +60,12 @@ def dumps(value, threshold=DEFAULT_THRESHOLD):
     new = []
     c = connection.client()
     for raw in large:
-        held = _holdings.find(raw)
-        if held is not None and not _exists(c, held[0]):
+        held = HOLDINGS.find(raw)
+        if held is not None and not exists(c, held[0]):
             held = None  # its maker's connection closed: mapped here, gone from depot
         if held is not None:
-            places.append((held[0], 0, held[1], raw.nbytes, False, held[2]))
+            guid, frame, offset, creator = held
+            places.append((guid, frame, offset, raw.nbytes, False, creator))
         else:
             places.append((None, len(new), 0, raw.nbytes, True, os.getuid()))
             new.append(raw)
@@ -130,15 +73,6 @@ def dumps(value, threshold=DEFAULT_THRESHOLD):
         guid = c.put(new, name=HANDOFF_NAME, owner_scoped=True)
         places = [(guid if g is None else g, *rest) for g, *rest in places]
     return pickle.dumps((data, places), protocol=5)
-
-
-def _exists(c, guid):
-    # stat, not contains: contains answers from this process's own reference.
-    try:
-        c.stat(guid)
-        return True
-    except depot.NotFound:
-        return False
 
 
 def loads(payload):
@@ -159,7 +93,7 @@ def loads(payload):
                     f"handoff: object {guid} was created by uid {obj.creator_uid}, not by uid "
                     f"{creator} that handed it off: refusing its bytes")
             view = obj.frames[frame]
-            _holdings.add(view, guid, owned, obj.creator_uid)
+            HOLDINGS.add(view, guid, frame, owned, obj.creator_uid)
             objects[guid, frame] = view
         buffers.append(objects[guid, frame][offset:offset + length])
     return pickle.loads(data, buffers=buffers)

@@ -65,6 +65,14 @@ def test_dumps_and_loads_share_large_buffers_and_copy_small_ones(daemon):
     assert not handoffs(c)  # deleted by its owner when the last view went
 
 
+def test_a_buffer_handed_on_names_the_frame_it_lies_in(daemon):
+    connection.configure(daemon.socket)
+    back = handoff.loads(handoff.dumps([make(1), make(2)]))  # one object, a frame each
+    again = handoff.loads(handoff.dumps(back[1]))
+    assert np.array_equal(again, make(2))
+    assert again.__array_interface__["data"] == back[1].__array_interface__["data"]
+
+
 def test_process_pools_return_results_through_depot(daemon):
     os.environ["DEPOT_SOCKET"] = daemon.socket
     c = depot.Client(daemon.socket)
