@@ -21,24 +21,30 @@ workers, P2P shards, scatter, results) travels through depot: the sender copies 
 into shared memory once, the receiver maps it (zero-copy, read-only) and deletes it at once, and
 only a small message goes over the socket. Processes on other nodes, or without depot, use
 Dask's usual path, unchanged.
+
+Memory: with the plugins (``register_plugin`` registers a nanny plugin beside the worker one),
+each worker's memory manager and nanny count the shared pages a worker maps at its share of
+them, not whole (depot.dask_memory): a worker is not paused, spilled or restarted for memory the
+node holds once.
 """
 
 import os
 
 import dask.base
-from distributed.diagnostics.plugin import WorkerPlugin
+from distributed import Nanny
+from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
 
 import depot
 from depot import connection, dask_comm, dask_compat, dask_family, refs
-from depot.dask_compat import UnsupportedDask
+from depot.dask_compat import SHARED_METRIC, UnsupportedDask
 from depot.dask_family import (DEFAULT_THRESHOLD, FAMILY, TRANSFER_NAME, node_identity,
                                shares_daemon, threshold, transfer_stats)
 from depot.local_scheduler import ProcessScheduler, get
 from depot.refs import Ref, put
 
-__all__ = ["DepotPlugin", "ProcessScheduler", "Ref", "UnsupportedDask", "client", "configure",
+__all__ = ["DepotNannyPlugin", "DepotPlugin", "ProcessScheduler", "Ref", "UnsupportedDask", "client", "configure",
            "disable_transfers", "enable_transfers", "get", "node_identity", "put",
-           "register_plugin", "resolve_refs_in_tasks", "shares_daemon", "threshold",
+           "register_plugin", "resolve_refs_in_tasks", "shares_daemon", "threshold", "SHARED_METRIC",
            "transfer_stats", "DEFAULT_THRESHOLD", "FAMILY", "TRANSFER_NAME"]
 
 # dask.compute(..., scheduler="depot"): Dask looks names up in this table.
@@ -59,9 +65,13 @@ def client():
 
 
 def register_plugin(dask_client, plugin=None):
-    """Registers ``plugin`` (default: ``DepotPlugin()``) on every worker of ``dask_client``'s
-    cluster, on any Dask release; raises when a worker's setup fails."""
-    return dask_compat.register_plugin(dask_client, plugin or DepotPlugin())
+    """Registers ``plugin`` on every worker (or nanny, for a NannyPlugin) of ``dask_client``'s
+    cluster, on any Dask release; raises when a worker's setup fails. Default: ``DepotPlugin()``
+    on the workers and ``DepotNannyPlugin()`` on their nannies."""
+    if plugin is not None:
+        return dask_compat.register_plugin(dask_client, plugin)
+    dask_compat.register_plugin(dask_client, DepotNannyPlugin())
+    return dask_compat.register_plugin(dask_client, DepotPlugin())
 
 
 def enable_transfers(worker, threshold=None):
@@ -108,23 +118,29 @@ class DepotPlugin(WorkerPlugin):
 
     ``socket``: the daemon's socket (default: $DEPOT_SOCKET, else the default path);
     ``threshold``: frames from this size go through depot; ``refs`` (the default): Refs reaching
-    the worker's tasks arrive as their values (:func:`resolve_refs_in_tasks`). When the worker
-    closes, the transfers it sent that no receiver took are deleted. Register it with
-    :func:`register_plugin`.
+    the worker's tasks arrive as their values (:func:`resolve_refs_in_tasks`); ``count_shared``
+    (the default): the worker's memory manager counts shared pages at its share
+    (depot.dask_memory) and reports the shared memory it maps as the metric ``depot_shared``.
+    When the worker closes, the transfers it sent that no receiver took are deleted. Register it
+    with :func:`register_plugin`.
     """
 
     name = "depot"
 
-    def __init__(self, socket=None, transfers=True, threshold=DEFAULT_THRESHOLD, refs=True):
+    def __init__(self, socket=None, transfers=True, threshold=DEFAULT_THRESHOLD, refs=True,
+                 count_shared=True):
         self.socket = socket
         self.transfers = transfers
         self.threshold = threshold
         self.refs = refs
+        self.count_shared = count_shared
 
     def setup(self, worker):
         configure(self.socket, self.threshold)
         client()  # fail here, visibly, when no daemon answers
         resolve_refs_in_tasks(self.refs)
+        if self.count_shared:
+            dask_compat.count_shared_once_in_worker(worker)
         if self.transfers:
             enable_transfers(worker, self.threshold)
         else:
@@ -138,10 +154,27 @@ class DepotPlugin(WorkerPlugin):
             pass  # the daemon went first: it took the objects with it
 
 
-def dask_setup(worker):
-    """The preload hook: ``distributed.worker.preload: [depot.dask]`` enables transfers."""
-    DepotPlugin().setup(worker)
+class DepotNannyPlugin(NannyPlugin):
+    """Makes a nanny's memory monitor, which restarts its worker past the terminate fraction of
+    its ``memory_limit``, count the shared pages the worker maps at its share of them
+    (depot.dask_memory). Registered beside DepotPlugin by :func:`register_plugin`."""
+
+    name = "depot-nanny"
+    restart = False
+
+    def setup(self, nanny):
+        dask_compat.count_shared_once_in_nanny(nanny)
 
 
-def dask_teardown(worker):
-    DepotPlugin().teardown(worker)
+def dask_setup(server):
+    """The preload hook: ``distributed.worker.preload: [depot.dask]`` sets a worker up as
+    DepotPlugin does, ``distributed.nanny.preload: [depot.dask]`` a nanny as DepotNannyPlugin."""
+    if isinstance(server, Nanny):
+        DepotNannyPlugin().setup(server)
+    else:
+        DepotPlugin().setup(server)
+
+
+def dask_teardown(server):
+    if not isinstance(server, Nanny):
+        DepotPlugin().teardown(server)

@@ -7,13 +7,21 @@ release has what it uses and raises :class:`UnsupportedDask`, saying what is mis
 does not: depot never falls back to Dask's TCP path without saying so.
 """
 
+import os
+
 import distributed
+import distributed.worker_memory
 from distributed.comm import registry
 from distributed.comm.tcp import TCPListener
 
-from depot import dask_comm
+from depot import dask_comm, dask_memory
 
-__all__ = ["OLDEST", "NEWEST", "UnsupportedDask", "adopt_worker", "register_plugin"]
+__all__ = ["OLDEST", "NEWEST", "SHARED_METRIC", "UnsupportedDask", "adopt_worker",
+           "count_shared_once_in_nanny", "count_shared_once_in_worker", "register_plugin"]
+
+#: The worker metric (``scheduler_info()["workers"][address]["metrics"]``) that says how much
+#: shared memory the worker maps, whole (depot.dask_memory.shared_memory).
+SHARED_METRIC = "depot_shared"
 
 #: The releases of dask and distributed depot is tested with (pyproject.toml declares the range).
 OLDEST = "2022.12.1"
@@ -59,3 +67,63 @@ def adopt_worker(worker):
         listener.comm_class = dask_comm.DepotComm
     registry.backends["tcp"] = dask_comm.TcpBackend()
     worker.rpc.collect()
+
+
+def count_shared_once_in_worker(worker):
+    """Makes the worker's memory manager (spill, pause) and its reports to the scheduler count
+    shared pages at the worker's share (depot.dask_memory.process_memory), and adds the metric
+    SHARED_METRIC. Every release reads the worker's memory through
+    ``worker.monitor.get_process_memory()`` and reports ``worker.metrics``."""
+    monitor = getattr(worker, "monitor", None)
+    if not callable(getattr(monitor, "get_process_memory", None)) or \
+            not isinstance(getattr(worker, "metrics", None), dict):
+        raise _unsupported("the worker has no monitor.get_process_memory or metrics to count "
+                           "shared memory once with")
+    pid = os.getpid()
+    monitor.get_process_memory = lambda: dask_memory.process_memory(pid)
+    worker.metrics[SHARED_METRIC] = lambda _worker: dask_memory.shared_memory(pid)
+
+
+class _Process:
+    """A psutil.Process whose memory_info() has its rss counted as
+    depot.dask_memory.process_memory counts it."""
+
+    def __init__(self, process):
+        self._process = process
+
+    def __getattr__(self, name):
+        return getattr(self._process, name)
+
+    def memory_info(self):
+        info = self._process.memory_info()  # raises as psutil does for a process gone
+        try:
+            return info._replace(rss=dask_memory.process_memory(self._process.pid))
+        except (OSError, KeyError):  # gone since, or /proc not readable: RSS, as Dask had it
+            return info
+
+
+class _Psutil:
+    """psutil, with Process as above and everything else its own."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def Process(self, *args, **kwargs):  # noqa: N802 (psutil's name)
+        return _Process(self.real.Process(*args, **kwargs))
+
+
+def count_shared_once_in_nanny(nanny):
+    """Makes the nanny's memory monitor, which restarts its worker past the terminate fraction of
+    ``memory_limit``, count shared pages at the worker's share. Every release's monitor
+    (``NannyMemoryManager.memory_monitor`` in distributed.worker_memory) reads the worker's RSS as
+    ``psutil.Process(pid).memory_info().rss``, through that module's ``psutil``, which this
+    process's nanny alone uses."""
+    module = distributed.worker_memory
+    if not hasattr(module, "NannyMemoryManager") or not hasattr(module, "psutil") or \
+            not hasattr(getattr(nanny, "memory_manager", None), "memory_monitor"):
+        raise _unsupported("distributed.worker_memory has no NannyMemoryManager reading psutil")
+    if not isinstance(module.psutil, _Psutil):
+        module.psutil = _Psutil(module.psutil)
