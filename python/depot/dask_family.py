@@ -1,9 +1,14 @@
 """The ``"depot"`` Dask serialization family: large frames between processes of one node.
 
 For a value at least :func:`threshold` bytes large, the sender serializes it with Dask's own
-``"dask"`` and ``"pickle"`` families, copies each frame of that size or more into one
-owner-scoped depot object, and sends only the header; the receiver maps the frames (zero-copy,
-read-only), deletes the object (its views keep the bytes) and deserializes as Dask would have.
+``"dask"`` and ``"pickle"`` families, finds each frame of that size or more in depot or copies
+it there, and sends only the header, which names where each lies; the receiver maps the frames
+(zero-copy, read-only) and deserializes as Dask would have. A value enters depot once: the
+sender copies its frames into one owner-scoped object the first time and keeps it while the
+value lives, so every later send of it names the same object; a value that arrived through depot
+lies in an object already, which is named as long as its owner keeps it (depot.holdings). Each
+receiver's views keep the bytes they map. An object no sender keeps (a value of bytes, or one
+partly named) is deleted by its receiver, once mapped.
 The family declines (``NotImplementedError``, so Dask tries its next family) unless the
 recipient announced, in its comm's handshake, the same daemon as this process's: depot's comms
 (depot.dask_comm) announce it and ask for this family first. They also serialize a large
@@ -22,6 +27,7 @@ import itertools
 import os
 import threading
 import uuid
+import weakref
 
 from dask.sizeof import sizeof
 from distributed.protocol.serialize import deserialize, register_serialization_family, serialize
@@ -29,6 +35,7 @@ from distributed.utils import ensure_memoryview, nbytes
 
 import depot
 from depot import connection
+from depot.holdings import HOLDINGS, address, exists, exporter
 
 __all__ = ["DEFAULT_THRESHOLD", "END_KEY", "FAMILY", "HANDSHAKE_KEY", "PROCESS_KEY",
            "TRANSFER_NAME", "Handing", "drop_in_process", "dumps_whole", "new_end",
@@ -53,8 +60,8 @@ DEFAULT_THRESHOLD = 512 << 10
 
 _lock = threading.Lock()
 _threshold = DEFAULT_THRESHOLD
-_stats = {"sent": 0, "sent_bytes": 0, "received": 0, "received_bytes": 0, "in_process": 0,
-          "in_process_bytes": 0}
+_stats = {"sent": 0, "sent_bytes": 0, "named": 0, "named_bytes": 0, "received": 0,
+          "received_bytes": 0, "in_process": 0, "in_process_bytes": 0}
 _process = (None, None)  # (pid, identity): made again in a forked child
 _handed = {}  # token -> (reading end, frames) of the values handed to a reader in this process
 _counter = itertools.count()
@@ -156,12 +163,9 @@ def _dumps(x, context=None, every_frame=False, size=None):
         handed = {"token": _hand(recipient[END_KEY], [frames[i] for i in moved])}
     else:
         try:
-            guid = connection.client().put([ensure_memoryview(frames[i]) for i in moved],
-                                           name=TRANSFER_NAME, owner_scoped=True)
+            handed = _place([ensure_memoryview(frames[i]) for i in moved])
         except (depot.Error, BufferError, ValueError) as e:  # a full store, a strided buffer:
             raise NotImplementedError(str(e)) from e        # the socket still works
-        _count("sent", sum(nbytes(frames[i]) for i in moved))
-        handed = {"guid": guid}
     moved_set = set(moved)
     _read_only(header)
     kept = [b"" if i in moved_set else frame for i, frame in enumerate(frames)]
@@ -276,13 +280,26 @@ def _take(header):
                              " write failed, or it came from another process")
         return handed[1]
     c = connection.client()
-    obj = c.get(header["guid"])
-    try:
-        c.delete(header["guid"])
-    except depot.NotFound:
-        pass
-    _count("received", obj.size)
-    return obj.frames
+    frames = {}
+    views = []
+    for guid, frame, offset, length, creator in header["places"]:
+        if guid not in frames:
+            obj = c.get(guid)
+            if obj.creator_uid not in (creator, os.getuid()):
+                raise depot.PermissionDenied(
+                    f"object {guid} was created by uid {obj.creator_uid}, not by uid {creator} "
+                    "that sent it: refusing its bytes")
+            frames[guid] = obj.frames
+            for i, view in enumerate(frames[guid]):
+                HOLDINGS.add(view, guid, i, False, obj.creator_uid)
+            _count("received", obj.size)
+        views.append(frames[guid][frame][offset:offset + length])
+    for guid in header.get("delete", ()):  # no sender keeps it: the views here keep its bytes
+        try:
+            c.delete(guid)
+        except depot.NotFound:
+            pass
+    return views
 
 
 def _loads(header, frames):
@@ -293,6 +310,70 @@ def _loads(header, frames):
     return deserialize(header["inner"], frames)
 
 
+# The objects this process put for values it still holds, by their buffers' (address, size):
+# (weak references to the buffers' exporters, the object's frames). A later send of the same
+# value names the object again; it goes when the value does (depot.holdings deletes it when the
+# last view of it in this process goes).
+_kept = {}
+
+
+def _place(buffers):
+    """Where a receiver finds `buffers` in depot: the header part that names, per buffer, (guid,
+    frame, offset, length, creator uid). A buffer that lies in an object this process maps (a
+    value received through depot, or one put for an earlier send of the same value) is named,
+    not copied; the others are copied into one new owner-scoped object, which this process keeps
+    while their exporters live, so that every receiver of the value maps the same one."""
+    key = tuple((address(b), b.nbytes) for b in buffers)
+    with _lock:
+        kept = _kept.get(key)
+    if kept is not None and all(ref() is not None for ref in kept[0]):
+        guid, uid = kept[1], os.getuid()
+        _count("named", sum(b.nbytes for b in buffers))
+        return {"places": [(guid, i, 0, b.nbytes, uid) for i, b in enumerate(buffers)]}
+    c = connection.client()
+    places = [HOLDINGS.find(b) for b in buffers]
+    for guid in {p[0] for p in places if p is not None}:
+        if not exists(c, guid):  # mapped here, gone from depot: its owner let it go
+            places = [None if p is not None and p[0] == guid else p for p in places]
+    places = [None if p is None else (p[0], p[1], p[2], b.nbytes, p[3])
+              for p, b in zip(places, buffers)]
+    named = sum(b.nbytes for p, b in zip(places, buffers) if p is not None)
+    if named:
+        _count("named", named)
+    new = [i for i, p in enumerate(places) if p is None]
+    if not new:
+        return {"places": places}
+    copied = [buffers[i] for i in new]
+    guid = c.put(copied, name=TRANSFER_NAME, owner_scoped=True)
+    _count("sent", sum(b.nbytes for b in copied))
+    for frame, i in enumerate(new):
+        places[i] = (guid, frame, 0, buffers[i].nbytes, os.getuid())
+    handed = {"places": places}
+    exporters = [exporter(b) for b in copied]
+    try:
+        refs = [weakref.ref(e) for e in exporters]
+    except TypeError:  # bytes: no telling when they go
+        refs = None
+    if refs is None or len(new) < len(buffers):  # or part of a value named: its receiver
+        handed["delete"] = [guid]                  # deletes it, as no later send finds it
+        return handed
+    views = c.get(guid).frames
+    for frame, view in enumerate(views):
+        HOLDINGS.add(view, guid, frame, True, os.getuid())
+    with _lock:
+        _kept[key] = (refs, guid, views)
+    for e in {id(e): e for e in exporters}.values():
+        weakref.finalize(e, _forget, key, guid)
+    return handed
+
+
+def _forget(key, guid):
+    """The value of `key` went: its views go, and with the last of them, its object."""
+    with _lock:
+        if _kept.get(key, (None, None))[1] == guid:
+            del _kept[key]
+
+
 def _count(direction, size):
     with _lock:
         _stats[direction] += 1
@@ -300,8 +381,9 @@ def _count(direction, size):
 
 
 def transfer_stats():
-    """This process's transfers through depot: how many were sent and received, and bytes; and
-    those handed to a reader in this process, which depot did not carry (``in_process``)."""
+    """This process's transfers through depot: how many were sent (copied into depot), named
+    (sent by naming an object already there, copying nothing) and received, and bytes; and those
+    handed to a reader in this process, which depot did not carry (``in_process``)."""
     with _lock:
         return dict(_stats)
 

@@ -26,11 +26,18 @@ def address(buffer):
 
 
 def exporter(view):
-    """The object that exports the bytes of memoryview `view` (a numpy array, a depot frame):
-    the bytes live at least as long as it does."""
-    while isinstance(view, memoryview):
-        view = view.obj
-    return view
+    """The object that owns the bytes of memoryview `view` (a numpy array that owns its data, a
+    depot frame, bytes): the bytes live at least as long as it does. Views of a numpy array,
+    which Dask's serializers make, lead to the array that owns the data."""
+    import numpy as np
+
+    while True:
+        if isinstance(view, memoryview):
+            view = view.obj
+        elif isinstance(view, np.ndarray) and view.base is not None:
+            view = view.base
+        else:
+            return view
 
 
 def exists(c, guid):

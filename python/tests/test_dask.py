@@ -223,9 +223,9 @@ def test_preload_setting_and_cleanup_after_workers_exit(daemon):
         listener = distributed.get_worker().listener
         assert issubclass(listener.comm_class, depot.dask_comm.DepotComm)
         recipient = {"depot-node": depot.dask.node_identity()}
-        header, _ = serialize(np.ones(2 * MIB), serializers=("depot",),
-                              context={"recipient": recipient})
-        return header["guid"]
+        value = distributed.get_worker()._depot_test_value = np.ones(2 * MIB)  # kept: its object
+        header, _ = serialize(value, serializers=("depot",), context={"recipient": recipient})
+        return header["places"][0][0]
 
     with dask.config.set({"distributed.worker.preload": ["depot.dask"]}):
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
