@@ -42,10 +42,11 @@ from depot.dask_family import (DEFAULT_THRESHOLD, FAMILY, TRANSFER_NAME, node_id
 from depot.local_scheduler import ProcessScheduler, get
 from depot.refs import Ref, put
 
-__all__ = ["DepotNannyPlugin", "DepotPlugin", "ProcessScheduler", "Ref", "UnsupportedDask", "client", "configure",
-           "disable_transfers", "enable_transfers", "get", "node_identity", "put",
-           "register_plugin", "resolve_refs_in_tasks", "shares_daemon", "threshold", "SHARED_METRIC",
-           "transfer_stats", "DEFAULT_THRESHOLD", "FAMILY", "TRANSFER_NAME"]
+__all__ = ["DepotNannyPlugin", "DepotPlugin", "ProcessScheduler", "Ref", "UnsupportedDask",
+           "client", "configure", "disable_transfers", "enable_transfers", "get",
+           "node_identity", "put", "register_plugin", "resolve_refs_in_tasks", "shares_daemon",
+           "threshold", "transfer_stats", "DEFAULT_THRESHOLD", "FAMILY", "SHARED_METRIC",
+           "TRANSFER_NAME"]
 
 # dask.compute(..., scheduler="depot"): Dask looks names up in this table.
 dask.base.named_schedulers.setdefault("depot", get)

@@ -35,7 +35,7 @@ from distributed.utils import ensure_memoryview, nbytes
 
 import depot
 from depot import connection
-from depot.holdings import HOLDINGS, address, exists, exporter
+from depot.holdings import HOLDINGS, address, exists, exporter, part
 
 __all__ = ["DEFAULT_THRESHOLD", "END_KEY", "FAMILY", "HANDSHAKE_KEY", "PROCESS_KEY",
            "TRANSFER_NAME", "Handing", "drop_in_process", "dumps_whole", "new_end",
@@ -293,7 +293,7 @@ def _take(header):
             for i, view in enumerate(frames[guid]):
                 HOLDINGS.add(view, guid, i, False, obj.creator_uid)
             _count("received", obj.size)
-        views.append(frames[guid][frame][offset:offset + length])
+        views.append(part(frames[guid], guid, frame, offset, length))
     for guid in header.get("delete", ()):  # no sender keeps it: the views here keep its bytes
         try:
             c.delete(guid)

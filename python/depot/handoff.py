@@ -28,7 +28,7 @@ import cloudpickle
 
 import depot
 from depot import connection
-from depot.holdings import HOLDINGS, exists
+from depot.holdings import HOLDINGS, exists, part
 
 __all__ = ["dumps", "loads", "through_depot", "DEFAULT_THRESHOLD", "HANDOFF_NAME"]
 
@@ -86,16 +86,16 @@ def loads(payload):
     objects = {}
     buffers = []
     for guid, frame, offset, length, owned, creator in places:
-        if (guid, frame) not in objects:
+        if guid not in objects:
             obj = c.get(guid)
             if obj.creator_uid not in (creator, os.getuid()):
                 raise depot.PermissionDenied(
                     f"handoff: object {guid} was created by uid {obj.creator_uid}, not by uid "
                     f"{creator} that handed it off: refusing its bytes")
-            view = obj.frames[frame]
-            HOLDINGS.add(view, guid, frame, owned, obj.creator_uid)
-            objects[guid, frame] = view
-        buffers.append(objects[guid, frame][offset:offset + length])
+            objects[guid] = obj.frames
+            for i, view in enumerate(objects[guid]):
+                HOLDINGS.add(view, guid, i, owned, obj.creator_uid)
+        buffers.append(part(objects[guid], guid, frame, offset, length))
     return pickle.loads(data, buffers=buffers)
 
 

@@ -14,7 +14,7 @@ import weakref
 import depot
 from depot import connection
 
-__all__ = ["HOLDINGS", "Holdings", "address", "exists", "exporter"]
+__all__ = ["HOLDINGS", "Holdings", "address", "exists", "exporter", "part"]
 
 
 def address(buffer):
@@ -48,6 +48,17 @@ def exists(c, guid):
         return True
     except depot.NotFound:
         return False
+
+
+def part(views, guid, frame, offset, length):
+    """Bytes [offset, offset + length) of frame `frame` of `views` (object `guid`'s frames), as
+    a sender named them; ValueError when they are not all there: a short view would be the
+    wrong value, silently."""
+    if not (0 <= frame < len(views) and 0 <= offset and 0 <= length and
+            offset + length <= views[frame].nbytes):
+        raise ValueError(f"object {guid} has no bytes [{offset}, {offset + length}) in frame "
+                         f"{frame}: not the value that was sent")
+    return views[frame][offset:offset + length]
 
 
 class Holdings:

@@ -156,3 +156,12 @@ def test_loads_refuses_an_object_another_uid_made_under_the_senders_guid():
         if before is not None:
             connection.configure(before)
         d.stop()
+
+
+def test_loads_refuses_bytes_a_payload_names_past_its_frame(daemon):
+    connection.configure(daemon.socket)
+    data, places = pickle.loads(handoff.dumps(make(1)))
+    guid, frame, offset, length, owned, creator = places[0]
+    forged = pickle.dumps((data, [(guid, frame, offset, length + 8, owned, creator)]))
+    with pytest.raises(ValueError, match="has no bytes"):
+        handoff.loads(forged)
