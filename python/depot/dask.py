@@ -17,15 +17,16 @@ Transparent: a cluster on ``depot://`` addresses (``LocalCluster(protocol="depot
 ``dask worker --protocol depot``: depot.dask_comm), or the worker plugin
 (``depot.dask.register_plugin(client)``), or the setting ``distributed.worker.preload:
 [depot.dask]``: every large value sent between processes of one node (results fetched between
-workers, P2P shards, scatter, results) travels through depot: the sender copies each large frame
-into shared memory once, the receiver maps it (zero-copy, read-only) and deletes it at once, and
-only a small message goes over the socket. Processes on other nodes, or without depot, use
+workers, P2P shards, scatter, results) travels through depot: the sender copies its large frames
+into shared memory once per value and keeps the value as a view of them (depot.dask_data), every
+receiver maps them (zero-copy, read-only), and only a small message goes over the socket. Processes on other nodes, or without depot, use
 Dask's usual path, unchanged.
 
 Memory: with the plugins (``register_plugin`` registers a nanny plugin beside the worker one),
 each worker's memory manager and nanny count the shared pages a worker maps at its share of
-them, not whole (depot.dask_memory): a worker is not paused, spilled or restarted for memory the
-node holds once.
+them, not whole (depot.dask_memory), and a worker's managed memory leaves out the bytes of its
+values that lie in depot, which it spills without writing them (depot.dask_data): a worker is not
+paused, spilled or restarted for memory the node holds once.
 """
 
 import os
@@ -121,7 +122,9 @@ class DepotPlugin(WorkerPlugin):
     ``threshold``: frames from this size go through depot; ``refs`` (the default): Refs reaching
     the worker's tasks arrive as their values (:func:`resolve_refs_in_tasks`); ``count_shared``
     (the default): the worker's memory manager counts shared pages at its share
-    (depot.dask_memory) and reports the shared memory it maps as the metric ``depot_shared``.
+    (depot.dask_memory) and reports the shared memory it maps as the metric ``depot_shared``,
+    and its SpillBuffer weighs, spills and keeps values that lie in depot as such
+    (depot.dask_data).
     When the worker closes, the transfers it sent that no receiver took are deleted. Register it
     with :func:`register_plugin`.
     """
@@ -142,12 +145,14 @@ class DepotPlugin(WorkerPlugin):
         resolve_refs_in_tasks(self.refs)
         if self.count_shared:
             dask_compat.count_shared_once_in_worker(worker)
+            dask_compat.adopt_data(worker)
         if self.transfers:
             enable_transfers(worker, self.threshold)
         else:
             disable_transfers(worker)
 
     def teardown(self, worker):
+        dask_compat.release_data(worker)
         pid = os.getpid()
         try:
             _delete_transfers(lambda creator: creator == pid)

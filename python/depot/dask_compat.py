@@ -10,18 +10,23 @@ does not: depot never falls back to Dask's TCP path without saying so.
 import os
 
 import distributed
+import distributed.spill
 import distributed.worker_memory
 from distributed.comm import registry
 from distributed.comm.tcp import TCPListener
 
-from depot import dask_comm, dask_memory
+from depot import dask_comm, dask_data, dask_family, dask_memory
 
-__all__ = ["OLDEST", "NEWEST", "SHARED_METRIC", "UnsupportedDask", "adopt_worker",
-           "count_shared_once_in_nanny", "count_shared_once_in_worker", "register_plugin"]
+__all__ = ["OLDEST", "NEWEST", "SHARED_METRIC", "SPILLED_METRIC", "UnsupportedDask",
+           "adopt_data", "adopt_worker", "count_shared_once_in_nanny",
+           "count_shared_once_in_worker", "register_plugin", "release_data"]
 
 #: The worker metric (``scheduler_info()["workers"][address]["metrics"]``) that says how much
 #: shared memory the worker maps, whole (depot.dask_memory.shared_memory).
 SHARED_METRIC = "depot_shared"
+#: The worker metric that says how many bytes of the worker's values are spilled to depot
+#: (kept as views of its pages, nothing written: depot.dask_data).
+SPILLED_METRIC = "depot_spilled"
 
 #: The releases of dask and distributed depot is tested with (pyproject.toml declares the range).
 OLDEST = "2022.12.1"
@@ -127,3 +132,35 @@ def count_shared_once_in_nanny(nanny):
         raise _unsupported("distributed.worker_memory has no NannyMemoryManager reading psutil")
     if not isinstance(module.psutil, _Psutil):
         module.psutil = _Psutil(module.psutil)
+
+
+def adopt_data(worker):
+    """Gives the worker's SpillBuffer depot's weight, slow side and swap (depot.dask_data), and
+    adds the metric SPILLED_METRIC; returns the WorkerData, or None for a worker whose data is
+    not a SpillBuffer (no ``memory_limit``, or a mapping of the user's: nothing is weighed or
+    spilled then). Every release's SpillBuffer is a zict.Buffer: its ``weight`` and that of its
+    ``fast`` LRU (whose dict is ``fast.d``) weigh values, and its ``slow`` is a zict.Cache over
+    the ``data`` that pickles to disk. Values already in memory keep the weight they had."""
+    buffer = getattr(worker, "data", None)
+    if not isinstance(buffer, distributed.spill.SpillBuffer):
+        return None
+    fast, slow = getattr(buffer, "fast", None), getattr(buffer, "slow", None)
+    if not all(hasattr(o, a) for o, a in ((buffer, "weight"), (fast, "weight"), (fast, "d"),
+                                          (slow, "data"))):
+        raise _unsupported("its SpillBuffer is not a zict.Buffer over an LRU and a Cache")
+    if isinstance(slow.data, dask_data.DepotSlow):
+        return slow.data.data  # adopted before
+    data = dask_data.WorkerData(buffer, worker.loop)
+    buffer.weight = fast.weight = data.weight
+    slow.data = dask_data.DepotSlow(slow.data, data)
+    dask_family.KEPT_HOOKS.append(data.kept)
+    worker.metrics[SPILLED_METRIC] = lambda _worker: slow.data.kept_bytes
+    return data
+
+
+def release_data(worker):
+    """The worker closes: its data hears of no more values kept by dask_family."""
+    slow = getattr(getattr(worker, "data", None), "slow", None)
+    data = getattr(getattr(slow, "data", None), "data", None)
+    if isinstance(data, dask_data.WorkerData) and data.kept in dask_family.KEPT_HOOKS:
+        dask_family.KEPT_HOOKS.remove(data.kept)

@@ -37,10 +37,10 @@ import depot
 from depot import connection
 from depot.holdings import HOLDINGS, address, exists, exporter, part
 
-__all__ = ["DEFAULT_THRESHOLD", "END_KEY", "FAMILY", "HANDSHAKE_KEY", "PROCESS_KEY",
-           "TRANSFER_NAME", "Handing", "drop_in_process", "dumps_whole", "new_end",
-           "node_identity", "plain_total", "process_identity", "set_threshold", "shares_daemon",
-           "threshold", "transfer_stats"]
+__all__ = ["DEFAULT_THRESHOLD", "END_KEY", "FAMILY", "HANDSHAKE_KEY", "KEPT_HOOKS",
+           "PROCESS_KEY", "TRANSFER_NAME", "Handing", "drop_in_process", "dumps_whole",
+           "kept_frames", "new_end", "node_identity", "plain_total", "process_identity",
+           "read_only", "set_threshold", "shares_daemon", "threshold", "transfer_stats"]
 
 #: The serialization family's name.
 FAMILY = "depot"
@@ -160,14 +160,16 @@ def _dumps(x, context=None, every_frame=False, size=None):
         raise NotImplementedError("no frame large enough to be worth a trip through depot")
     recipient = context.get("recipient") or {}
     if recipient.get(PROCESS_KEY) == process_identity() and END_KEY in recipient:
-        handed = {"token": _hand(recipient[END_KEY], [frames[i] for i in moved])}
+        handed, views = {"token": _hand(recipient[END_KEY], [frames[i] for i in moved])}, None
     else:
         try:
-            handed = _place([ensure_memoryview(frames[i]) for i in moved])
+            handed, views = _place([ensure_memoryview(frames[i]) for i in moved])
         except (depot.Error, BufferError, ValueError) as e:  # a full store, a strided buffer:
             raise NotImplementedError(str(e)) from e        # the socket still works
     moved_set = set(moved)
-    _read_only(header)
+    read_only(header)
+    if views is not None:
+        _tell_kept(header, frames, moved, views)
     kept = [b"" if i in moved_set else frame for i, frame in enumerate(frames)]
     return {**handed, "moved": moved, "inner": header}, kept
 
@@ -214,7 +216,7 @@ def dumps_whole(x, context):
     return header, frames
 
 
-def _read_only(header):
+def read_only(header):
     """Marks every frame of a header (and of the headers nested in it) read-only: the receiver's
     views of shared memory are, and Dask's deserializers copy a frame that should be writable
     but is not."""
@@ -222,7 +224,7 @@ def _read_only(header):
         if key == "writeable":
             header[key] = [False] * len(value)
         elif isinstance(value, dict):
-            _read_only(value)
+            read_only(value)
 
 
 class Handing:
@@ -322,14 +324,15 @@ def _place(buffers):
     frame, offset, length, creator uid). A buffer that lies in an object this process maps (a
     value received through depot, or one put for an earlier send of the same value) is named,
     not copied; the others are copied into one new owner-scoped object, which this process keeps
-    while their exporters live, so that every receiver of the value maps the same one."""
+    while their exporters live, so that every receiver of the value maps the same one.
+    Also returns the new object's frames when this process keeps it, else None."""
     key = tuple((address(b), b.nbytes) for b in buffers)
     with _lock:
         kept = _kept.get(key)
     if kept is not None and all(ref() is not None for ref in kept[0]):
         guid, uid = kept[1], os.getuid()
         _count("named", sum(b.nbytes for b in buffers))
-        return {"places": [(guid, i, 0, b.nbytes, uid) for i, b in enumerate(buffers)]}
+        return {"places": [(guid, i, 0, b.nbytes, uid) for i, b in enumerate(buffers)]}, None
     c = connection.client()
     places = [HOLDINGS.find(b) for b in buffers]
     for guid in {p[0] for p in places if p is not None}:
@@ -342,7 +345,7 @@ def _place(buffers):
         _count("named", named)
     new = [i for i, p in enumerate(places) if p is None]
     if not new:
-        return {"places": places}
+        return {"places": places}, None
     copied = [buffers[i] for i in new]
     guid = c.put(copied, name=TRANSFER_NAME, owner_scoped=True)
     _count("sent", sum(b.nbytes for b in copied))
@@ -356,7 +359,7 @@ def _place(buffers):
         refs = None
     if refs is None or len(new) < len(buffers):  # or part of a value named: its receiver
         handed["delete"] = [guid]                  # deletes it, as no later send finds it
-        return handed
+        return handed, None
     views = c.get(guid).frames
     for frame, view in enumerate(views):
         HOLDINGS.add(view, guid, frame, True, os.getuid())
@@ -364,7 +367,18 @@ def _place(buffers):
         _kept[key] = (refs, guid, views)
     for e in {id(e): e for e in exporters}.values():
         weakref.finalize(e, _forget, key, guid)
-    return handed
+    return handed, views
+
+
+def kept_frames(buffers):
+    """The frames of the object this process put for `buffers` (a value's large frames, as
+    serialized for an earlier send) and keeps while they live; None when there is none."""
+    key = tuple((address(b), b.nbytes) for b in buffers)
+    with _lock:
+        kept = _kept.get(key)
+    if kept is None or any(ref() is None for ref in kept[0]):
+        return None
+    return kept[2]
 
 
 def _forget(key, guid):
@@ -372,6 +386,18 @@ def _forget(key, guid):
     with _lock:
         if _kept.get(key, (None, None))[1] == guid:
             del _kept[key]
+
+
+#: Callables told of each value whose large frames this process copied into an object it keeps:
+#: f(header, frames, moved, views), the header marked read-only, `views` the object's frames in
+#: the order of the indices `moved` of `frames`. depot.dask_data's worker data is one: it keeps
+#: the value as a view of the object from then on.
+KEPT_HOOKS = []
+
+
+def _tell_kept(header, frames, moved, views):
+    for hook in KEPT_HOOKS:
+        hook(header, frames, moved, views)
 
 
 def _count(direction, size):

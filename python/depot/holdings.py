@@ -84,14 +84,17 @@ class Holdings:
     def find(self, buffer):
         """(guid, frame index, offset, creator uid) of a remembered frame that contains
         `buffer`, or None."""
-        start = address(buffer)
+        return self.find_at(address(buffer), buffer.nbytes)
+
+    def find_at(self, start, size):
+        """As find, for the `size` bytes from address `start`."""
         with self._lock:
             i = bisect.bisect_right(self._starts, start) - 1
             if i < 0:
                 return None
             frame_start = self._starts[i]
             end, guid, frame, creator = self._frames[frame_start]
-        if start + buffer.nbytes <= end:
+        if start + size <= end:
             return guid, frame, start - frame_start, creator
         return None
 

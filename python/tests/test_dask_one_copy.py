@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 
+import dask
 import distributed
 import numpy as np
 import pytest
@@ -28,8 +29,12 @@ cloudpickle.register_pickle_by_value(mappings)
 def cluster(daemon):
     os.environ["DEPOT_SOCKET"] = daemon.socket
     depot.dask.configure(daemon.socket)
-    cluster = distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0", silence_logs=40)
+    # Dask's Active Memory Manager drops replicas it deems extra, the sender's among them, on a
+    # timer; the sender then deletes the object it put, and a worker that sends its copy on puts
+    # another (docs/python-and-dask.md). Off here, so that each test sees one sender.
+    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+        cluster = distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
+                                           dashboard_address=":0", silence_logs=40)
     with distributed.Client(cluster) as c:
         depot.dask.register_plugin(c, depot.dask.DepotPlugin(daemon.socket))
         yield c
