@@ -42,6 +42,10 @@ __all__ = ["DepotSlow", "WorkerData", "arrays", "depot_bytes"]
 
 #: A frame smaller than this may stay private in a value spilled to depot (a header, an index).
 SMALL_FRAME = 64 << 10
+#: The seconds a spill waits for a send that is copying the value into depot (a copy of 1 GiB
+#: takes 0.1-0.6 s here): the event loop waits with it, as it would while Dask writes the value
+#: to disk.
+PUT_WAIT = 10
 
 
 def arrays(value, depth=2):
@@ -152,7 +156,11 @@ class WorkerData:
             return None
         frames = [ensure_memoryview(f) for f in frames]
         sent = [i for i, f in enumerate(frames) if f.nbytes >= dask_family.threshold()]
-        views = dask_family.kept_frames([frames[i] for i in sent]) if sent else None
+        # A value being copied into depot for a send now (its sender's memory holds it twice
+        # meanwhile, which is what made the memory manager spill it) waits for that copy: then
+        # it spills as one copied before does, over the object's frames.
+        views = dask_family.kept_frames([frames[i] for i in sent], wait=PUT_WAIT) \
+            if sent else None
         if views is not None:  # a value sent before, spilled before its swap: the same swap
             for i, view in zip(sent, views):
                 frames[i] = view

@@ -317,6 +317,8 @@ def _loads(header, frames):
 # value names the object again; it goes when the value does (depot.holdings deletes it when the
 # last view of it in this process goes).
 _kept = {}
+# The buffers being named or copied into depot now, by the same key: an Event set when done.
+_placing = {}
 
 
 def _place(buffers):
@@ -333,6 +335,21 @@ def _place(buffers):
         guid, uid = kept[1], os.getuid()
         _count("named", sum(b.nbytes for b in buffers))
         return {"places": [(guid, i, 0, b.nbytes, uid) for i, b in enumerate(buffers)]}, None
+    done = threading.Event()
+    with _lock:
+        _placing[key] = done
+    try:
+        return _name_or_copy(buffers, key)
+    finally:
+        with _lock:
+            if _placing.get(key) is done:
+                del _placing[key]
+        done.set()
+
+
+def _name_or_copy(buffers, key):
+    """_place's work for buffers no kept object holds: names those found in HOLDINGS, copies
+    the others into a new object."""
     c = connection.client()
     places = [HOLDINGS.find(b) for b in buffers]
     for guid in {p[0] for p in places if p is not None}:
@@ -370,12 +387,17 @@ def _place(buffers):
     return handed, views
 
 
-def kept_frames(buffers):
+def kept_frames(buffers, wait=None):
     """The frames of the object this process put for `buffers` (a value's large frames, as
-    serialized for an earlier send) and keeps while they live; None when there is none."""
+    serialized for an earlier send) and keeps while they live; None when there is none. When
+    they are being copied into depot now, waits up to `wait` seconds for that to end."""
     key = tuple((address(b), b.nbytes) for b in buffers)
     with _lock:
-        kept = _kept.get(key)
+        kept, placing = _kept.get(key), _placing.get(key)
+    if kept is None and placing is not None and wait:
+        placing.wait(wait)
+        with _lock:
+            kept = _kept.get(key)
     if kept is None or any(ref() is None for ref in kept[0]):
         return None
     return kept[2]
