@@ -16,14 +16,17 @@ once, not once per worker. Sampled every 100 ms while the workload runs:
   appeared after the first sample (a worker the nanny started again).
 
 A workload that has not finished after --timeout seconds (workers restarted again and again)
-is left, its wall time "inf". Spilled is the bytes the worker processes wrote (their /proc/PID/io write_bytes: the spill
-files); wall is the workload's time. The peaks are of the round; the table gives the median over
+is left, its wall time "inf". Spilled is the bytes the nannies and workers wrote from the
+round's start (their /proc/PID/io write_bytes: spill files, and P2P's shards on disk); wall is
+the workload's time. The peaks are of the round; the table gives the median over
 rounds and the ratio depot / TCP of medians.
 
 Workloads:
 - fan-out: one array of --size made on one worker, read by a task on each of the others;
 - several: three arrays of --size * 0.6, each read by a task on every worker;
 - transpose: (x + x.T).sum() on a float64 array of --size * 2 in 8 x 8 chunks;
+- rechunk: the same array from 16 column blocks to 16 row blocks, with P2P where the release has
+  it (``array.rechunk.method``; tasks on 2022.12) and Dask's defaults otherwise, then its sum;
 - weights: an array of --size * 0.5 read by 100 tasks across the workers.
 
 Usage: node_memory.py [--workers 4] [--memory-limit 1.25GiB] [--size-mib 512] [--rounds 2]
@@ -93,7 +96,12 @@ class Sampler(threading.Thread):
         self.paused = 0
         self.pids = set()  # every process of the cluster seen: a restarted worker is a new one
         self.first = None
+        # Bytes written by the cluster's processes (Dask's spill files; P2P's shards on disk),
+        # from when the sampler started; not this process's nor the daemon's.
+        self.quiet = {psutil.Process().pid, *extra_pids}
         self.writes = {}
+        self.writes_before = {p.pid: written(p.pid)
+                              for p in psutil.Process().children(recursive=True)}
         self.running = True
 
     def sample(self):
@@ -103,8 +111,9 @@ class Sampler(threading.Thread):
         self.first = self.first or len(pids)
         node = sum(private(p) for p in pids) + max(0, meminfo_shmem() - self.base_shmem)
         self.node = max(self.node, node)
-        for p in pids:
-            self.writes[p] = max(self.writes.get(p, 0), written(p))
+        for p in pids - self.quiet:
+            before = self.writes_before.get(p, 0)
+            self.writes[p] = max(self.writes.get(p, 0), written(p) - before)
         info = self.client.scheduler_info()["workers"]
         self.dask = max(self.dask, sum(w["metrics"]["memory"] for w in info.values()))
         self.paused += sum(w.get("status") == "paused" for w in info.values())
@@ -157,15 +166,37 @@ def transpose(client, size):
     client.compute((x + x.T).sum()).result()
 
 
+def rechunk(client, size):
+    """A P2P rechunk with Dask's defaults (2022.12 has no P2P rechunk: tasks there)."""
+    n = int((size * 2 / 8) ** 0.5)
+    x = da.random.random((n, n), chunks=(n, n // 16))
+    with dask.config.set({"array.rechunk.method": "p2p"}):
+        y = x.rechunk((n // 16, n))
+    client.compute(y.sum()).result()
+
+
 def weights(client, size):
     w = client.submit(make, size // 2, 7, pure=False)
     client.gather(client.map(lambda w, i: read(w) + i, [w] * 100, range(100), pure=False))
 
 
-WORKLOADS = {"fan-out": fan_out, "several": several, "transpose": transpose, "weights": weights}
+WORKLOADS = {"fan-out": fan_out, "several": several, "transpose": transpose, "rechunk": rechunk,
+             "weights": weights}
 
 
-def measure(workload, size, args, daemon, with_depot):
+def measure(workload, size, args, with_depot):
+    """One round, against a depotd of its own: pages an earlier round's daemon kept in its pool
+    would hold this round's shared memory without raising the node's Shmem."""
+    daemon = Daemon(args.depotd, args.capacity, False)
+    os.environ["DEPOT_SOCKET"] = daemon.socket
+    depot.dask.configure(daemon.socket)
+    try:
+        return _measure(workload, size, args, daemon, with_depot)
+    finally:
+        daemon.stop()
+
+
+def _measure(workload, size, args, daemon, with_depot):
     with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                                   memory_limit=args.memory_limit, dashboard_address=":0",
                                   silence_logs=50) as cluster, \
@@ -173,7 +204,6 @@ def measure(workload, size, args, daemon, with_depot):
         if with_depot:
             depot.dask.register_plugin(client)
         sampler = Sampler(client, [daemon.process.pid])
-        writes_before = sum(written(p.pid) for p in psutil.Process().children(recursive=True))
         sampler.start()
         start = time.perf_counter()
         run = threading.Thread(target=WORKLOADS[workload], args=(client, size), daemon=True)
@@ -181,7 +211,6 @@ def measure(workload, size, args, daemon, with_depot):
         run.join(args.timeout)
         wall = time.perf_counter() - start if not run.is_alive() else math.inf
         out = sampler.stop()
-        out["spilled"] = max(0, out["spilled"] - writes_before)
         out["wall"] = wall
         return out
 
@@ -200,9 +229,6 @@ def main():
     args = parser.parse_args()
     if not args.depotd:
         raise SystemExit("name the daemon: --depotd PATH or $DEPOTD")
-    daemon = Daemon(args.depotd, args.capacity, False)
-    os.environ["DEPOT_SOCKET"] = daemon.socket
-    depot.dask.configure(daemon.socket)
     size = args.size_mib * MIB
     print(f"# Node memory under Dask: TCP and depot\n\n{RELEASE}; {machine()}; {args.workers} "
           f"workers, memory_limit {args.memory_limit}, --size-mib {args.size_mib}, "
@@ -211,28 +237,25 @@ def main():
           "Dask / spilled / paused / restarted / wall | node depot/TCP | Dask's view / node "
           "(depot) | wall depot/TCP |")
     print("|---|---|---|---:|---:|---:|")
-    try:
-        for workload in args.only.split(","):
-            runs = {False: [], True: []}
-            for r in range(args.rounds):
-                for with_depot in ((False, True) if r % 2 == 0 else (True, False)):
-                    got = measure(workload, size, args, daemon, with_depot)
-                    log(workload, "depot" if with_depot else "TCP", got)
-                    runs[with_depot].append(got)
-            med = {d: {k: statistics.median(x[k] for x in runs[d]) for k in runs[d][0]}
-                   for d in runs}
+    for workload in args.only.split(","):
+        runs = {False: [], True: []}
+        for r in range(args.rounds):
+            for with_depot in ((False, True) if r % 2 == 0 else (True, False)):
+                got = measure(workload, size, args, with_depot)
+                log(workload, "depot" if with_depot else "TCP", got)
+                runs[with_depot].append(got)
+        med = {d: {k: statistics.median(x[k] for x in runs[d]) for k in runs[d][0]}
+               for d in runs}
 
-            def cell(m):
-                return (f"{fmt_bytes(m['node'])} / {fmt_bytes(m['dask'])} / "
-                        f"{fmt_bytes(m['spilled'])} / {m['paused']:.0f} / {m['restarted']:.0f} / "
-                        f"{m['wall']:.1f} s")
+        def cell(m):
+            return (f"{fmt_bytes(m['node'])} / {fmt_bytes(m['dask'])} / "
+                    f"{fmt_bytes(m['spilled'])} / {m['paused']:.0f} / {m['restarted']:.0f} / "
+                    f"{m['wall']:.1f} s")
 
-            print(f"| {workload} | {cell(med[False])} | {cell(med[True])} | "
-                  f"{med[True]['node'] / med[False]['node']:.2f} | "
-                  f"{med[True]['dask'] / med[True]['node']:.2f} | "
-                  f"{med[True]['wall'] / med[False]['wall']:.2f} |", flush=True)
-    finally:
-        daemon.stop()
+        print(f"| {workload} | {cell(med[False])} | {cell(med[True])} | "
+              f"{med[True]['node'] / med[False]['node']:.2f} | "
+              f"{med[True]['dask'] / med[True]['node']:.2f} | "
+              f"{med[True]['wall'] / med[False]['wall']:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
