@@ -19,8 +19,8 @@ Transparent: a cluster on ``depot://`` addresses (``LocalCluster(protocol="depot
 [depot.dask]``: every large value sent between processes of one node (results fetched between
 workers, P2P shards, scatter, results) travels through depot: the sender copies its large frames
 into shared memory once per value and keeps the value as a view of them (depot.dask_data), every
-receiver maps them (zero-copy, read-only), and only a small message goes over the socket. Processes on other nodes, or without depot, use
-Dask's usual path, unchanged.
+receiver maps them (zero-copy, read-only), and only a small message goes over the socket.
+Processes on other nodes, or without depot, use Dask's usual path, unchanged.
 
 Memory: with the plugins (``register_plugin`` registers a nanny plugin beside the worker one),
 each worker's memory manager and nanny count the shared pages a worker maps at its share of
